@@ -1,0 +1,286 @@
+"""Typed stack config: the one shape every component and provider reads.
+
+A stack file's `tuist-infra:*` keys map onto `StackConfig` (see config/loader.py).
+Secret values never appear here: they are read separately as pulumi secrets
+(`config.loader.Secrets`), and the models only name which secret keys exist.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+# --- domain types -------------------------------------------------------------
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_DNS_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_DIGEST_IMAGE = re.compile(r"^[a-z0-9.\-/:_]+@sha256:[0-9a-f]{64}$")
+
+
+def _dns_label(v: str) -> str:
+    if not _DNS_LABEL.match(v):
+        raise ValueError(f"'{v}' is not a DNS label (lowercase letters, digits and '-', at most 63)")
+    return v
+
+
+def _dns_name(v: str) -> str:
+    if not _DNS_NAME.match(v):
+        raise ValueError(f"'{v}' is not a DNS name")
+    return v
+
+
+def _label_key(v: str) -> str:
+    if not _LABEL_KEY.match(v):
+        raise ValueError(f"'{v}' is not a Kubernetes label key")
+    return v
+
+
+def _public_ipv4(v: str) -> str:
+    try:
+        ip = ipaddress.IPv4Address(v)
+    except ValueError:
+        raise ValueError(f"'{v}' is not an IPv4 address") from None
+    return str(ip)
+
+
+def _digest_image(v: str) -> str:
+    if not _DIGEST_IMAGE.match(v):
+        raise ValueError(f"'{v}' is not pinned by digest (expected <repo>@sha256:<64 hex>)")
+    return v
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+DnsName = Annotated[str, AfterValidator(_dns_name)]
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+IPv4 = Annotated[str, AfterValidator(_public_ipv4)]
+DigestImage = Annotated[str, AfterValidator(_digest_image)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- enums --------------------------------------------------------------------
+
+
+class Environment(StrEnum):
+    DEV = "dev"
+    STAGING = "staging"
+    CANARY = "canary"
+    PRODUCTION = "production"
+
+
+class Vendor(StrEnum):
+    OVH = "ovh"
+    DEDIBOX = "dedibox"
+    ROBOT = "robot"
+
+
+class GatewayMode(StrEnum):
+    HOST_NETWORK = "host_network"
+    # Kept only for a region still on a cloud VM behind a load balancer.
+    LOAD_BALANCER = "load_balancer"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class RunnerOS(StrEnum):
+    LINUX = "linux"
+    DARWIN = "darwin"
+
+
+# --- vendors ------------------------------------------------------------------
+
+
+class OvhAccount(Strict):
+    """OVH API account. Secrets: ovhApplicationSecret, ovhConsumerKey."""
+
+    # A python-ovh endpoint key (ovh-eu, ovh-ca, ovh-us) or an http(s) URL ending
+    # in /1.0 (vendorsim).
+    endpoint: str
+    application_key: str = Field(min_length=1)
+
+
+class DediboxAccount(Strict):
+    """Scaleway Dedibox API account (default project). Secret: dediboxSecretKey."""
+
+    api_url: str = "https://api.scaleway.com"
+    project_id: str = Field(min_length=1)
+    zones: list[str] = Field(default_factory=lambda: ["fr-par-1", "fr-par-2", "nl-ams-1"], min_length=1)
+
+
+class RobotAccount(Strict):
+    """Hetzner Robot web-service user. Secret: robotPassword."""
+
+    api_url: str = "https://robot-ws.your-server.de"
+    username: str = Field(min_length=1)
+
+
+class Vendors(Strict):
+    ovh: OvhAccount | None = None
+    dedibox: DediboxAccount | None = None
+    robot: RobotAccount | None = None
+
+
+# --- fleets -------------------------------------------------------------------
+
+
+class Taint(Strict):
+    key: LabelKey
+    value: str = ""
+    effect: TaintEffect
+
+
+class Pricing(Strict):
+    """Per-box prices in EUR, from the vendor's offer (seed 003 gives the AX numbers)."""
+
+    monthly_eur: Decimal = Field(ge=0)
+    setup_eur: Decimal = Field(default=Decimal(0), ge=0)
+
+
+class Hardware(Strict):
+    """What one box of the fleet's offer has; sizes runner slots (1 vCPU / 4 GiB)."""
+
+    offer: str = Field(min_length=1)  # e.g. AX42-U, AX162-R, Start-1-M-SSD, Advance-1
+    threads: int = Field(gt=0)
+    memory_gib: int = Field(gt=0)
+
+
+class Fleet(Strict):
+    name: DnsLabel
+    vendor: Vendor
+    # Per-box adoption marker at the vendor: OVH displayName prefix, Dedibox tag,
+    # Robot server_name prefix. It is the environment boundary.
+    marker: str = Field(min_length=3)
+    size: int = Field(ge=0)
+    # Parked fleets exist in config and outputs but adopt nothing.
+    enabled: bool = True
+    node_pool: DnsLabel
+    labels: dict[LabelKey, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    hardware: Hardware
+    pricing: Pricing | None = None
+    datacenter: str | None = None  # OVH prefix match (bhs matches bhs6), Dedibox DC name
+    os: str = "ubuntu_24.04"
+    ssh_user: str = "ubuntu"
+    # Releasing a box reinstalls it. Production Kura fleets may never allow it.
+    allow_release: bool = False
+    egress_budget_mbps: int | None = Field(default=None, gt=0)
+
+
+# --- failover IPs -------------------------------------------------------------
+
+
+class FailoverIP(Strict):
+    name: DnsLabel
+    vendor: Vendor
+    fleet: str
+    # None while parked: the IP has not been ordered yet.
+    address: IPv4 | None = None
+
+    @property
+    def parked(self) -> bool:
+        return self.address is None
+
+
+# --- Kura regions -------------------------------------------------------------
+
+
+class Region(Strict):
+    id: DnsLabel  # us-east, eu-central, ...
+    cluster_id: DnsLabel  # us-east-1, ...
+    fleet: str
+    gateway: GatewayMode = GatewayMode.HOST_NETWORK
+    ingress_class: DnsLabel
+    replicas: int = Field(default=2, ge=1)
+    storage_class: DnsLabel = "scw-local-nvme"
+    storage_size_gi: int = Field(default=50, gt=0)
+    egress_floor_mbps: int = Field(default=25, gt=0)
+    egress_burst_mbps: int = Field(gt=0)
+    # Public host of the region, e.g. eu-central.staging.kura.tuist.dev; the peer
+    # plane is peer.<host> and *.peer.<host>.
+    host: DnsName
+    failover_ip: str | None = None  # name of a failover_ips entry
+    exposed: bool = True
+
+
+class Kura(Strict):
+    namespace: DnsLabel = "kura"
+    # Explicit runtime image tag; floating tags (latest, main) only in dev.
+    runtime_image: str = "ghcr.io/tuist/kura"
+    runtime_image_tag: str = Field(min_length=1)
+    controller_image: str = Field(min_length=1)
+    peer_port: int = 7443
+    bootstrap_tmp_dir_max_bytes: int = Field(default=8 * 1024**3, gt=0)
+    bootstrap_max_concurrent_peers: int = Field(default=4, gt=0)
+    bootstrap_artifact_concurrency: int = Field(default=16, gt=0)
+    # Accounts whose peer Service the SNI demux routes to: account handle list.
+    accounts: list[DnsLabel] = Field(default_factory=list)
+
+
+# --- runners ------------------------------------------------------------------
+
+
+class Autoscaling(Strict):
+    # None means "the CRD default"; an explicit 0 must survive to the object.
+    enabled: bool = True
+    min_warm_pool_floor: int | None = Field(default=None, ge=0)
+    max_replicas: int | None = Field(default=None, ge=0)
+    scale_down_cooldown_seconds: int | None = Field(default=None, ge=0)
+
+
+class RunnerPool(Strict):
+    name: DnsLabel
+    os: RunnerOS
+    fleet: str  # the fleet its pods run on (Robot fleet for Linux)
+    dispatch_label: str = Field(min_length=1)
+    image: DigestImage
+    pod_cpu_milli: int = Field(default=1000, gt=0)
+    pod_memory_mb: int = Field(default=4096, gt=0)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+
+
+# --- cluster ------------------------------------------------------------------
+
+
+class Cluster(Strict):
+    # Kubernetes minor for the apt keyring; must track the control plane.
+    kubernetes_minor: Literal["v1.33", "v1.34", "v1.35"] = "v1.34"
+    api_server: str | None = None  # https://host:6443; None: no cluster yet (dev)
+    # Where the dev stack renders manifests instead of applying them.
+    render_dir: str | None = None
+    runners_namespace: DnsLabel = "tuist-runners"
+    runners_controller_image: str = Field(min_length=1)
+
+
+# --- the stack ----------------------------------------------------------------
+
+
+class StackConfig(Strict):
+    environment: Environment
+    vendors: Vendors
+    fleets: list[Fleet] = Field(default_factory=list)
+    failover_ips: list[FailoverIP] = Field(default_factory=list)
+    regions: list[Region] = Field(default_factory=list)
+    runner_pools: list[RunnerPool] = Field(default_factory=list)
+    kura: Kura
+    cluster: Cluster
+    # Production release of Kura boxes needs this switch as well as allow_release.
+    allow_production_release: bool = False
+
+    def fleet(self, name: str) -> Fleet:
+        return next(f for f in self.fleets if f.name == name)
+
+    def failover_ip(self, name: str) -> FailoverIP:
+        return next(f for f in self.failover_ips if f.name == name)

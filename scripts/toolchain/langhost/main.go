@@ -1,0 +1,236 @@
+// Command pulumi-language-python is a small Python language host for the
+// Pulumi engine, built here because the upstream host lives in a nested Go
+// module that the module proxy does not serve.
+//
+// It implements what `pulumi up/preview/destroy` of a Python program needs:
+// Handshake, Run (spawn pulumi-language-python-exec under the project's
+// virtualenv), GetPluginInfo, About, and empty dependency/plugin answers
+// (plugins are resolved on demand by the engine). Everything else answers
+// Unimplemented, which the engine treats as "not supported".
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	pbempty "google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/grpc"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/version"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+)
+
+func main() {
+	// The engine passes its own flags (-v, --logtostderr, --tracing ...) and the
+	// engine address as the last positional argument. Only the address matters.
+	engineAddress := ""
+	for _, a := range os.Args[1:] {
+		if !strings.HasPrefix(a, "-") {
+			engineAddress = a
+		}
+	}
+	execPath, err := findExec()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	host := &pythonHost{exec: execPath, engineAddress: engineAddress}
+	handle, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
+		Init: func(srv *grpc.Server) error {
+			pulumirpc.RegisterLanguageRuntimeServer(srv, host)
+			return nil
+		},
+		Options: rpcutil.OpenTracingServerInterceptorOptions(nil),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "could not start language host: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("%d\n", handle.Port)
+	if err := <-handle.Done; err != nil {
+		fmt.Fprintf(os.Stderr, "language host stopped: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// findExec locates pulumi-language-python-exec next to this binary.
+func findExec() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	candidate := filepath.Join(filepath.Dir(self), "pulumi-language-python-exec")
+	if _, err := os.Stat(candidate); err == nil {
+		return candidate, nil
+	}
+	if p, err := exec.LookPath("pulumi-language-python-exec"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("pulumi-language-python-exec not found next to the language host or on PATH")
+}
+
+type pythonHost struct {
+	pulumirpc.UnimplementedLanguageRuntimeServer
+	exec          string
+	engineAddress string
+}
+
+func (h *pythonHost) Handshake(
+	_ context.Context, req *pulumirpc.LanguageHandshakeRequest,
+) (*pulumirpc.LanguageHandshakeResponse, error) {
+	if req.GetEngineAddress() != "" {
+		h.engineAddress = req.GetEngineAddress()
+	}
+	return &pulumirpc.LanguageHandshakeResponse{}, nil
+}
+
+func (h *pythonHost) GetRequiredPlugins(
+	context.Context, *pulumirpc.GetRequiredPluginsRequest,
+) (*pulumirpc.GetRequiredPluginsResponse, error) {
+	return &pulumirpc.GetRequiredPluginsResponse{}, nil
+}
+
+func (h *pythonHost) GetRequiredPackages(
+	context.Context, *pulumirpc.GetRequiredPackagesRequest,
+) (*pulumirpc.GetRequiredPackagesResponse, error) {
+	return &pulumirpc.GetRequiredPackagesResponse{}, nil
+}
+
+func (h *pythonHost) GetProgramDependencies(
+	context.Context, *pulumirpc.GetProgramDependenciesRequest,
+) (*pulumirpc.GetProgramDependenciesResponse, error) {
+	return &pulumirpc.GetProgramDependenciesResponse{}, nil
+}
+
+func (h *pythonHost) GetPluginInfo(context.Context, *pbempty.Empty) (*pulumirpc.PluginInfo, error) {
+	return &pulumirpc.PluginInfo{Version: version.Version}, nil
+}
+
+func (h *pythonHost) About(_ context.Context, req *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
+	python := pythonFor(req.GetInfo())
+	out, err := exec.Command(python, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("running %s --version: %w", python, err)
+	}
+	return &pulumirpc.AboutResponse{
+		Executable: python,
+		Version:    strings.TrimPrefix(strings.TrimSpace(string(out)), "Python "),
+	}, nil
+}
+
+func (h *pythonHost) Cancel(context.Context, *pbempty.Empty) (*pbempty.Empty, error) {
+	return &pbempty.Empty{}, nil
+}
+
+// virtualenvFor returns the absolute virtualenv directory named by the
+// project's `runtime.options.virtualenv`, or "" when none is set.
+func virtualenvFor(info *pulumirpc.ProgramInfo) string {
+	if info == nil || info.GetOptions() == nil {
+		return ""
+	}
+	v, ok := info.GetOptions().AsMap()["virtualenv"].(string)
+	if !ok || v == "" {
+		return ""
+	}
+	if !filepath.IsAbs(v) {
+		v = filepath.Join(info.GetRootDirectory(), v)
+	}
+	return filepath.Clean(v)
+}
+
+func pythonFor(info *pulumirpc.ProgramInfo) string {
+	if venv := virtualenvFor(info); venv != "" {
+		return filepath.Join(venv, "bin", "python")
+	}
+	if p := os.Getenv("PULUMI_PYTHON_CMD"); p != "" {
+		return p
+	}
+	return "python3"
+}
+
+func (h *pythonHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {
+	info := req.GetInfo()
+	python := pythonFor(info)
+	if venv := virtualenvFor(info); venv != "" {
+		if _, err := os.Stat(python); err != nil {
+			return &pulumirpc.RunResponse{Error: fmt.Sprintf(
+				"the virtualenv %q named in Pulumi.yaml does not exist; run scripts/bootstrap.sh", venv)}, nil
+		}
+	}
+
+	args := []string{"-u", h.exec}
+	add := func(k, v string) {
+		if v != "" {
+			args = append(args, "--"+k, v)
+		}
+	}
+	add("monitor", req.GetMonitorAddress())
+	add("engine", h.engineAddress)
+	add("project", req.GetProject())
+	add("stack", req.GetStack())
+	add("pwd", req.GetPwd())
+	add("dry_run", fmt.Sprintf("%v", req.GetDryRun()))
+	add("parallel", fmt.Sprint(req.GetParallel()))
+	add("organization", req.GetOrganization())
+	if info != nil {
+		add("root_directory", info.GetRootDirectory())
+	}
+	program := "."
+	if info != nil && info.GetProgramDirectory() != "" {
+		program = info.GetProgramDirectory()
+		if ep := info.GetEntryPoint(); ep != "" && ep != "." {
+			program = filepath.Join(program, ep)
+		}
+	} else if req.GetProgram() != "" {
+		program = req.GetProgram()
+	}
+	args = append(args, program)
+	args = append(args, req.GetArgs()...)
+
+	env := os.Environ()
+	if cfg := req.GetConfig(); cfg != nil {
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("serializing config: %w", err)
+		}
+		env = append(env, "PULUMI_CONFIG="+string(b))
+	}
+	if keys := req.GetConfigSecretKeys(); keys != nil {
+		b, err := json.Marshal(keys)
+		if err != nil {
+			return nil, fmt.Errorf("serializing secret keys: %w", err)
+		}
+		env = append(env, "PULUMI_CONFIG_SECRET_KEYS="+string(b))
+	}
+	if venv := virtualenvFor(info); venv != "" {
+		env = append(env, "VIRTUAL_ENV="+venv, "PATH="+filepath.Join(venv, "bin")+":"+os.Getenv("PATH"))
+	}
+
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Stdout = os.Stdout
+	cmd.Stderr = os.Stderr
+	cmd.Env = env
+	if err := cmd.Run(); err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			if status, ok := exitErr.Sys().(syscall.WaitStatus); ok {
+				// 32: the program already showed the user an actionable message.
+				if status.ExitStatus() == 32 {
+					return &pulumirpc.RunResponse{Bail: true}, nil
+				}
+				return &pulumirpc.RunResponse{Error: fmt.Sprintf(
+					"Program exited with non-zero exit code: %d", status.ExitStatus())}, nil
+			}
+		}
+		return &pulumirpc.RunResponse{Error: fmt.Sprintf("could not run the Python program: %v", err)}, nil
+	}
+	return &pulumirpc.RunResponse{}, nil
+}
