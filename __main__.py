@@ -1,0 +1,80 @@
+"""Composition root: load the stack config, build the components, export the outputs.
+
+Nothing else lives here: every decision is in config/, components/ or providers/.
+The stack outputs are a contract other teams read (docs/outputs.md); bump
+OUTPUTS_VERSION when a field changes meaning or disappears.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.capacity import capacity_outputs
+from components.kura_region import KuraRegion, KuraRegionArgs
+from components.runners import RunnerPools, RunnerPoolsArgs
+from config.loader import ConfigError, fail, load_from_pulumi
+
+OUTPUTS_VERSION = 1
+
+
+def main() -> None:
+    try:
+        cfg, secrets = load_from_pulumi()
+    except ConfigError as err:
+        fail(err.problems)
+        return
+
+    if cfg.cluster.render_dir:
+        # No cluster (dev): every object is written as YAML instead of applied.
+        cluster = k8s.Provider("cluster", render_yaml_to_directory=cfg.cluster.render_dir)
+    else:
+        cluster = k8s.Provider("cluster", kubeconfig=secrets.kubeconfig)
+    on_cluster = pulumi.ResourceOptions(providers=[cluster])
+
+    regions = {}
+    for region in cfg.regions:
+        fip = cfg.failover_ip(region.failover_ip) if region.failover_ip else None
+        regions[region.id] = KuraRegion(
+            f"kura-{region.id}",
+            KuraRegionArgs(
+                region=region,
+                fleet=cfg.fleet(region.fleet),
+                failover_ip=fip,
+                kura=cfg.kura,
+                environment=cfg.environment,
+            ),
+            opts=on_cluster,
+        )
+
+    RunnerPools(
+        "runners",
+        RunnerPoolsArgs(pools=cfg.runner_pools, fleets=cfg.fleets, cluster=cfg.cluster),
+        opts=on_cluster,
+    )
+
+    pulumi.export("outputs_version", OUTPUTS_VERSION)
+    pulumi.export("environment", cfg.environment.value)
+    pulumi.export(
+        "regions",
+        {
+            rid: {
+                "id": r.id,
+                "cluster_id": r.cluster_id,
+                "host": r.host,
+                "peer_host": r.peer_host,
+                "failover_ip": r.failover_ip,
+                "node_pool": r.node_pool,
+                "exposed": r.exposed,
+                "gateway_mode": r.gateway_mode,
+            }
+            for rid, r in regions.items()
+        },
+    )
+    pulumi.export(
+        "available_regions", sorted(region.id for region in cfg.regions if region.exposed)
+    )
+    pulumi.export("capacity", capacity_outputs(cfg))
+
+
+main()

@@ -1,0 +1,309 @@
+"""Per-region ingress-nginx gateway (anchor 4.3).
+
+hostNetwork (bare metal): the controller binds :80/:443 on the box NIC, so there is no
+load balancer to prepend a PROXY header (use-proxy-protocol "false"), the Service is
+ClusterIP, and the controller reports the node's InternalIP for external-dns.
+load_balancer (legacy cloud VM): a LoadBalancer Service with PROXY protocol on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.k8s import metadata, pool_node_selector, pool_tolerations, region_labels
+from config.models import Fleet, GatewayMode, Region
+
+__all__ = [
+    "GATEWAY_IMAGE",
+    "GATEWAY_SERVICE_ACCOUNT",
+    "Gateway",
+    "GatewayArgs",
+    "controller_args",
+    "gateway_name",
+    "nginx_settings",
+]
+
+GATEWAY_IMAGE = "registry.k8s.io/ingress-nginx/controller:v1.11.3"
+GATEWAY_SERVICE_ACCOUNT = "kura-gateway-ingress-nginx"
+
+# Shared with the platform chart's ingress-nginx values (anchor 4.3); only
+# use-proxy-protocol depends on the mode.
+_SHARED_SETTINGS: dict[str, str] = {
+    "use-forwarded-headers": "true",
+    "compute-full-forwarded-for": "true",
+    "upstream-keepalive-timeout": "10",
+    "allow-snippet-annotations": "false",
+    "enable-real-ip": "true",
+    "proxy-real-ip-cidr": "0.0.0.0/0",
+    "proxy-body-size": "0",
+    "proxy-request-buffering": "off",
+    "proxy-buffering": "off",
+    "proxy-max-temp-file-size": "0",
+    "keep-alive-requests": "10000",
+    "upstream-keepalive-requests": "10000",
+    "client-body-buffer-size": "4m",
+    "http2-max-concurrent-streams": "32",
+    "http-snippet": "http2_body_preread_size 4m;",
+}
+
+
+def gateway_name(region_id: str) -> str:
+    return f"kura-gateway-{region_id}"
+
+
+def nginx_settings(mode: GatewayMode) -> dict[str, str]:
+    return {
+        **_SHARED_SETTINGS,
+        "use-proxy-protocol": "true" if mode is GatewayMode.LOAD_BALANCER else "false",
+    }
+
+
+def controller_class(region: Region) -> str:
+    return f"k8s.io/{region.ingress_class}"
+
+
+def controller_args(region: Region, namespace: str) -> list[str]:
+    name = gateway_name(region.id)
+    args = [
+        "/nginx-ingress-controller",
+        f"--election-id={name}-leader",
+        f"--controller-class={controller_class(region)}",
+        f"--ingress-class={region.ingress_class}",
+        f"--configmap=$(POD_NAMESPACE)/{name}",
+        "--watch-namespace=$(POD_NAMESPACE)",
+    ]
+    if region.gateway is GatewayMode.HOST_NETWORK:
+        # The ClusterIP is unreachable from outside; publish the box's own address.
+        args.append("--report-node-internal-ip-address=true")
+    else:
+        args.append(f"--publish-service={namespace}/{name}")
+    return args
+
+
+def _cluster_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    # Cluster-scoped reads ingress-nginx makes even with --watch-namespace: IngressClasses
+    # are cluster-scoped, Nodes give the address it reports, and its informers start on
+    # ingresses/endpointslices/namespaces at cluster scope.
+    return [
+        k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"]),
+        k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["namespaces"], verbs=["get", "list", "watch"]),
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=["networking.k8s.io"],
+            resources=["ingresses", "ingressclasses"],
+            verbs=["get", "list", "watch"],
+        ),
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=["discovery.k8s.io"], resources=["endpointslices"], verbs=["get", "list", "watch"]
+        ),
+    ]
+
+
+def _namespace_rules(region: Region) -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    name = gateway_name(region.id)
+    return [
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=[""],
+            resources=["configmaps", "pods", "secrets", "endpoints", "services"],
+            verbs=["get", "list", "watch"],
+        ),
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=["networking.k8s.io"], resources=["ingresses/status"], verbs=["update"]
+        ),
+        # Leader election: create the lease once, then only touch its own.
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]
+        ),
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=["coordination.k8s.io"],
+            resources=["leases"],
+            resource_names=[f"{name}-leader"],
+            verbs=["get", "update"],
+        ),
+        k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
+    ]
+
+
+def _healthz_probe() -> k8s.core.v1.ProbeArgs:
+    return k8s.core.v1.ProbeArgs(
+        http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+        initial_delay_seconds=10,
+        period_seconds=10,
+        timeout_seconds=1,
+    )
+
+
+@dataclass(frozen=True)
+class GatewayArgs:
+    region: Region
+    fleet: Fleet
+    namespace: str
+
+
+class Gateway(pulumi.ComponentResource):
+    """ServiceAccount + RBAC, ConfigMap, Service, IngressClass and Deployment of one region."""
+
+    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tuist:gateway:Gateway", name, None, opts)
+        region, ns = args.region, args.namespace
+        host_network = region.gateway is GatewayMode.HOST_NETWORK
+        gw = gateway_name(region.id)
+        labels = region_labels(name="kura-gateway", component="gateway", region=region.id)
+        child = pulumi.ResourceOptions(parent=self)
+        # One ServiceAccount name per region: several regions share the namespace.
+        sa_name = f"{GATEWAY_SERVICE_ACCOUNT}-{region.id}"
+
+        self.service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa", metadata=metadata(sa_name, ns, labels), opts=child
+        )
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=sa_name, namespace=ns)
+        self.role = k8s.rbac.v1.Role(
+            f"{name}-role", metadata=metadata(gw, ns, labels), rules=_namespace_rules(region), opts=child
+        )
+        self.role_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-rolebinding",
+            metadata=metadata(gw, ns, labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=gw),
+            subjects=[subject],
+            opts=child,
+        )
+        self.cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-clusterrole", metadata=metadata(gw, None, labels), rules=_cluster_rules(), opts=child
+        )
+        self.cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-clusterrolebinding",
+            metadata=metadata(gw, None, labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=gw
+            ),
+            subjects=[subject],
+            opts=child,
+        )
+        self.config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=metadata(gw, ns, labels),
+            data=nginx_settings(region.gateway),
+            opts=child,
+        )
+        ports = [
+            k8s.core.v1.ServicePortArgs(name="http", port=80, target_port="http", protocol="TCP"),
+            k8s.core.v1.ServicePortArgs(name="https", port=443, target_port="https", protocol="TCP"),
+        ]
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=metadata(gw, ns, labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                type="ClusterIP" if host_network else "LoadBalancer",
+                # Local keeps the client address and skips the second hop through kube-proxy.
+                external_traffic_policy=None if host_network else "Local",
+                selector=labels,
+                ports=ports,
+            ),
+            opts=child,
+        )
+        self.ingress_class = k8s.networking.v1.IngressClass(
+            f"{name}-ingressclass",
+            metadata=metadata(region.ingress_class, None, labels),
+            spec=k8s.networking.v1.IngressClassSpecArgs(controller=controller_class(region)),
+            opts=child,
+        )
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=metadata(gw, ns, labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                # One controller per box: on hostNetwork two on one box would fight for :443.
+                replicas=max(1, args.fleet.size),
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                # hostNetwork ports cannot surge on the same box; replace one box at a time.
+                strategy=k8s.apps.v1.DeploymentStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=0, max_unavailable=1),
+                )
+                if host_network
+                else None,
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=sa_name,
+                        host_network=host_network,
+                        dns_policy="ClusterFirstWithHostNet" if host_network else "ClusterFirst",
+                        node_selector=pool_node_selector(args.fleet),
+                        tolerations=pool_tolerations(args.fleet),
+                        affinity=k8s.core.v1.AffinityArgs(
+                            pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
+                                required_during_scheduling_ignored_during_execution=[
+                                    k8s.core.v1.PodAffinityTermArgs(
+                                        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                                        topology_key="kubernetes.io/hostname",
+                                    )
+                                ]
+                            )
+                        )
+                        if host_network
+                        else None,
+                        termination_grace_period_seconds=300,
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name="controller",
+                                image=GATEWAY_IMAGE,
+                                args=controller_args(region, ns),
+                                env=[
+                                    k8s.core.v1.EnvVarArgs(
+                                        name="POD_NAME",
+                                        value_from=k8s.core.v1.EnvVarSourceArgs(
+                                            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
+                                                field_path="metadata.name"
+                                            )
+                                        ),
+                                    ),
+                                    k8s.core.v1.EnvVarArgs(
+                                        name="POD_NAMESPACE",
+                                        value_from=k8s.core.v1.EnvVarSourceArgs(
+                                            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
+                                                field_path="metadata.namespace"
+                                            )
+                                        ),
+                                    ),
+                                ],
+                                ports=[
+                                    k8s.core.v1.ContainerPortArgs(
+                                        name="http", container_port=80, protocol="TCP"
+                                    ),
+                                    k8s.core.v1.ContainerPortArgs(
+                                        name="https", container_port=443, protocol="TCP"
+                                    ),
+                                    k8s.core.v1.ContainerPortArgs(
+                                        name="metrics", container_port=10254, protocol="TCP"
+                                    ),
+                                ],
+                                liveness_probe=_healthz_probe(),
+                                readiness_probe=_healthz_probe(),
+                                resources=k8s.core.v1.ResourceRequirementsArgs(
+                                    requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}
+                                ),
+                                # The stock image runs as www-data (101) and binds :80/:443.
+                                security_context=k8s.core.v1.SecurityContextArgs(
+                                    run_as_user=101,
+                                    run_as_non_root=True,
+                                    allow_privilege_escalation=False,
+                                    capabilities=k8s.core.v1.CapabilitiesArgs(
+                                        drop=["ALL"], add=["NET_BIND_SERVICE"]
+                                    ),
+                                ),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.config_map]),
+        )
+        self.register_outputs(
+            {
+                "name": gw,
+                "ingress_class": region.ingress_class,
+                "mode": region.gateway.value,
+                "load_balancer": "host-network" if host_network else "pending",
+            }
+        )

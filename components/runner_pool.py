@@ -1,0 +1,136 @@
+"""One RunnerPool object per configured pool, and the scheduling facts it carries.
+
+The runners-controller turns each RunnerPool into warm runner pods (macOS on Mac
+minis, Linux as kata-qemu microVMs on Hetzner Robot hosts). The CRD itself is in
+components/runners.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.k8s import MANAGED_BY, pool_node_selector
+from config import models
+
+RUNNER_POOL_GROUP = "tuist.dev"
+RUNNER_POOL_VERSION = "v1alpha1"
+RUNNER_POOL_API_VERSION = f"{RUNNER_POOL_GROUP}/{RUNNER_POOL_VERSION}"
+RUNNER_POOL_KIND = "RunnerPool"
+
+# Robot runner hosts carry this taint so nothing but runner microVMs lands on them.
+RUNNER_TIER_TAINT_KEY = "tuist.dev/runner-tier"
+RUNNER_TIER_TAINT_VALUE = "bare-metal"
+RUNNER_TIER_TAINT_EFFECT = "NoSchedule"
+RUNNER_TIER_TOLERATION: dict[str, str] = {
+    "key": RUNNER_TIER_TAINT_KEY,
+    "operator": "Equal",
+    "value": RUNNER_TIER_TAINT_VALUE,
+    "effect": RUNNER_TIER_TAINT_EFFECT,
+}
+
+# Stamped by the Robot install (seed 003): Kata's own label, used for scheduling.
+KATA_NODE_LABELS: dict[str, str] = {"katacontainers.io/kata-runtime": "true"}
+KATA_RUNTIME_CLASS = "kata-qemu"
+
+# What the runner registers with on GitHub; the server mints JIT configs with these
+# plus the dispatch label and treats an empty list as a bug, so every pool sets them.
+RUNNER_LABELS: dict[models.RunnerOS, list[str]] = {
+    models.RunnerOS.LINUX: ["self-hosted", "Linux", "X64"],
+    models.RunnerOS.DARWIN: ["self-hosted", "macOS", "ARM64"],
+}
+
+FLEET_LABEL = "tuist.dev/fleet"
+
+
+def autoscaling_spec(autoscaling: models.Autoscaling) -> dict[str, Any]:
+    """Explicit values, zeros included, always rendered; unset ones left out so the
+    CRD default applies. (The anchor's incident: an omitted 0 came back as 1 and
+    pinned an unrequested Mac mini per pool.)"""
+    spec: dict[str, Any] = {"enabled": autoscaling.enabled}
+    optional = {
+        "minWarmPoolFloor": autoscaling.min_warm_pool_floor,
+        "maxReplicas": autoscaling.max_replicas,
+        "scaleDownCooldownSeconds": autoscaling.scale_down_cooldown_seconds,
+    }
+    spec.update({key: value for key, value in optional.items() if value is not None})
+    return spec
+
+
+def runner_pool_spec(pool: models.RunnerPool, fleet: models.Fleet) -> dict[str, Any]:
+    """spec of the pool's RunnerPool object.
+
+    `replicas` is left out on purpose: the autoscaler owns it, and a value here would
+    be reset on every `pulumi up`.
+    """
+    spec: dict[str, Any] = {
+        "image": pool.image,
+        "fleetSelector": pool.fleet,
+        "dispatchLabel": pool.dispatch_label,
+        "runnerLabels": list(RUNNER_LABELS[pool.os]),
+        "os": pool.os.value,
+        "podCPUMilli": pool.pod_cpu_milli,
+        "podMemoryMB": pool.pod_memory_mb,
+        "autoscaling": autoscaling_spec(pool.autoscaling),
+    }
+    if pool.os is models.RunnerOS.LINUX:
+        # Every Linux runner pod has a privileged docker:dind sidecar: only a microVM
+        # keeps that away from the host kernel.
+        spec["runtimeClass"] = KATA_RUNTIME_CLASS
+        # Kata's label, plus the fleet's pool label so two Linux fleets never share pods.
+        spec["nodeSelector"] = {**KATA_NODE_LABELS, **pool_node_selector(fleet)}
+        spec["tolerations"] = [dict(RUNNER_TIER_TOLERATION)]
+    return spec
+
+
+def runner_pool_metadata(pool: models.RunnerPool, namespace: str) -> dict[str, Any]:
+    return {
+        "name": pool.name,
+        "namespace": namespace,
+        "labels": {
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+            "app.kubernetes.io/part-of": "tuist-runners",
+            FLEET_LABEL: pool.fleet,
+        },
+    }
+
+
+def runner_pool_manifest(pool: models.RunnerPool, fleet: models.Fleet, namespace: str) -> dict[str, Any]:
+    """The whole object as the apiserver receives it."""
+    return {
+        "apiVersion": RUNNER_POOL_API_VERSION,
+        "kind": RUNNER_POOL_KIND,
+        "metadata": runner_pool_metadata(pool, namespace),
+        "spec": runner_pool_spec(pool, fleet),
+    }
+
+
+@dataclass(frozen=True)
+class RunnerPoolArgs:
+    pool: models.RunnerPool
+    fleet: models.Fleet  # the fleet the pool's pods run on
+    namespace: str
+
+
+class RunnerPool(pulumi.ComponentResource):
+    """The RunnerPool custom resource of one configured pool.
+
+    `opts.depends_on` (the CRD, the namespace) is handed to the object itself, since
+    a component's dependencies do not hold back its children.
+    """
+
+    def __init__(self, name: str, args: RunnerPoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("tuist:runner_pool:RunnerPool", name, None, opts)
+        manifest = runner_pool_manifest(args.pool, args.fleet, args.namespace)
+        self.object = k8s.apiextensions.CustomResource(
+            f"{name}-object",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=opts.depends_on if opts else None),
+        )
+        self.register_outputs({"name": args.pool.name, "namespace": args.namespace})

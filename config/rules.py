@@ -1,0 +1,652 @@
+"""Cross-field rules: what one well-formed field cannot know on its own.
+
+Each rule reads a `View` of the stack, built item by item: a fleet, failover IP,
+region, runner pool, vendor account, `kura` or `cluster` that fails its own schema
+is left out (pydantic already reported it), and names found on broken items still
+count as existing, so one typo gives one problem, not a cascade.
+
+Host rule (tuist-anchor.md section 4.4): the public zone is kura.tuist.dev and
+the environment suffix is empty in production, so a region's host is
+`<region>.kura.tuist.dev` in production and `<region>.<env>.kura.tuist.dev`
+in every other environment (dev included).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import operator
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from config.models import (
+    Cluster,
+    DediboxAccount,
+    Environment,
+    FailoverIP,
+    Fleet,
+    GatewayMode,
+    Kura,
+    OvhAccount,
+    Region,
+    RobotAccount,
+    RunnerOS,
+    RunnerPool,
+    Vendor,
+)
+from config.problems import Loc, Problem
+
+KURA_ZONE = "kura.tuist.dev"
+FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly"})
+OVH_ENDPOINT_KEYS = ("ovh-eu", "ovh-ca", "ovh-us")
+# OVHcloud US is a separate company with its own API (ovh-us) and sells only these sites.
+OVH_US_DATACENTERS = ("vin", "hil")
+# Vendors whose marker is matched as a name prefix (OVH displayName, Robot server_name);
+# Dedibox markers are tags, matched whole.
+PREFIX_MARKER_VENDORS = frozenset({Vendor.OVH, Vendor.ROBOT})
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_CLUSTER_ID = re.compile(r"^(?P<region>.+)-[0-9]+$")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass
+class View:
+    """The parts of a stack that are well-formed on their own."""
+
+    raw: Mapping[str, Any]
+    environment: Environment | None = None
+    accounts: dict[Vendor, BaseModel] = field(default_factory=dict)
+    present_accounts: set[Vendor] = field(default_factory=set)
+    # vendors itself is malformed: which accounts exist is unknown, so nothing is "missing".
+    vendors_unknown: bool = False
+    fleets: list[tuple[int, Fleet]] = field(default_factory=list)
+    fleet_names: set[str] = field(default_factory=set)  # includes broken fleets
+    failover_ips: list[tuple[int, FailoverIP]] = field(default_factory=list)
+    failover_ip_names: set[str] = field(default_factory=set)  # includes broken entries
+    regions: list[tuple[int, Region]] = field(default_factory=list)
+    raw_regions: list[Any] = field(default_factory=list)
+    runner_pools: list[tuple[int, RunnerPool]] = field(default_factory=list)
+    kura: Kura | None = None
+    cluster: Cluster | None = None
+    allow_production_release: bool | None = None
+
+    def fleet(self, name: str) -> Fleet | None:
+        return next((f for _, f in self.fleets if f.name == name), None)
+
+    def failover_ip(self, name: str) -> FailoverIP | None:
+        return next((f for _, f in self.failover_ips if f.name == name), None)
+
+
+def _items(raw: Any, model: type[M]) -> tuple[list[tuple[int, M]], set[str]]:
+    if not isinstance(raw, list):
+        return [], set()
+    valid: list[tuple[int, M]] = []
+    names: set[str] = set()
+    for i, item in enumerate(raw):
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            names.add(item["name"])
+        try:
+            valid.append((i, model.model_validate(item)))
+        except ValidationError:
+            continue
+    return valid, names
+
+
+def _one(raw: Any, model: type[M]) -> M | None:
+    try:
+        return model.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def build_view(raw: Mapping[str, Any]) -> View:
+    view = View(raw=raw)
+    try:
+        view.environment = Environment(str(raw.get("environment")))
+    except ValueError:
+        view.environment = None
+    vendors = raw.get("vendors")
+    view.vendors_unknown = vendors is not None and not isinstance(vendors, Mapping)
+    if isinstance(vendors, Mapping):
+        account_models: dict[Vendor, type[BaseModel]] = {
+            Vendor.OVH: OvhAccount,
+            Vendor.DEDIBOX: DediboxAccount,
+            Vendor.ROBOT: RobotAccount,
+        }
+        for vendor, model in account_models.items():
+            if vendors.get(vendor.value) is None:
+                continue
+            view.present_accounts.add(vendor)
+            account = _one(vendors[vendor.value], model)
+            if account is not None:
+                view.accounts[vendor] = account
+    view.fleets, view.fleet_names = _items(raw.get("fleets"), Fleet)
+    view.failover_ips, view.failover_ip_names = _items(raw.get("failover_ips"), FailoverIP)
+    view.regions, _ = _items(raw.get("regions"), Region)
+    regions_raw = raw.get("regions")
+    view.raw_regions = list(regions_raw) if isinstance(regions_raw, list) else []
+    view.runner_pools, _ = _items(raw.get("runner_pools"), RunnerPool)
+    view.kura = _one(raw.get("kura"), Kura)
+    view.cluster = _one(raw.get("cluster"), Cluster)
+    try:
+        view.allow_production_release = TypeAdapter(bool).validate_python(
+            raw.get("allow_production_release", False)
+        )
+    except ValidationError:
+        view.allow_production_release = None
+    return view
+
+
+# --- helpers ------------------------------------------------------------------
+
+
+def _known(names: Sequence[str]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def _duplicates(
+    items: Sequence[tuple[int, Any]], value: Callable[[Any], Any]
+) -> Iterator[tuple[int, Any, int]]:
+    """(index, value, index of the first item with that value) for every repeat."""
+    first: dict[Any, int] = {}
+    for i, item in items:
+        v = value(item)
+        if v is None:
+            continue
+        if v in first:
+            yield i, v, first[v]
+        else:
+            first[v] = i
+
+
+def _tokens(marker: str) -> list[str]:
+    return [t for t in re.split(r"[^a-z0-9]+", marker.lower()) if t]
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def image_pin_problem(image: str) -> str | None:
+    """Why an image reference would not deploy the same bits twice, or None."""
+    if "@" in image:
+        digest = image.split("@", 1)[1]
+        if re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            return None
+        return f"'{image}' has a malformed digest (expected @sha256:<64 hex>)"
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return f"'{image}' has no tag; pin a release tag or a digest outside dev"
+    tag = last.rsplit(":", 1)[1]
+    if tag.strip().lower() in FLOATING_TAGS or not tag.strip():
+        return f"'{image}' uses the floating tag '{tag}'; pin a release tag or a digest outside dev"
+    return None
+
+
+def expected_host(region_id: str, environment: Environment) -> str:
+    if environment is Environment.PRODUCTION:
+        return f"{region_id}.{KURA_ZONE}"
+    return f"{region_id}.{environment.value}.{KURA_ZONE}"
+
+
+# --- rules --------------------------------------------------------------------
+
+
+def _vendor_url_problem(url: str, env: Environment, what: str) -> str | None:
+    loopback = _is_loopback(url)
+    scheme = urlsplit(url).scheme
+    if env is Environment.DEV:
+        if not (loopback and scheme in ("http", "https")):
+            return (
+                f"'{url}' is not a loopback URL; the dev stack talks only to the local simulator "
+                "(http://127.0.0.1:<port>/...)"
+            )
+        return None
+    if loopback:
+        return f"'{url}' is a loopback URL (the dev simulator); {env.value} must use the real {what}"
+    if scheme != "https":
+        return f"'{url}' must be an https:// URL"
+    return None
+
+
+def vendor_rules(view: View) -> Iterator[Problem]:
+    env = view.environment
+    if env is None:
+        return
+    ovh = view.accounts.get(Vendor.OVH)
+    if isinstance(ovh, OvhAccount):
+        loc: Loc = ("vendors", "ovh", "endpoint")
+        endpoint = ovh.endpoint
+        if env is not Environment.DEV and endpoint in OVH_ENDPOINT_KEYS:
+            pass
+        elif env is not Environment.DEV and "://" not in endpoint:
+            yield Problem(
+                loc,
+                f"'{endpoint}' is not an OVH endpoint ({', '.join(OVH_ENDPOINT_KEYS)}, "
+                "or an https:// URL ending in /1.0)",
+            )
+        else:
+            problem = _vendor_url_problem(endpoint, env, "OVH API")
+            if problem:
+                yield Problem(loc, problem)
+            elif not endpoint.rstrip("/").endswith("/1.0"):
+                yield Problem(loc, f"'{endpoint}' must end in /1.0 (the OVH API version)")
+    for vendor, account in view.accounts.items():
+        if isinstance(account, DediboxAccount | RobotAccount):
+            what = "Scaleway Dedibox API" if vendor is Vendor.DEDIBOX else "Hetzner Robot API"
+            problem = _vendor_url_problem(account.api_url, env, what)
+            if problem:
+                yield Problem(("vendors", vendor.value, "api_url"), problem)
+
+
+def fleet_rules(view: View) -> Iterator[Problem]:
+    env = view.environment
+    fleets = view.fleets
+    for i, name, j in _duplicates(fleets, lambda f: f.name):
+        yield Problem(("fleets", i, "name"), f"duplicate fleet name '{name}' (also fleets[{j}])")
+    for i, fleet in fleets:
+        if fleet.vendor not in view.present_accounts and not view.vendors_unknown:
+            yield Problem(
+                ("fleets", i, "vendor"),
+                f"no {fleet.vendor.value} account under vendors (add vendors.{fleet.vendor.value})",
+            )
+        if env is not None:
+            tokens = _tokens(fleet.marker)
+            if env.value not in tokens:
+                yield Problem(
+                    ("fleets", i, "marker"),
+                    f"'{fleet.marker}' does not contain the environment name '{env.value}' "
+                    "(the marker is the environment boundary at the vendor)",
+                )
+            others = [e.value for e in Environment if e is not env and e.value in tokens]
+            if others:
+                yield Problem(
+                    ("fleets", i, "marker"),
+                    f"'{fleet.marker}' also names environment '{others[0]}'; "
+                    "a marker names only its own environment",
+                )
+    for i, marker, j in _duplicates(fleets, lambda f: f.marker):
+        yield Problem(
+            ("fleets", i, "marker"),
+            f"duplicate marker '{marker}' (also fleets[{j}]); both fleets would claim the same boxes",
+        )
+    for a, (i, fleet) in enumerate(fleets):
+        for j, other in fleets[:a]:
+            if (
+                fleet.vendor is other.vendor
+                and fleet.vendor in PREFIX_MARKER_VENDORS
+                and fleet.marker != other.marker
+                and (fleet.marker.startswith(other.marker) or other.marker.startswith(fleet.marker))
+            ):
+                short, long_ = sorted((fleet.marker, other.marker), key=len)
+                yield Problem(
+                    ("fleets", i, "marker"),
+                    f"'{short}' is a prefix of '{long_}' (fleets[{j}]); "
+                    f"{fleet.vendor.value} markers match name prefixes, "
+                    "so both fleets would claim the same boxes",
+                )
+    for i, pool, j in _duplicates(fleets, lambda f: f.node_pool):
+        yield Problem(("fleets", i, "node_pool"), f"duplicate node pool '{pool}' (also fleets[{j}])")
+    for i, fleet in fleets:
+        for key, value in fleet.labels.items():
+            if not _LABEL_VALUE.match(value):
+                yield Problem(("fleets", i, "labels", key), _label_value_problem(value))
+        for t, taint in enumerate(fleet.taints):
+            if not _LABEL_VALUE.match(taint.value):
+                yield Problem(("fleets", i, "taints", t, "value"), _label_value_problem(taint.value))
+        indexed = list(enumerate(fleet.taints))
+        for t, (key, effect), first in _duplicates(indexed, lambda tt: (tt.key, tt.effect)):
+            yield Problem(
+                ("fleets", i, "taints", t),
+                f"duplicate taint {key}:{effect.value} (also taints[{first}])",
+            )
+    yield from _ovh_datacenter_rules(view)
+    yield from _release_rules(view)
+
+
+def _label_value_problem(value: str) -> str:
+    return (
+        f"'{value}' is not a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.', "
+        "beginning and ending with a letter or digit)"
+    )
+
+
+def _ovh_datacenter_rules(view: View) -> Iterator[Problem]:
+    ovh = view.accounts.get(Vendor.OVH)
+    if not isinstance(ovh, OvhAccount) or ovh.endpoint not in OVH_ENDPOINT_KEYS:
+        return
+    for i, fleet in view.fleets:
+        if fleet.vendor is not Vendor.OVH or not fleet.datacenter:
+            continue
+        us_site = fleet.datacenter.lower().startswith(OVH_US_DATACENTERS)
+        if us_site and ovh.endpoint != "ovh-us":
+            yield Problem(
+                ("fleets", i, "datacenter"),
+                f"'{fleet.datacenter}' is an OVHcloud US datacenter, reachable only through the ovh-us "
+                f"endpoint (vendors.ovh.endpoint is '{ovh.endpoint}')",
+            )
+        elif not us_site and ovh.endpoint == "ovh-us":
+            yield Problem(
+                ("fleets", i, "datacenter"),
+                f"'{fleet.datacenter}' is not an OVHcloud US datacenter, but vendors.ovh.endpoint is "
+                f"'ovh-us' (OVHcloud US has only {' and '.join(OVH_US_DATACENTERS)})",
+            )
+
+
+def _release_rules(view: View) -> Iterator[Problem]:
+    if view.environment is not Environment.PRODUCTION:
+        return
+    for i, fleet in view.fleets:
+        if not fleet.allow_release:
+            continue
+        served = [r.id for _, r in view.regions if r.fleet == fleet.name]
+        if served:
+            yield Problem(
+                ("fleets", i, "allow_release"),
+                f"production Kura fleet '{fleet.name}' serves region {', '.join(served)}; releasing "
+                "reinstalls its boxes and wipes the cache, so it is never allowed",
+            )
+        elif view.allow_production_release is False:
+            yield Problem(
+                ("fleets", i, "allow_release"),
+                "releasing a production box also needs allow_production_release: true",
+            )
+
+
+def _address(fip: FailoverIP) -> str | None:
+    return fip.address
+
+
+def failover_ip_rules(view: View) -> Iterator[Problem]:
+    ips = view.failover_ips
+    for i, name, j in _duplicates(ips, lambda f: f.name):
+        yield Problem(
+            ("failover_ips", i, "name"), f"duplicate failover IP name '{name}' (also failover_ips[{j}])"
+        )
+    for i, address, j in _duplicates(ips, _address):
+        yield Problem(("failover_ips", i, "address"), f"duplicate address {address} (also failover_ips[{j}])")
+    known = [f.name for _, f in view.fleets]
+    for i, fip in ips:
+        if fip.vendor not in view.present_accounts and not view.vendors_unknown:
+            yield Problem(
+                ("failover_ips", i, "vendor"),
+                f"no {fip.vendor.value} account under vendors (add vendors.{fip.vendor.value})",
+            )
+        fleet = view.fleet(fip.fleet)
+        if fleet is None and fip.fleet not in view.fleet_names:
+            yield Problem(
+                ("failover_ips", i, "fleet"), f"unknown fleet '{fip.fleet}' (known: {_known(known)})"
+            )
+        elif fleet is not None and fleet.vendor is not fip.vendor:
+            yield Problem(
+                ("failover_ips", i, "vendor"),
+                f"'{fip.vendor.value}' but fleet '{fleet.name}' is on {fleet.vendor.value}; "
+                "a failover IP routes only to boxes of its own vendor",
+            )
+        if (
+            fip.address is not None
+            and view.environment not in (None, Environment.DEV)
+            and not ipaddress.IPv4Address(fip.address).is_global
+        ):
+            yield Problem(("failover_ips", i, "address"), f"{fip.address} is not a public address")
+
+
+def region_rules(view: View) -> Iterator[Problem]:
+    env = view.environment
+    regions = view.regions
+    for attr, what in (
+        ("id", "region id"),
+        ("cluster_id", "cluster id"),
+        ("host", "host"),
+        ("ingress_class", "ingress class"),
+    ):
+        for i, value, j in _duplicates(regions, operator.attrgetter(attr)):
+            yield Problem(("regions", i, attr), f"duplicate {what} '{value}' (also regions[{j}])")
+    fleets = [f.name for _, f in view.fleets]
+    fips = [f.name for _, f in view.failover_ips]
+    host_network_fleets: dict[str, tuple[int, str]] = {}
+    used_fips: dict[str, tuple[int, str]] = {}
+    for i, region in regions:
+        raw = view.raw_regions[i] if i < len(view.raw_regions) else {}
+        m = _CLUSTER_ID.match(region.cluster_id)
+        if m is None or m.group("region") != region.id:
+            yield Problem(
+                ("regions", i, "cluster_id"),
+                f"'{region.cluster_id}' should be the region id and a number, e.g. '{region.id}-1'",
+            )
+        fleet = view.fleet(region.fleet)
+        if fleet is None and region.fleet not in view.fleet_names:
+            yield Problem(
+                ("regions", i, "fleet"), f"unknown fleet '{region.fleet}' (known: {_known(fleets)})"
+            )
+        if region.gateway is GatewayMode.HOST_NETWORK:
+            if region.fleet in host_network_fleets:
+                j, other = host_network_fleets[region.fleet]
+                yield Problem(
+                    ("regions", i, "fleet"),
+                    f"fleet '{region.fleet}' already serves regions[{j}] ({other}); a host_network region "
+                    "needs boxes of its own (ports 80, 443 and the peer port)",
+                )
+            else:
+                host_network_fleets[region.fleet] = (i, region.id)
+            if isinstance(raw, Mapping) and "failover_ip" not in raw:
+                yield Problem(
+                    ("regions", i, "failover_ip"),
+                    "required for a host_network region "
+                    "(name a failover_ips entry, or null to run without one)",
+                )
+        elif region.failover_ip is not None:
+            yield Problem(
+                ("regions", i, "failover_ip"),
+                "a load_balancer region is reached through its load balancer; "
+                "failover IPs are for host_network regions",
+            )
+        if region.failover_ip is not None:
+            fip = view.failover_ip(region.failover_ip)
+            if fip is None and region.failover_ip not in view.failover_ip_names:
+                yield Problem(
+                    ("regions", i, "failover_ip"),
+                    f"unknown failover IP '{region.failover_ip}' (known: {_known(fips)})",
+                )
+            elif fip is not None and fip.fleet != region.fleet and region.fleet in view.fleet_names:
+                yield Problem(
+                    ("regions", i, "failover_ip"),
+                    f"'{fip.name}' routes to fleet '{fip.fleet}', not the region's fleet '{region.fleet}'",
+                )
+            if region.failover_ip in used_fips:
+                j, other = used_fips[region.failover_ip]
+                yield Problem(
+                    ("regions", i, "failover_ip"),
+                    f"'{region.failover_ip}' is already used by regions[{j}] ({other})",
+                )
+            else:
+                used_fips[region.failover_ip] = (i, region.id)
+        if region.egress_floor_mbps > region.egress_burst_mbps:
+            yield Problem(
+                ("regions", i, "egress_floor_mbps"),
+                f"{region.egress_floor_mbps} exceeds egress_burst_mbps {region.egress_burst_mbps}",
+            )
+        if env is not None:
+            want = expected_host(region.id, env)
+            if region.host != want:
+                rule = (
+                    f"<region>.{KURA_ZONE} in production"
+                    if env is Environment.PRODUCTION
+                    else f"<region>.<env>.{KURA_ZONE} outside production"
+                )
+                yield Problem(("regions", i, "host"), f"'{region.host}' should be '{want}' ({rule})")
+        if region.exposed and fleet is not None and (not fleet.enabled or fleet.size == 0):
+            why = "is parked (enabled: false)" if not fleet.enabled else "has size 0"
+            yield Problem(
+                ("regions", i, "exposed"),
+                f"fleet '{fleet.name}' {why}, so the region has no boxes; "
+                "set exposed: false until the fleet has boxes",
+            )
+
+
+def runner_pool_rules(view: View) -> Iterator[Problem]:
+    pools = view.runner_pools
+    for i, name, j in _duplicates(pools, lambda p: p.name):
+        yield Problem(
+            ("runner_pools", i, "name"), f"duplicate runner pool name '{name}' (also runner_pools[{j}])"
+        )
+    for i, (fleet_name, label), j in _duplicates(pools, lambda p: (p.fleet, p.dispatch_label)):
+        yield Problem(
+            ("runner_pools", i, "dispatch_label"),
+            f"'{label}' is already used by runner_pools[{j}] on fleet '{fleet_name}' "
+            "(dispatch labels are unique per fleet)",
+        )
+    known = [f.name for _, f in view.fleets]
+    for i, pool in pools:
+        fleet = view.fleet(pool.fleet)
+        if fleet is None:
+            if pool.fleet not in view.fleet_names:
+                yield Problem(
+                    ("runner_pools", i, "fleet"), f"unknown fleet '{pool.fleet}' (known: {_known(known)})"
+                )
+        else:
+            if pool.os is RunnerOS.LINUX and fleet.vendor is not Vendor.ROBOT:
+                yield Problem(
+                    ("runner_pools", i, "fleet"),
+                    f"linux pools run Kata microVMs on Hetzner Robot boxes, but fleet '{fleet.name}' "
+                    f"is on {fleet.vendor.value}",
+                )
+            served = [r.id for _, r in view.regions if r.fleet == fleet.name]
+            if served:
+                yield Problem(
+                    ("runner_pools", i, "fleet"),
+                    f"fleet '{fleet.name}' serves Kura region {', '.join(served)}; "
+                    "runners need a fleet of their own",
+                )
+        scaling = pool.autoscaling
+        if (
+            scaling.min_warm_pool_floor is not None
+            and scaling.max_replicas  # 0 and None both mean "no ceiling to compare with"
+            and scaling.min_warm_pool_floor > scaling.max_replicas
+        ):
+            yield Problem(
+                ("runner_pools", i, "autoscaling", "min_warm_pool_floor"),
+                f"{scaling.min_warm_pool_floor} exceeds max_replicas {scaling.max_replicas}",
+            )
+
+
+def _peer_service_name(handle: str, region_id: str) -> str:
+    # Mirrors components/peer_demux.py, so a handle too long for a region fails here, before deploy.
+    return f"kura-{handle}-{region_id}-peer"
+
+
+def _peer_host_label(handle: str, cluster_id: str, env: Environment) -> str:
+    suffix = "" if env is Environment.PRODUCTION else f"-{env.value}"
+    return f"{handle}-{cluster_id}{suffix}"
+
+
+def kura_rules(view: View) -> Iterator[Problem]:
+    kura = view.kura
+    if kura is None:
+        return
+    env = view.environment
+    if env not in (None, Environment.DEV):
+        tag = kura.runtime_image_tag
+        if tag.strip().lower() in FLOATING_TAGS or not tag.strip():
+            yield Problem(
+                ("kura", "runtime_image_tag"),
+                f"'{tag}' is a floating tag; pin a release (e.g. 0.10.5) outside dev",
+            )
+        problem = image_pin_problem(kura.controller_image)
+        if problem:
+            yield Problem(("kura", "controller_image"), problem)
+    if not 1 <= kura.peer_port <= 65535:
+        yield Problem(("kura", "peer_port"), f"{kura.peer_port} is not a TCP port (1-65535)")
+    indexed = list(enumerate(kura.accounts))
+    for i, handle, j in _duplicates(indexed, lambda h: h):
+        yield Problem(("kura", "accounts", i), f"duplicate account '{handle}' (also kura.accounts[{j}])")
+    for i, handle in indexed:
+        # One line per handle, naming the longest name it makes (a DNS label holds 63).
+        regions = view.regions
+        names = [("peer Service name", _peer_service_name(handle, r.id)) for _, r in regions]
+        if env is not None:
+            names += [("peer host label", _peer_host_label(handle, r.cluster_id, env)) for _, r in regions]
+        too_long = [(what, name) for what, name in names if len(name) > 63]
+        if too_long:
+            what, name = max(too_long, key=lambda wn: len(wn[1]))
+            yield Problem(
+                ("kura", "accounts", i),
+                f"account '{handle}' is too long: it makes the {what} '{name}' ({len(name)} characters, "
+                "at most 63)",
+            )
+
+
+def cluster_rules(view: View) -> Iterator[Problem]:
+    cluster = view.cluster
+    env = view.environment
+    if cluster is None or env is None:
+        return
+    if cluster.api_server is not None:
+        url = cluster.api_server
+        if env is Environment.DEV:
+            if not _is_loopback(url):
+                yield Problem(
+                    ("cluster", "api_server"),
+                    f"'{url}' is not a loopback URL; the dev stack never reaches a real cluster",
+                )
+        elif _is_loopback(url):
+            yield Problem(
+                ("cluster", "api_server"), f"'{url}' is a loopback URL; {env.value} needs its real cluster"
+            )
+        elif urlsplit(url).scheme != "https" or not urlsplit(url).hostname:
+            yield Problem(("cluster", "api_server"), f"'{url}' must be an https:// URL (https://host:6443)")
+    elif env is not Environment.DEV:
+        yield Problem(("cluster", "api_server"), f"required in {env.value} (the cluster the fleets join)")
+    if cluster.render_dir is not None:
+        if env is not Environment.DEV:
+            yield Problem(
+                ("cluster", "render_dir"),
+                "only the dev stack renders manifests to a directory; remove it",
+            )
+        elif cluster.api_server is not None:
+            yield Problem(
+                ("cluster", "render_dir"), "set together with api_server; a dev stack uses one of them"
+            )
+    elif env is Environment.DEV and cluster.api_server is None:
+        yield Problem(
+            ("cluster",),
+            "set api_server (a cluster to apply to) or render_dir (write the manifests there instead)",
+        )
+    if env is not Environment.DEV:
+        problem = image_pin_problem(cluster.runners_controller_image)
+        if problem:
+            yield Problem(("cluster", "runners_controller_image"), problem)
+
+
+def switch_rules(view: View) -> Iterator[Problem]:
+    env = view.environment
+    if view.allow_production_release and env not in (None, Environment.PRODUCTION):
+        yield Problem(("allow_production_release",), "only applies to production; remove it")
+
+
+RULES: tuple[Callable[[View], Iterator[Problem]], ...] = (
+    vendor_rules,
+    fleet_rules,
+    failover_ip_rules,
+    region_rules,
+    runner_pool_rules,
+    kura_rules,
+    cluster_rules,
+    switch_rules,
+)
+
+
+def cross_field_problems(raw: Mapping[str, Any]) -> list[Problem]:
+    view = build_view(raw)
+    return [problem for rule in RULES for problem in rule(view)]

@@ -1,0 +1,106 @@
+"""Dedibox shapes: the scaleway SDK's own dataclasses, decoded by its own unmarshal functions.
+
+The Python SDK (scaleway 2.12) decodes the Dedibox answers correctly (tests/providers/dedibox pins
+that), unlike the Go SDK the anchor gave up on. Its transport is another matter: it sends requests
+without any timeout, assumes every error body is JSON, and its credential check puts the secret key
+into a ValueError message. So the client speaks HTTP itself and hands the bodies to these decoders.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scaleway.dedibox.v1.marshalling import (
+    unmarshal_OS,
+    unmarshal_Server,
+    unmarshal_ServerInstall,
+)
+from scaleway.dedibox.v1.types import OS, Server, ServerInstall
+
+from config.models import Vendor
+from providers import claims
+from providers.errors import VendorInputError
+from providers.vendor import Box, InstallState
+
+_ZONE = re.compile(r"^[a-z]{2}-[a-z]{3}-[0-9]+$")
+_INSTALL_DONE = "installed"
+_INSTALL_UNKNOWN = "unknown"
+
+
+def parse_box_id(box_id: str) -> tuple[str, int]:
+    """(zone, server id) of a Dedibox box id `<zone>/<server id>` such as `fr-par-2/104523`."""
+    zone, sep, server = box_id.partition("/")
+    if not sep or not _ZONE.match(zone) or not server.isdigit():
+        raise VendorInputError(
+            f"Dedibox box id {box_id!r} is not '<zone>/<server id>' (e.g. fr-par-2/104523)"
+        )
+    return zone, int(server)
+
+
+def check_zone(zone: str) -> str:
+    if not _ZONE.match(zone):
+        raise VendorInputError(f"Dedibox zone {zone!r} is not a zone name (e.g. fr-par-2)")
+    return zone
+
+
+def decode_server(body: Mapping[str, Any]) -> Server:
+    return unmarshal_Server(dict(body))
+
+
+def decode_os(body: Mapping[str, Any]) -> OS:
+    return unmarshal_OS(dict(body))
+
+
+def decode_install(body: Mapping[str, Any]) -> ServerInstall:
+    return unmarshal_ServerInstall(dict(body))
+
+
+def public_ipv4(server: Server) -> str | None:
+    """The first IPv4 with semantic `public`, else any IPv4."""
+    ipv4 = [ip for iface in server.interfaces for ip in iface.ips if str(ip.version) == "ipv4"]
+    public = [ip for ip in ipv4 if str(ip.semantic) == "public"]
+    chosen = (public or ipv4 or [None])[0]
+    return str(chosen.address) if chosen is not None else None
+
+
+def box_from_server(zone: str, server: Server) -> Box:
+    fleet_tags, claim = claims.parse_dedibox_tags(server.tags or [])
+    return Box(
+        vendor=Vendor.DEDIBOX,
+        id=f"{zone}/{server.id}",
+        name=str(server.hostname or ""),
+        datacenter=str(server.location.datacenter_name) if server.location else "",
+        public_ipv4=public_ipv4(server),
+        state=str(server.status),
+        offer=str(server.offer.name) if server.offer else "",
+        marker_field=",".join(fleet_tags),
+        claim=claim,
+        has_os=server.os is not None,
+        tags=fleet_tags,
+    )
+
+
+def resolve_os(label: str, systems: Sequence[OS], *, box_id: str) -> OS:
+    """The OS for a label like `ubuntu_24.04`: every `_`-token, dots removed, must appear in the
+    OS name + version (dots removed), case-insensitively."""
+    tokens = [token.replace(".", "").lower() for token in label.split("_") if token]
+    if not tokens:
+        raise VendorInputError(f"Dedibox OS label {label!r} is empty")
+    for system in systems:
+        haystack = f"{system.name}{system.version}".replace(".", "").lower()
+        if all(token in haystack for token in tokens):
+            return system
+    shown = ", ".join(f"{s.name} {s.version}" for s in systems[:12]) or "none"
+    raise VendorInputError(f"no Dedibox OS matches {label!r} for {box_id}; offered: {shown}")
+
+
+def install_state_of(status: str) -> InstallState | None:
+    """`installed` is done, `unknown` says nothing (None: the caller looks at the server), any
+    other status is a step of a running install. Dedibox has no failed install status."""
+    if status == _INSTALL_DONE:
+        return InstallState.DONE
+    if status == _INSTALL_UNKNOWN:
+        return None
+    return InstallState.RUNNING

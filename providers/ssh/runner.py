@@ -1,0 +1,299 @@
+"""Run a shell script on a box over SSH (paramiko), with the box's host key pinned.
+
+Trust on first use: with no pin, the host key seen is accepted and returned, and the caller keeps it
+(in the resource's outputs) as the pin for every later call. A different key later is refused loudly,
+never retried, unless the caller itself just reinstalled the box (`accept_new_host_key`), because a
+reinstall gives a box a new host key. The key is checked right after the key exchange and before
+authenticating, so the fleet key never signs anything for an impostor (hence a bare Transport rather
+than SSHClient and a MissingHostKeyPolicy).
+
+Secrets reach the box on the session's stdin only: never in the command line (visible in `ps` and in
+sshd logs) and never as environment variables of the exec request. The remote command is a fixed
+reader that takes one line per secret into shell variables, then runs the rest of stdin (the script):
+
+    bash -c 'IFS= read -r SUDO_PASSWORD && IFS= read -r BOOTSTRAP_TOKEN && source /dev/stdin'
+
+No Pulumi import here: the dynamic providers call this.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import paramiko
+
+OUTPUT_TAIL_CHARS = 2000
+_SECRET_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_KEY_TYPES: tuple[type[paramiko.PKey], ...] = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    host: str
+    port: int
+    user: str
+
+    def __str__(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    host_key_fingerprint: str  # "SHA256:..."; keep it as the pin
+    exit_status: int
+    output_tail: str  # last OUTPUT_TAIL_CHARS of stdout+stderr, secrets replaced by ***
+
+
+class SshError(Exception):
+    """Base of every error this module raises."""
+
+
+class HostKeyMismatchError(SshError):
+    def __init__(self, target: SshTarget, expected: str, seen: str) -> None:
+        self.target, self.expected, self.seen = target, expected, seen
+        super().__init__(
+            f"host key of {target.host}:{target.port} does not match its pin: expected {expected}, "
+            f"seen {seen}. Refusing to connect: the box was reinstalled or someone is in the middle."
+        )
+
+
+class SshTimeoutError(SshError):
+    def __init__(self, target: SshTarget, step: str, seconds: float) -> None:
+        self.target, self.step, self.seconds = target, step, seconds
+        super().__init__(f"{step} on {target} timed out after {seconds:g}s")
+
+
+class SshConnectError(SshError):
+    """The box could not be reached or logged into (after the retries, for transient errors)."""
+
+
+class SshAuthError(SshConnectError):
+    """The box answered but refused the key: not transient, so never retried."""
+
+
+class RemoteCommandError(SshError):
+    def __init__(self, target: SshTarget, step: str, exit_status: int, output_tail: str) -> None:
+        self.target, self.step, self.exit_status, self.output_tail = target, step, exit_status, output_tail
+        super().__init__(
+            f"{step} on {target} failed with exit status {exit_status}; last output:\n{output_tail}"
+        )
+
+
+# --- keys and host-key pinning ------------------------------------------------------------------------
+
+
+def load_private_key(private_key: str) -> paramiko.PKey:
+    """A paramiko key from PEM / OpenSSH private key text (never from a path on disk)."""
+    for key_type in _KEY_TYPES:
+        try:
+            return key_type.from_private_key(io.StringIO(private_key))
+        except (paramiko.SSHException, ValueError):
+            continue
+    # The text itself is secret: the message must not quote it.
+    raise SshError("private_key is not an unencrypted Ed25519, ECDSA or RSA private key")
+
+
+# --- public API ---------------------------------------------------------------------------------------
+
+
+def run_script(
+    target: SshTarget,
+    script_path_or_text: str | Path,
+    *,
+    private_key: str,
+    env_secrets: Mapping[str, str],
+    expected_host_key: str | None,
+    accept_new_host_key: bool = False,
+    handshake_timeout: float = 30,
+    step_timeout: float = 300,
+    retries: int = 3,
+    retry_delay: float = 30,
+    step: str = "script",
+) -> RunResult:
+    """Run a bash script on the box; secrets arrive on stdin as shell variables named by their keys.
+
+    `script_path_or_text` is a Path to a .sh file, or the script's text. Raises HostKeyMismatchError,
+    SshTimeoutError, SshConnectError or RemoteCommandError; output in errors is scrubbed of secrets.
+    """
+    script = (
+        script_path_or_text.read_text() if isinstance(script_path_or_text, Path) else script_path_or_text
+    )
+    for name, value in env_secrets.items():
+        if not _SECRET_NAME.match(name):
+            raise ValueError(f"env_secrets key {name!r} is not a shell variable name (A-Z, 0-9, _)")
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"env_secrets[{name!r}] contains a line break; secrets travel one per line")
+    reader = " && ".join([*(f"IFS= read -r {name}" for name in env_secrets), "source /dev/stdin"])
+    command = f"bash -c '{reader}'"
+    stdin = "".join(f"{value}\n" for value in env_secrets.values()) + script
+    pkey = load_private_key(private_key)
+    secrets = [v for v in env_secrets.values() if v]
+
+    def attempt() -> RunResult:
+        transport, fingerprint = _connect(
+            target, pkey, expected_host_key, accept_new_host_key, handshake_timeout
+        )
+        try:
+            status, output = _exec(transport, target, command, stdin.encode(), step, step_timeout)
+        finally:
+            transport.close()
+        tail = scrub(output, secrets)[-OUTPUT_TAIL_CHARS:]
+        if status != 0:
+            raise RemoteCommandError(target, step, status, tail)
+        return RunResult(host_key_fingerprint=fingerprint, exit_status=status, output_tail=tail)
+
+    return _with_retries(attempt, target, retries, retry_delay)
+
+
+def fetch_host_key(target: SshTarget, timeout: float = 30) -> str:
+    """The box's host key fingerprint, from a key exchange without logging in."""
+    transport, host_key = _handshake(target, timeout)
+    transport.close()
+    return host_key.fingerprint
+
+
+def wait_for_new_host_key(
+    target: SshTarget, old_fingerprint: str, timeout: float, poll_interval: float = 5
+) -> str:
+    """After a reinstall and reboot: poll until the box answers with a host key other than the old one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SshTimeoutError(target, "waiting for the reinstalled box's new host key", timeout)
+        try:
+            seen = fetch_host_key(target, timeout=min(remaining, 30))
+            if seen != old_fingerprint:
+                return seen
+        except SshError:
+            pass  # still rebooting
+        time.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """Replace every secret value in text by ***, longest first so one secret inside another goes too."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+# --- internals ----------------------------------------------------------------------------------------
+
+
+def _open_socket(target: SshTarget, timeout: float) -> socket.socket:
+    try:
+        return socket.create_connection((target.host, target.port), timeout=timeout)
+    except TimeoutError:
+        raise SshTimeoutError(target, "tcp connect", timeout) from None
+    except OSError as e:
+        raise SshConnectError(f"cannot reach {target}: {e.strerror or e}") from None
+
+
+def _is_timeout(e: BaseException) -> bool:
+    return isinstance(e, (TimeoutError, socket.timeout)) or "timeout" in str(e).lower() or (
+        "banner" in str(e).lower()
+    )
+
+
+def _handshake(target: SshTarget, timeout: float) -> tuple[paramiko.Transport, paramiko.PKey]:
+    """Key exchange only: the transport and the server's host key, before any authentication."""
+    sock = _open_socket(target, timeout)
+    transport = paramiko.Transport(sock)
+    transport.banner_timeout = timeout
+    transport.handshake_timeout = timeout
+    transport.auth_timeout = timeout
+    try:
+        transport.start_client(timeout=timeout)
+        # start_client returns quietly when its timeout passes: no host key yet means no handshake.
+        return transport, transport.get_remote_server_key()
+    except (paramiko.SSHException, EOFError, OSError) as e:
+        transport.close()
+        if _is_timeout(e) or str(e) == "No existing session":
+            raise SshTimeoutError(target, "ssh handshake", timeout) from None
+        raise SshConnectError(f"ssh handshake with {target} failed: {e}") from None
+
+
+def _connect(
+    target: SshTarget, pkey: paramiko.PKey, expected: str | None, accept_new: bool, timeout: float
+) -> tuple[paramiko.Transport, str]:
+    transport, host_key = _handshake(target, timeout)
+    seen = host_key.fingerprint
+    try:
+        if expected is not None and seen != expected and not accept_new:
+            raise HostKeyMismatchError(target, expected, seen)
+        transport.auth_publickey(target.user, pkey)
+    except paramiko.AuthenticationException:
+        transport.close()
+        raise SshAuthError(
+            f"{target} refused the key (the box does not hold this fleet key for user {target.user})"
+        ) from None
+    except HostKeyMismatchError:
+        transport.close()
+        raise
+    except (paramiko.SSHException, EOFError, OSError) as e:
+        transport.close()
+        raise SshConnectError(f"ssh login to {target} failed: {e}") from None
+    return transport, seen
+
+
+def _exec(
+    transport: paramiko.Transport, target: SshTarget, command: str, stdin: bytes, step: str, timeout: float
+) -> tuple[int, str]:
+    channel = transport.open_session(timeout=timeout)
+    try:
+        channel.set_combine_stderr(True)
+        channel.settimeout(1.0)
+        channel.exec_command(command)
+        channel.sendall(stdin)
+        channel.shutdown_write()
+        deadline = time.monotonic() + timeout
+        chunks: list[bytes] = []
+        kept = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise SshTimeoutError(target, step, timeout)
+            try:
+                data = channel.recv(65536)
+            except TimeoutError:
+                continue
+            if not data:
+                break
+            chunks.append(data)
+            kept += len(data)
+            # Keep only enough to scrub and show the tail; a secret may straddle the cut, so keep extra.
+            while kept > 4 * OUTPUT_TAIL_CHARS + 65536 and len(chunks) > 1:
+                kept -= len(chunks.pop(0))
+        while not channel.exit_status_ready():
+            if time.monotonic() > deadline:
+                raise SshTimeoutError(target, step, timeout)
+            time.sleep(0.01)
+        return channel.recv_exit_status(), b"".join(chunks).decode(errors="replace")
+    finally:
+        channel.close()
+
+
+def _with_retries(attempt: Callable[[], T], target: SshTarget, retries: int, delay: float) -> T:
+    """Retry transient connection failures; pin mismatches, command failures and step timeouts are final."""
+    tries = max(1, retries)
+    for n in range(1, tries + 1):
+        try:
+            return attempt()
+        except (HostKeyMismatchError, RemoteCommandError, SshAuthError):
+            raise
+        except SshTimeoutError as e:
+            if e.step not in ("ssh handshake", "tcp connect") or n == tries:
+                raise
+        except SshConnectError:
+            if n == tries:
+                raise
+        time.sleep(delay)
+    raise AssertionError("unreachable")

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# start|stop|status the dev vendorsim on 127.0.0.1:${VENDORSIM_PORT:-8710}.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/env.sh
+source "$here/env.sh"
+port=${VENDORSIM_PORT:-8710}
+state="$TUIST_ROOT/build/vendorsim"
+pidfile="$state/vendorsim.pid"
+running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+case "${1:-status}" in
+start)
+    if running; then exit 0; fi
+    mkdir -p "$state"
+    nohup python -m vendorsim --inventory "$TUIST_ROOT/vendorsim/inventory.dev.yaml" \
+        --state "$state" --port "$port" >"$state/vendorsim.log" 2>&1 &
+    echo $! > "$pidfile"
+    for _ in $(seq 1 100); do
+        if curl -fsS "http://127.0.0.1:$port/_admin/health" >/dev/null 2>&1; then
+            echo "==> vendorsim on 127.0.0.1:$port (log: build/vendorsim/vendorsim.log)"; exit 0
+        fi
+        running || { cat "$state/vendorsim.log" >&2; echo "vendorsim exited" >&2; exit 1; }
+        sleep 0.2
+    done
+    echo "vendorsim did not answer on 127.0.0.1:$port within 20s" >&2; exit 1 ;;
+stop)
+    if running; then kill "$(cat "$pidfile")"; fi
+    rm -f "$pidfile" ;;
+status)
+    if running; then echo "running (pid $(cat "$pidfile"))"; else echo "stopped"; exit 1; fi ;;
+*) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,62 @@
+"""Typed config objects for the Kura component tests (built through config.models)."""
+
+from __future__ import annotations
+
+import pytest
+
+from config.models import Environment, FailoverIP, Fleet, Hardware, Kura, Region, Taint, TaintEffect, Vendor
+
+WATCHER_IMAGE = "ghcr.io/tuist/tuist-infra-watcher@sha256:" + "a" * 64
+
+
+@pytest.fixture
+def fleet() -> Fleet:
+    return Fleet(
+        name="ovh-us-east",
+        vendor=Vendor.OVH,
+        marker="tuist-kura-staging-us-east",
+        size=2,
+        node_pool="kura-us-east",
+        taints=[
+            Taint(key="tuist.dev/kura", value="true", effect=TaintEffect.NO_SCHEDULE),
+            Taint(key="tuist.dev/bare-metal", effect=TaintEffect.NO_EXECUTE),
+        ],
+        hardware=Hardware(offer="Advance-1", threads=16, memory_gib=64),
+    )
+
+
+@pytest.fixture
+def region() -> Region:
+    return Region(
+        id="us-east",
+        cluster_id="us-east-1",
+        fleet="ovh-us-east",
+        ingress_class="kura-us-east",
+        egress_burst_mbps=1500,
+        host="us-east.staging.kura.tuist.dev",
+        failover_ip="us-east-peer",
+    )
+
+
+@pytest.fixture
+def failover_ip() -> FailoverIP:
+    return FailoverIP(name="us-east-peer", vendor=Vendor.OVH, fleet="ovh-us-east", address="203.0.113.7")
+
+
+@pytest.fixture
+def parked_ip() -> FailoverIP:
+    return FailoverIP(name="us-east-peer", vendor=Vendor.OVH, fleet="ovh-us-east")
+
+
+@pytest.fixture
+def kura() -> Kura:
+    return Kura(
+        runtime_image_tag="0.10.5",
+        controller_image="ghcr.io/tuist/kura-controller:1.4.0",
+        accounts=["acme", "globex"],
+    )
+
+
+@pytest.fixture
+def environment() -> Environment:
+    return Environment.STAGING

@@ -1,0 +1,282 @@
+"""Runner capacity and fleet cost: the pure math, then seed 003's numbers from the real stack files."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.capacity import (
+    capacity_outputs,
+    capacity_problems,
+    effective_scale_down_cooldown_seconds,
+    fleet_cost,
+    fleet_slots,
+    slots_per_host,
+)
+from config.loader import load_stack_config
+from config.models import (
+    Autoscaling,
+    Cluster,
+    Environment,
+    Fleet,
+    Hardware,
+    Kura,
+    Pricing,
+    RobotAccount,
+    RunnerOS,
+    RunnerPool,
+    StackConfig,
+    Vendor,
+    Vendors,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+AX42_U = Hardware(offer="AX42-U", threads=16, memory_gib=64)
+AX162_R = Hardware(offer="AX162-R", threads=96, memory_gib=256)
+IMAGE = "ghcr.io/tuist/linux-runner@sha256:" + "c" * 64
+
+
+def robot_fleet(name: str = "runners-linux", **overrides: Any) -> Fleet:
+    fields: dict[str, Any] = {
+        "name": name,
+        "vendor": Vendor.ROBOT,
+        "marker": "tuist-bm-production-",
+        "size": 2,
+        "node_pool": name,
+        "hardware": AX162_R,
+        "pricing": Pricing(monthly_eur=Decimal("395"), setup_eur=Decimal("295")),
+    }
+    fields.update(overrides)
+    return Fleet(**fields)
+
+
+def pool(name: str = "linux", fleet: str = "runners-linux", **autoscaling: Any) -> RunnerPool:
+    return RunnerPool(
+        name=name,
+        os=RunnerOS.LINUX,
+        fleet=fleet,
+        dispatch_label=f"tuist-{name}",
+        image=IMAGE,
+        autoscaling=Autoscaling(**autoscaling),
+    )
+
+
+def stack(fleets: list[Fleet], pools: list[RunnerPool]) -> StackConfig:
+    return StackConfig(
+        environment=Environment.PRODUCTION,
+        vendors=Vendors(robot=RobotAccount(username="robot")),
+        fleets=fleets,
+        runner_pools=pools,
+        kura=Kura(runtime_image_tag="1.0.0", controller_image="ghcr.io/tuist/kura-controller:1.0.0"),
+        cluster=Cluster(runners_controller_image="ghcr.io/tuist/runners-controller:1.0.0"),
+    )
+
+
+# --- slots --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hardware", "slots"),
+    [
+        (AX42_U, 16),
+        (AX162_R, 64),  # memory-bound: 96 threads but 256 GiB / 4
+        (Hardware(offer="thread-bound", threads=8, memory_gib=128), 8),
+        (Hardware(offer="odd-memory", threads=32, memory_gib=30), 7),  # 30 // 4, whole slots only
+    ],
+)
+def test_slots_per_host_is_one_vcpu_and_four_gib_per_slot(hardware: Hardware, slots: int) -> None:
+    assert slots_per_host(hardware) == slots
+
+
+def test_fleet_slots_multiply_by_size() -> None:
+    assert fleet_slots(robot_fleet(size=2)) == 128
+    assert fleet_slots(robot_fleet(size=0)) == 0
+
+
+def test_a_parked_fleet_offers_no_slots() -> None:
+    assert fleet_slots(robot_fleet(enabled=False)) == 0
+
+
+# --- capacity problems --------------------------------------------------------------
+
+
+def test_max_replicas_above_fleet_slots_is_a_config_error() -> None:
+    cfg = stack([robot_fleet()], [pool(max_replicas=130)])
+    assert capacity_problems(cfg) == [
+        "runner_pools[0].autoscaling.max_replicas: 130 exceeds the 128 slots of fleet 'runners-linux'"
+        " (2 x AX162-R, 64 slots each)"
+    ]
+
+
+def test_max_replicas_equal_to_fleet_slots_is_fine() -> None:
+    assert capacity_problems(stack([robot_fleet()], [pool(max_replicas=128)])) == []
+
+
+def test_max_replicas_on_a_parked_fleet_is_a_config_error() -> None:
+    cfg = stack([robot_fleet(enabled=False, size=1, hardware=AX42_U)], [pool(max_replicas=14)])
+    assert capacity_problems(cfg) == [
+        "runner_pools[0].autoscaling.max_replicas: 14 exceeds the 0 slots of fleet 'runners-linux'"
+        " (parked, 1 x AX42-U, 16 slots each)"
+    ]
+
+
+def test_zero_or_unset_max_replicas_never_exceeds() -> None:
+    cfg = stack([robot_fleet(enabled=False)], [pool("a", max_replicas=0), pool("b")])
+    assert capacity_problems(cfg) == []
+
+
+def test_problems_name_the_pool_by_index() -> None:
+    small = robot_fleet("runners-small", size=1, hardware=AX42_U)
+    cfg = stack(
+        [robot_fleet(), small], [pool("ok", max_replicas=100), pool("big", "runners-small", max_replicas=17)]
+    )
+    assert capacity_problems(cfg) == [
+        "runner_pools[1].autoscaling.max_replicas: 17 exceeds the 16 slots of fleet 'runners-small'"
+        " (1 x AX42-U, 16 slots each)"
+    ]
+
+
+# --- cost ---------------------------------------------------------------------------------
+
+
+def test_fleet_cost_is_size_times_pricing_in_exact_decimals() -> None:
+    fleet = robot_fleet(size=3, pricing=Pricing(monthly_eur=Decimal("0.10"), setup_eur=Decimal("0.20")))
+    cost = fleet_cost(fleet)
+    assert (cost.monthly_eur, cost.setup_eur) == (Decimal("0.30"), Decimal("0.60"))
+
+
+def test_fleet_without_pricing_has_no_cost() -> None:
+    cost = fleet_cost(robot_fleet(pricing=None))
+    assert (cost.monthly_eur, cost.setup_eur) == (None, None)
+
+
+def test_capacity_outputs_shape_and_money_strings() -> None:
+    kura = robot_fleet("kura-eu", vendor=Vendor.ROBOT, size=1, hardware=AX42_U, pricing=None)
+    cfg = stack([robot_fleet(), kura], [pool(min_warm_pool_floor=0, max_replicas=120)])
+    assert capacity_outputs(cfg) == {
+        "fleets": {
+            "runners-linux": {
+                "hosts": 2,
+                "slots_per_host": 64,
+                "slots": 128,
+                "monthly_eur": "790.00",
+                "setup_eur": "590.00",
+            },
+            "kura-eu": {
+                "hosts": 1,
+                "slots_per_host": 16,
+                "slots": 16,
+                "monthly_eur": None,
+                "setup_eur": None,
+            },
+        },
+        "runner_pools": {
+            "linux": {"fleet": "runners-linux", "slots": 128, "min_warm_pool_floor": 0, "max_replicas": 120}
+        },
+        "total": {"monthly_eur": "790.00", "setup_eur": "590.00", "runner_slots": 128},
+    }
+
+
+def test_unset_floor_reports_the_crd_default_and_unset_max_reports_null() -> None:
+    out = capacity_outputs(stack([robot_fleet()], [pool()]))
+    assert out["runner_pools"]["linux"] == {
+        "fleet": "runners-linux",
+        "slots": 128,
+        "min_warm_pool_floor": 1,
+        "max_replicas": None,
+    }
+
+
+def test_cooldown_defaults_to_300_and_keeps_an_explicit_zero() -> None:
+    assert effective_scale_down_cooldown_seconds(pool()) == 300
+    assert effective_scale_down_cooldown_seconds(pool(scale_down_cooldown_seconds=0)) == 0
+
+
+def test_runner_slots_count_a_shared_fleet_once() -> None:
+    out = capacity_outputs(stack([robot_fleet()], [pool("a"), pool("b")]))
+    assert out["total"]["runner_slots"] == 128
+
+
+# --- seed 003's numbers from the real stack files -------------------------------------------
+
+
+def load_stack(env: str) -> StackConfig:
+    raw = yaml.safe_load((REPO / f"Pulumi.{env}.yaml").read_text())["config"]
+    stripped = {key.removeprefix("tuist-infra:"): value for key, value in raw.items()}
+    return load_stack_config(stripped)
+
+
+def runner_fleet(cfg: StackConfig) -> str:
+    (name,) = {p.fleet for p in cfg.runner_pools if p.os is RunnerOS.LINUX}
+    return name
+
+
+def linux_pool_out(out: dict[str, Any], cfg: StackConfig) -> dict[str, Any]:
+    (name,) = [p.name for p in cfg.runner_pools if p.os is RunnerOS.LINUX]
+    return out["runner_pools"][name]
+
+
+@pytest.mark.parametrize("env", ["staging", "canary", "production"])
+def test_stack_files_have_no_capacity_problems(env: str) -> None:
+    assert capacity_problems(load_stack(env)) == []
+
+
+def test_staging_runs_one_ax42_u_with_16_slots_at_57_a_month() -> None:
+    cfg = load_stack("staging")
+    out = capacity_outputs(cfg)
+    assert out["fleets"][runner_fleet(cfg)] == {
+        "hosts": 1,
+        "slots_per_host": 16,
+        "slots": 16,
+        "monthly_eur": "57.00",
+        "setup_eur": "234.00",
+    }
+
+
+def test_canary_runs_one_ax42_u_with_floor_2_and_max_14() -> None:
+    cfg = load_stack("canary")
+    out = capacity_outputs(cfg)
+    assert out["fleets"][runner_fleet(cfg)] == {
+        "hosts": 1,
+        "slots_per_host": 16,
+        "slots": 16,
+        "monthly_eur": "57.00",
+        "setup_eur": "234.00",
+    }
+    pool_out = linux_pool_out(out, cfg)
+    assert (pool_out["min_warm_pool_floor"], pool_out["max_replicas"], pool_out["slots"]) == (2, 14, 16)
+
+
+def test_production_runs_two_ax162_r_with_128_slots_floor_30_and_max_120() -> None:
+    cfg = load_stack("production")
+    out = capacity_outputs(cfg)
+    assert out["fleets"][runner_fleet(cfg)] == {
+        "hosts": 2,
+        "slots_per_host": 64,
+        "slots": 128,
+        "monthly_eur": "790.00",
+        "setup_eur": "590.00",
+    }
+    pool_out = linux_pool_out(out, cfg)
+    assert (pool_out["min_warm_pool_floor"], pool_out["max_replicas"], pool_out["slots"]) == (30, 120, 128)
+
+
+def test_canary_and_production_runners_add_847_a_month_and_824_setup() -> None:
+    # Seed 003: "Total Hetzner spend introduced by this PR: ~847/mo + 824 one-time".
+    fleets = [(env, runner_fleet(load_stack(env))) for env in ("canary", "production")]
+    outs = {env: capacity_outputs(load_stack(env))["fleets"][fleet] for env, fleet in fleets}
+    monthly = sum(Decimal(o["monthly_eur"]) for o in outs.values())
+    setup = sum(Decimal(o["setup_eur"]) for o in outs.values())
+    assert (monthly, setup) == (Decimal("847.00"), Decimal("824.00"))
+
+
+@pytest.mark.parametrize("env", ["staging", "canary", "production"])
+def test_stack_files_scale_down_after_300_seconds(env: str) -> None:
+    cfg = load_stack(env)
+    assert {p.name: effective_scale_down_cooldown_seconds(p) for p in cfg.runner_pools} == {
+        p.name: 300 for p in cfg.runner_pools
+    }

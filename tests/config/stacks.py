@@ -1,0 +1,83 @@
+"""The stack files as the program sees them, and the bad-config corpus built on them."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from config.loader import read_stack_file
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+BAD_DIR = HERE / "bad"
+# Pulumi.dev.yaml is another engineer's; the fixture stands in until it lands.
+DEV_FIXTURE = HERE / "fixtures" / "dev.yaml"
+REAL_STACKS = ("staging", "canary", "production")
+
+
+def stack_path(name: str) -> Path:
+    if name == "dev":
+        real = REPO / "Pulumi.dev.yaml"
+        return real if real.exists() else DEV_FIXTURE
+    return REPO / f"Pulumi.{name}.yaml"
+
+
+def stack_raw(name: str) -> dict[str, Any]:
+    return read_stack_file(stack_path(name))
+
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _steps(path: str) -> list[str | int]:
+    steps: list[str | int] = []
+    for name, index in _STEP.findall(path):
+        steps.append(int(index) if index else name)
+    return steps
+
+
+def _parent(doc: Any, path: str) -> tuple[Any, str | int]:
+    steps = _steps(path)
+    node = doc
+    for step in steps[:-1]:
+        node = node[step]
+    return node, steps[-1]
+
+
+@dataclass(frozen=True)
+class BadCase:
+    """One corpus file: a base stack, the edits that break it, the exact lines expected."""
+
+    name: str
+    why: str
+    base: str
+    raw: dict[str, Any]
+    expected: list[str]
+
+
+def load_case(path: Path) -> BadCase:
+    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    unknown = set(spec) - {"why", "base", "set", "delete", "append", "expected"}
+    assert not unknown, f"{path.name}: unknown corpus keys {sorted(unknown)}"
+    raw = copy.deepcopy(stack_raw(spec["base"]))
+    for target, value in (spec.get("set") or {}).items():
+        node, last = _parent(raw, target)
+        node[last] = value
+    for target in spec.get("delete") or []:
+        node, last = _parent(raw, target)
+        del node[last]
+    for target, item in (spec.get("append") or {}).items():
+        node, last = _parent(raw, target)
+        node[last].append(item)
+    return BadCase(
+        name=path.stem, why=spec["why"], base=spec["base"], raw=raw, expected=list(spec["expected"])
+    )
+
+
+def corpus() -> list[BadCase]:
+    return [load_case(p) for p in sorted(BAD_DIR.glob("*.yaml"))]

@@ -1,0 +1,115 @@
+"""The dev stack driven through the real Pulumi engine.
+
+Each test session copies the project into a temporary folder (so the work tree,
+its state and its vendorsim are never touched), points the dev stack at a
+vendorsim on a free port, and runs the `pulumi` CLI that scripts/bootstrap.sh
+built. Nothing here skips: without the CLI the fixture fails and says how to
+build it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEV_PASSPHRASE = "tuist-dev-only-passphrase"
+_IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", ".toolchain", ".pulumi-state", "build", "rendered", "__pycache__",
+    ".pytest_cache", ".mypy_cache", ".ruff_cache", "*.egg-info",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Engine:
+    """Runs the real CLI in the copied project with a private backend."""
+
+    project: Path
+    env: dict[str, str]
+    vendorsim_url: str
+
+    def run(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["pulumi", *args, "--non-interactive"],
+            cwd=self.project, env=self.env, text=True, capture_output=True, timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"pulumi {' '.join(args)} exited {proc.returncode}\n"
+                f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+            )
+        return proc
+
+    def admin(self, path: str) -> object:
+        with urllib.request.urlopen(f"{self.vendorsim_url}/_admin/{path}", timeout=10) as resp:
+            return json.load(resp)
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    pulumi_bin = REPO / ".toolchain" / "bin" / "pulumi"
+    if not pulumi_bin.exists():
+        pytest.fail("the Pulumi CLI is not built: run `bash scripts/bootstrap.sh` (scripts/test.sh does)")
+    root = tmp_path_factory.mktemp("e2e")
+    project = root / "project"
+    shutil.copytree(REPO, project, ignore=_IGNORED)
+    (project / ".venv").symlink_to(REPO / ".venv")
+    port = free_port()
+    stack_file = project / "Pulumi.dev.yaml"
+    stack_file.write_text(stack_file.read_text().replace("127.0.0.1:8710", f"127.0.0.1:{port}"))
+
+    env = {
+        **os.environ,
+        "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+        "PULUMI_HOME": str(root / "pulumi-home"),
+        "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
+        "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
+    }
+    (root / "state").mkdir()
+    sim_state = root / "vendorsim"
+    sim_state.mkdir()
+    sim_log = (sim_state / "vendorsim.log").open("w")
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "vendorsim", "--inventory", str(project / "vendorsim" / "inventory.dev.yaml"),
+         "--state", str(sim_state), "--port", str(port)],
+        cwd=project, env=env, stdout=sim_log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/_admin/health", timeout=1).read()
+            break
+        except OSError:
+            if sim.poll() is not None or time.monotonic() > deadline:
+                sim.kill()
+                pytest.fail(f"vendorsim did not start:\n{(sim_state / 'vendorsim.log').read_text()}")
+            time.sleep(0.2)
+    try:
+        yield Engine(project=project, env=env, vendorsim_url=url)
+    finally:
+        sim.terminate()
+        try:
+            sim.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+        sim_log.close()

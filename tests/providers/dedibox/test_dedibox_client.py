@@ -1,0 +1,428 @@
+"""DediboxClient against a recording HTTP server: exact requests, SDK-decoded answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from config.models import Vendor
+from providers.dedibox.client import DediboxClient
+from providers.dedibox.models import decode_server
+from providers.errors import (
+    AuthError,
+    TaskAlreadyExistsError,
+    TaskTimeoutError,
+    TransientVendorError,
+    VendorError,
+    VendorInputError,
+)
+from providers.retry import RetryPolicy
+from providers.vendor import Box, Claim, InstallState
+
+SECRET = "5f0c1a36-8a54-4a31-9a8b-0e7c3a1e9d21"
+PROJECT = "b3f1c2d4-0000-4000-8000-00000000abcd"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDedi fleet@tuist"
+ZONE = "fr-par-2"
+SERVERS = f"/dedibox/v1/zones/{ZONE}/servers"
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def client(recorder, sleeps) -> DediboxClient:
+    return DediboxClient(
+        api_url=recorder.url,
+        secret_key=SECRET,
+        project_id=PROJECT,
+        zones=[ZONE],
+        retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
+        task_poll_interval=0.01,
+        task_timeout=2,
+        sleep=sleeps.append,
+    )
+
+
+def server_detail(server_id: int = 104523, tags=None, os=True, status="ready") -> dict:
+    """Shaped like GET /dedibox/v1/zones/{zone}/servers/{id} answers."""
+    return {
+        "id": server_id,
+        "organization_id": "org-1",
+        "project_id": PROJECT,
+        "hostname": "sd-104523",
+        "rebooted_at": "2026-01-03T10:00:00Z",
+        "status": status,
+        "abuse_contact": "abuse@example.com",
+        "interfaces": [
+            {
+                "card_id": 1,
+                "device_id": 1,
+                "mac": "00:08:a2:0c:11:22",
+                "type": "public",
+                "ips": [
+                    {
+                        "ip_id": 1,
+                        "address": "10.88.1.2",
+                        "reverse": "",
+                        "version": "ipv4",
+                        "cidr": 24,
+                        "netmask": "255.255.255.0",
+                        "semantic": "private",
+                        "gateway": "10.88.1.1",
+                        "status": "ready",
+                    },
+                    {
+                        "ip_id": 2,
+                        "address": "163.172.10.20",
+                        "reverse": "sd-104523.dedibox.fr",
+                        "version": "ipv4",
+                        "cidr": 24,
+                        "netmask": "255.255.255.0",
+                        "semantic": "public",
+                        "gateway": "163.172.10.1",
+                        "status": "ready",
+                    },
+                ],
+            }
+        ],
+        "zone": ZONE,
+        "options": [],
+        "has_bmc": False,
+        "tags": ["tuist-kura-staging", f"tuist-claim:{'a' * 12}"] if tags is None else tags,
+        "is_outsourced": False,
+        "ipv6_slaac": False,
+        "qinq": False,
+        "is_rpnv2_member": False,
+        "is_hds": False,
+        "created_at": "2025-04-01T00:00:00Z",
+        "updated_at": "2026-01-03T10:00:00Z",
+        "expired_at": None,
+        "offer": {"id": 3321, "name": "Start-1-M-SSD", "catalog": "server", "payment_frequency": "monthly"},
+        "location": {"rack": "B12", "room": "S2", "datacenter_name": "DC2"},
+        "os": {
+            "id": 412,
+            "name": "Ubuntu",
+            "type": "server",
+            "version": "24.04 LTS",
+            "arch": "x64",
+            "allow_custom_partitioning": True,
+            "allow_ssh_keys": True,
+            "requires_user": True,
+            "requires_admin_password": False,
+            "requires_panel_password": False,
+            "allowed_filesystems": [],
+            "requires_license": False,
+            "license_offers": [],
+            "display_name": "Ubuntu 24.04",
+        }
+        if os
+        else None,
+        "level": None,
+        "rescue_os": None,
+    }
+
+
+def test_sdk_decodes_a_real_shaped_server():
+    server = decode_server(server_detail())
+    assert (server.id, server.hostname, str(server.status)) == (104523, "sd-104523", "ready")
+    assert server.location.datacenter_name == "DC2"
+    assert server.offer.name == "Start-1-M-SSD"
+    assert server.os.version == "24.04 LTS"
+    assert [ip.address for i in server.interfaces for ip in i.ips] == ["10.88.1.2", "163.172.10.20"]
+
+
+def test_list_boxes_pages_summaries_and_reads_each_detail(recorder, client):
+    recorder.on(
+        "GET",
+        SERVERS,
+        {
+            "total_count": 2,
+            "servers": [{"id": 104523, "datacenter_name": "DC2", "offer_name": "Start-1-M-SSD"}],
+        },
+        {"total_count": 2, "servers": [{"id": 104524}]},
+    )
+    recorder.on("GET", f"{SERVERS}/104523", server_detail())
+    recorder.on("GET", f"{SERVERS}/104524", server_detail(104524, tags=["tuist-kura-production"], os=False))
+
+    boxes = client.list_boxes()
+
+    assert boxes[0] == Box(
+        vendor=Vendor.DEDIBOX,
+        id="fr-par-2/104523",
+        name="sd-104523",
+        datacenter="DC2",
+        public_ipv4="163.172.10.20",
+        state="ready",
+        offer="Start-1-M-SSD",
+        marker_field="tuist-kura-staging",
+        claim=Claim("a" * 12),
+        has_os=True,
+        tags=("tuist-kura-staging",),
+    )
+    assert (boxes[1].id, boxes[1].claim, boxes[1].has_os) == ("fr-par-2/104524", None, False)
+    assert recorder.calls() == [
+        f"GET {SERVERS}?project_id={PROJECT}&page=1&page_size=100",
+        f"GET {SERVERS}/104523",
+        f"GET {SERVERS}?project_id={PROJECT}&page=2&page_size=100",
+        f"GET {SERVERS}/104524",
+    ]
+    for recorded in recorder.requests:
+        assert recorded.headers["x-auth-token"] == SECRET
+    recorder.on("GET", SERVERS, {"total_count": 2, "servers": [{"id": 104523}, {"id": 104524}]})
+    assert [b.id for b in client.boxes_with_marker("tuist-kura-production")] == ["fr-par-2/104524"]
+
+
+def test_set_claim_posts_all_tags(recorder, client):
+    recorder.on("GET", f"{SERVERS}/104523", server_detail())
+    recorder.on("POST", f"{SERVERS}/104523/tags", server_detail())
+
+    client.set_claim("fr-par-2/104523", Claim("b" * 12, releasing=True))
+
+    post = recorder.last("POST", f"{SERVERS}/104523/tags")
+    assert post.json() == {"tags": ["tuist-kura-staging", f"tuist-releasing:{'b' * 12}"]}
+    assert post.headers["content-type"] == "application/json"
+    client.set_claim("fr-par-2/104523", Claim("a" * 12))  # already so: no write
+    assert recorder.calls().count(f"POST {SERVERS}/104523/tags") == 1
+
+
+def test_register_ssh_key_is_idempotent_by_key(recorder, client):
+    recorder.on(
+        "GET",
+        "/iam/v1alpha1/ssh-keys",
+        {
+            "total_count": 1,
+            "ssh_keys": [{"id": "key-1", "name": "old-name", "public_key": KEY.replace("fleet@", "x@")}],
+        },
+    )
+    assert client.register_ssh_key("tuist-fleet", KEY + "\n") == "key-1"
+    assert recorder.calls() == [f"GET /iam/v1alpha1/ssh-keys?project_id={PROJECT}&page=1&page_size=100"]
+
+    recorder.on("GET", "/iam/v1alpha1/ssh-keys", {"total_count": 0, "ssh_keys": []})
+    recorder.on("POST", "/iam/v1alpha1/ssh-keys", {"id": "key-2", "name": "tuist-fleet", "public_key": KEY})
+    assert client.register_ssh_key("tuist-fleet", KEY) == "key-2"
+    assert recorder.last("POST", "/iam/v1alpha1/ssh-keys").json() == {
+        "name": "tuist-fleet",
+        "public_key": KEY,
+        "project_id": PROJECT,
+    }
+
+
+def serve_install_inputs(recorder) -> None:
+    recorder.on(
+        "GET",
+        f"/dedibox/v1/zones/{ZONE}/os",
+        {
+            "total_count": 2,
+            "os": [
+                {
+                    "id": 401,
+                    "name": "Ubuntu",
+                    "version": "22.04 LTS",
+                    "allow_ssh_keys": True,
+                    "requires_user": True,
+                },
+                server_detail()["os"],
+            ],
+        },
+    )
+    recorder.on(
+        "GET", "/iam/v1alpha1/ssh-keys", {"total_count": 1, "ssh_keys": [{"id": "key-1", "public_key": KEY}]}
+    )
+    parts = [
+        {
+            "file_system": "ext4",
+            "raid_level": "raid1",
+            "capacity": 1024,
+            "connectors": ["sda", "sdb"],
+            "mount_point": "/boot",
+        }
+    ]
+    recorder.on("GET", f"{SERVERS}/104523/partitioning/412", {"partitions": parts})
+
+
+def test_start_reinstall_posts_the_exact_install_body(recorder, client):
+    serve_install_inputs(recorder)
+    recorder.on(
+        "POST", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "kura-eu-1", "status": "booting"}
+    )
+
+    client.start_reinstall(
+        "fr-par-2/104523",
+        hostname="kura-eu-1",
+        ssh_public_key=KEY,
+        user_login="tuist",
+        user_password="s3cret-sudo",
+    )
+
+    assert recorder.calls()[:1] == [
+        f"GET /dedibox/v1/zones/{ZONE}/os?project_id={PROJECT}&page=1&page_size=100&server_id=104523"
+    ]
+    post = recorder.last("POST", f"{SERVERS}/104523/install")
+    assert post.json() == {
+        "os_id": 412,
+        "hostname": "kura-eu-1",
+        "ssh_key_ids": ["key-1"],
+        "user_login": "tuist",
+        "user_password": "s3cret-sudo",
+        "root_password": "",
+        "partitions": [
+            {
+                "file_system": "ext4",
+                "raid_level": "raid1",
+                "capacity": 1024,
+                "connectors": ["sda", "sdb"],
+                "mount_point": "/boot",
+            }
+        ],
+    }
+
+
+def test_refused_install_while_one_runs_is_task_already_exists(recorder, client):
+    serve_install_inputs(recorder)
+    recorder.on(
+        "POST",
+        f"{SERVERS}/104523/install",
+        recorder.reply(
+            status=400,
+            body={"type": "invalid_request_error", "message": "server is busy"},
+            headers={"x-request-id": "req-91"},
+        ),
+    )
+    recorder.on("GET", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "h", "status": "partitioning"})
+    with pytest.raises(TaskAlreadyExistsError) as raised:
+        client.start_reinstall(
+            "fr-par-2/104523", hostname="h", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+        )
+    assert raised.value.request_id == "req-91"
+    assert str(raised.value) == (
+        "dedibox: POST /dedibox/v1/zones/{zone}/servers/{server_id}/install [fr-par-2/104523] failed "
+        "(HTTP 400 invalid_request_error): an install already runs (server is busy) (request id req-91)"
+    )
+
+    recorder.on("GET", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "h", "status": "installed"})
+    with pytest.raises(VendorError) as plain:
+        client.start_reinstall(
+            "fr-par-2/104523", hostname="h", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+        )
+    assert type(plain.value) is VendorError
+
+
+def test_start_reinstall_refuses_missing_password_before_any_call(recorder, client):
+    with pytest.raises(VendorInputError, match="user_login and user_password are required"):
+        client.start_reinstall(
+            "fr-par-2/104523", hostname="h", ssh_public_key=KEY, user_login="tuist", user_password=""
+        )
+    with pytest.raises(VendorInputError, match=r"Dedibox box id 'fr-par-2:1' is not '<zone>/<server id>'"):
+        client.get_box("fr-par-2:1")
+    assert recorder.calls() == []
+
+
+@pytest.mark.parametrize(
+    ("install", "server", "state"),
+    [
+        ({"status": "installed"}, None, InstallState.DONE),
+        ({"status": "installing"}, None, InstallState.RUNNING),
+        ({"status": "configuring_bootloader"}, None, InstallState.RUNNING),
+        ({"status": "unknown"}, server_detail(status="error"), InstallState.FAILED),
+        ({"status": "unknown"}, server_detail(), InstallState.PENDING),
+        (None, server_detail(), InstallState.DONE),
+        (None, server_detail(os=False), InstallState.PENDING),
+    ],
+)
+def test_install_state_mapping_with_404_fallback(recorder, client, install, server, state):
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523/install",
+        recorder.reply(status=404, body={"type": "not_found", "message": "no install"})
+        if install is None
+        else install,
+    )
+    if server is not None:
+        recorder.on("GET", f"{SERVERS}/104523", server)
+    assert client.install_state("fr-par-2/104523") is state
+
+
+def fip(server_id, status="ready"):
+    return {
+        "id": 9001,
+        "address": "212.83.160.7",
+        "status": status,
+        "server_id": server_id,
+        "server_zone": ZONE,
+        "mac": None,
+        "type": "unknown_type",
+        "reverse": "",
+        "ip_version": "ipv4",
+        "cidr": 32,
+    }
+
+
+def test_failover_target_and_move_with_exact_attach_body(recorder, client, sleeps):
+    fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
+    recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104524)]})
+    assert client.failover_target("212.83.160.7") == "fr-par-2/104524"
+
+    recorder.on("POST", f"{fips}/attach", {"failover_ips": [fip(104523, "busy")]})
+    recorder.on("GET", f"{fips}/9001", fip(104523, "busy"), fip(104523, "ready"))
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+
+    assert recorder.last("POST", f"{fips}/attach").body == b'{"server_id": 104523, "fips_ids": [9001]}'
+    assert recorder.calls()[-3:] == [f"POST {fips}/attach", f"GET {fips}/9001", f"GET {fips}/9001"]
+    assert sleeps == [0.01]
+
+
+def test_move_is_noop_when_there_and_times_out_when_stuck(recorder, client):
+    fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
+    recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104523)]})
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert not [c for c in recorder.calls() if c.startswith("POST")]
+
+    recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(None)]})
+    recorder.on("POST", f"{fips}/attach", {"failover_ips": []})
+    recorder.on("GET", f"{fips}/9001", fip(104523, "busy"))
+    stuck = DediboxClient(
+        api_url=recorder.url,
+        secret_key=SECRET,
+        project_id=PROJECT,
+        zones=[ZONE],
+        task_poll_interval=0.01,
+        task_timeout=0.03,
+    )
+    with pytest.raises(TaskTimeoutError, match=r"failover IP still 'busy' on fr-par-2/104523 after 0s"):
+        stuck.move_failover("212.83.160.7", "fr-par-2/104523")
+
+
+def test_errors_are_typed_retried_and_scrubbed(recorder, client, sleeps):
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523",
+        recorder.reply(status=503, raw=b"upstream down"),
+        recorder.reply(
+            status=429,
+            body={"type": "too_many_requests", "message": "slow down"},
+            headers={"Retry-After": "0.03"},
+        ),
+        server_detail(),
+    )
+    assert client.get_box("fr-par-2/104523").id == "fr-par-2/104523"
+    assert sleeps[1] == 0.03
+
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523",
+        recorder.reply(
+            status=401, body={"type": "denied_authentication", "message": f"invalid token {SECRET}"}
+        ),
+    )
+    with pytest.raises(AuthError) as raised:
+        client.get_box("fr-par-2/104523")
+    assert SECRET not in str(raised.value)
+    assert str(raised.value) == (
+        "dedibox: GET /dedibox/v1/zones/{zone}/servers/{server_id} [fr-par-2/104523] failed "
+        "(HTTP 401 denied_authentication): invalid token ***"
+    )
+
+    recorder.on("GET", f"{SERVERS}/104523", recorder.reply(status=500, body={"message": "boom"}))
+    with pytest.raises(TransientVendorError, match=r"HTTP 500\): boom"):
+        client.get_box("fr-par-2/104523")

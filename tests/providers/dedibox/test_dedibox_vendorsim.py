@@ -1,0 +1,99 @@
+"""DediboxClient against the vendorsim process, with injected faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from providers.dedibox.client import DediboxClient
+from providers.errors import AuthError, VendorError
+from providers.retry import RetryPolicy
+from providers.vendor import Claim, InstallState
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 tuist-dev-fleet"
+SECRET = "f24d2ad3-cea4-48c1-a6bd-1b0d15fb94c3"
+BOX = "fr-par-2/200102"
+
+
+def make_client(sim, secret=SECRET, attempts=12) -> DediboxClient:
+    return DediboxClient(
+        api_url=f"{sim.url}/dedibox",
+        secret_key=secret,
+        project_id="b781bdf3-6efc-4c4a-a11d-f57edf663188",
+        zones=["fr-par-1", "fr-par-2", "nl-ams-1"],
+        retry=RetryPolicy(max_attempts=attempts, base_delay=0.01, max_delay=0.05),
+        task_poll_interval=0.05,
+        task_timeout=10,
+    )
+
+
+def exercise(client: DediboxClient) -> None:
+    boxes = {b.id: b for b in client.list_boxes()}
+    assert boxes[BOX].tags == ("tuist-kura-dev",) and boxes[BOX].has_os
+    assert boxes["fr-par-2/200104"].claim == Claim("tuist-infra/alice-dev/kura-eu-central-0")
+    assert "fr-par-2/200105" not in {b.id for b in client.boxes_with_marker("tuist-kura-dev")}
+    client.set_claim(BOX, Claim("0123456789ab"))
+    assert client.get_box(BOX).claim == Claim("0123456789ab")
+    assert client.failover_target("198.51.100.20") == "fr-par-2/200101"
+    client.move_failover("198.51.100.20", BOX)
+    assert client.failover_target("198.51.100.20") == BOX
+    key_id = client.register_ssh_key("tuist-fleet", KEY)
+    assert client.register_ssh_key("tuist-fleet", KEY + "\n") == key_id
+    client.set_claim(BOX, Claim("0123456789ab", releasing=True))
+    client.start_reinstall(
+        BOX, hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="sudo-pw"
+    )
+    assert client.install_state(BOX) in (InstallState.RUNNING, InstallState.DONE)
+    client.set_claim(BOX, None)
+    assert client.get_box(BOX).tags == ("tuist-kura-dev",)
+
+
+def test_every_method_against_vendorsim(vendorsim):
+    exercise(make_client(vendorsim))
+    writes = [
+        (e["method"], e["path"], e["body"]) for e in vendorsim.admin("GET", "/audit?since=0")["entries"]
+    ]
+    assert writes[0] == (
+        "POST",
+        "/dedibox/dedibox/v1/zones/fr-par-2/servers/200102/tags",
+        {"tags": ["tuist-kura-dev", "tuist-claim:0123456789ab"]},
+    )
+    assert writes[1] == (
+        "POST",
+        "/dedibox/dedibox/v1/zones/fr-par-2/failover-ips/attach",
+        {"server_id": 200102, "fips_ids": [3001]},
+    )
+    install = next(w for w in writes if w[1].endswith("/install"))
+    assert install[2]["os_id"] == 501 and install[2]["user_login"] == "tuist"
+    assert install[2]["root_password"] == "" and len(install[2]["ssh_key_ids"]) == 1
+    assert "sudo-pw" not in str(install[2])  # the simulator's audit redacts passwords
+
+
+def test_wrong_secret_is_an_auth_error(vendorsim):
+    with pytest.raises(AuthError) as raised:
+        make_client(vendorsim, secret="00000000-0000-4000-8000-000000000000").get_box(BOX)
+    assert raised.value.status in (401, 403)
+
+
+def test_thirty_percent_transient_errors_every_call_still_succeeds(vendorsim):
+    vendorsim.admin(
+        "POST", "/faults", json={"vendor": "dedibox", "error_rate": 0.3, "status": 503, "seed": 11}
+    )
+    exercise(make_client(vendorsim))
+
+
+def test_non_transient_injected_error_names_vendor_and_call(vendorsim):
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "dedibox",
+            "route": "/dedibox/dedibox/v1/zones/*/servers/*/tags",
+            "error_rate": 1.0,
+            "status": 400,
+        },
+    )
+    with pytest.raises(VendorError) as raised:
+        make_client(vendorsim).set_claim(BOX, Claim("0123456789ab"))
+    assert str(raised.value).startswith(
+        f"dedibox: POST /dedibox/v1/zones/{{zone}}/servers/{{server_id}}/tags [{BOX}] failed (HTTP 400"
+    )

@@ -1,0 +1,332 @@
+"""scripts/self-join.sh end to end: paramiko runner -> real sshd -> bash in a box sandbox."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from providers.ssh.runner import RemoteCommandError, run_script
+from providers.ssh.selfjoin import (
+    NodeTaint,
+    SelfJoinInputError,
+    SelfJoinParams,
+    render_self_join_script,
+    self_join_secrets,
+)
+from tests.providers.ssh.conftest import BOOTSTRAP_TOKEN, SUDO_PASSWORD, Box, KeyPair
+
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBsimulatedCA\n-----END CERTIFICATE-----\n"
+PARAMS = SelfJoinParams(
+    node_name="kura-us-east-1",
+    node_ip="203.0.113.10",
+    provider_id="ovh://bhs6/ns5001234.ip-203-0-113.net",
+    labels={"node.cluster.x-k8s.io/pool": "kura-us-east", "node.cluster.x-k8s.io/instance-type": "ovh"},
+    taints=(NodeTaint("tuist.dev/kura-cache", "true", "NoSchedule"),),
+    api_server="https://cp.staging.example.net:6443",
+    ca_bundle_pem=CA_PEM,
+    cluster_dns="10.96.0.10",
+)
+
+
+def join(
+    box: Box, fleet_key: KeyPair, params: SelfJoinParams = PARAMS, sudo_password: str | None = SUDO_PASSWORD
+):
+    return run_script(
+        box.target,
+        render_self_join_script(params),
+        private_key=fleet_key.private,
+        env_secrets=self_join_secrets(sudo_password=sudo_password, bootstrap_token=BOOTSTRAP_TOKEN),
+        expected_host_key=box.info.host_key_fingerprint,
+        step="self-join",
+        retries=1,
+        retry_delay=0,
+        handshake_timeout=10,
+        step_timeout=120,
+    )
+
+
+def box_sh(box: Box, fleet_key: KeyPair, script: str) -> str:
+    return run_script(
+        box.target,
+        script,
+        private_key=fleet_key.private,
+        env_secrets={},
+        expected_host_key=None,
+        retries=1,
+        retry_delay=0,
+    ).output_tail
+
+
+def index_of(calls: list[str], line: str) -> int:
+    assert line in calls, f"{line!r} not in the calls log:\n" + "\n".join(calls)
+    return calls.index(line)
+
+
+def first_index(calls: list[str], predicate: Callable[[str], bool]) -> int:
+    return next(i for i, c in enumerate(calls) if predicate(c))
+
+
+def tree_digest(*roots: Path) -> dict[str, str]:
+    """Content digest of every regular file, minus the logs that grow on each run."""
+    digest: dict[str, str] = {}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink() and "var/log" not in str(path):
+                digest[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digest
+
+
+HOST_PATHS = [
+    "/etc/sysctl.d",
+    "/etc/modules-load.d",
+    "/etc/sudoers.d",
+    "/etc/fstab",
+    "/var/lib/kubelet",
+    "/etc/containerd",
+    "/etc/apt/sources.list.d",
+    "/etc/apt/keyrings",
+    "/usr/bin/kubelet",
+    "/etc/systemd/system/kubelet.service",
+    "/data",
+    "/etc/kubernetes",
+    "/var/lib/sim",
+    "/var/log/sim-calls.log",
+]
+
+
+def host_snapshot() -> dict[str, object]:
+    snap: dict[str, object] = {}
+    for p in map(Path, HOST_PATHS):
+        if p.is_dir():
+            snap[str(p)] = sorted((c.name, c.lstat().st_mtime_ns) for c in p.iterdir())
+        elif p.exists():
+            snap[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            snap[str(p)] = None
+    snap["mounts"] = Path("/proc/self/mountinfo").read_text()
+    snap["ip_forward"] = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    snap["swaps"] = Path("/proc/swaps").read_text()
+    return snap
+
+
+def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[..., Box], fleet_key: KeyPair):
+    box = make_box(data_is_separate=True)
+    # A previous join left a Cilium drop-in naming an interface that is gone.
+    box_sh(
+        box, fleet_key, "echo 'net.ipv4.conf.cilium_host.rp_filter = 0' > /etc/sysctl.d/99-zzz-cilium.conf"
+    )
+    host_before = host_snapshot()
+
+    result = join(box, fleet_key)
+    assert "\nself-join: kura-us-east-1 configured\n" in result.output_tail
+    calls = box.calls()
+
+    # 1. NOPASSWD sudo is the first privileged act.
+    grant = first_index(calls, lambda c: c.startswith("sudo -S -p '' sh -c"))
+    assert "ubuntu\\ ALL=\\(ALL\\)\\ NOPASSWD:ALL" in calls[grant]
+    assert all(c in ("sudo -n true",) or not c.startswith("sudo") for c in calls[:grant])
+    assert (box.root / "etc/sudoers.d/90-ubuntu-nopasswd").read_text() == "ubuntu ALL=(ALL) NOPASSWD:ALL\n"
+    assert oct((box.root / "etc/sudoers.d/90-ubuntu-nopasswd").stat().st_mode & 0o777) == "0o440"
+
+    # 3. The kubelet root is bound onto /data before any kubelet file is written.
+    bind = index_of(calls, "mount --bind /data/kubelet /var/lib/kubelet")
+    first_write = first_index(calls, lambda c: c.startswith("install ") and "/var/lib/kubelet/" in c)
+    assert bind < first_write
+    assert "/data/kubelet /var/lib/kubelet none bind,nofail 0 0" in (box.root / "etc/fstab").read_text()
+    assert (box.info.data_disk / "kubelet/config.yaml").exists()  # on /data, not hidden under the mount
+    assert not (box.root / "var/lib/kubelet/config.yaml").exists()
+
+    # 8. Stale Cilium drop-ins go before sysctl --system (which would fail on them).
+    rm = index_of(calls, "rm -f /etc/sysctl.d/99-zzz-cilium.conf /etc/sysctl.d/99-zzz-cilium.conf")
+    assert rm < index_of(calls, "sysctl --system")
+    assert not (box.root / "etc/sysctl.d/99-zzz-cilium.conf").exists()
+    assert "net.bridge.bridge-nf-call-iptables = 1" in (box.root / "var/lib/sim/sysctl").read_text()
+
+    # 11. containerd's root moves to /data (its own filesystem here).
+    config = (box.root / "etc/containerd/config.toml").read_text()
+    assert 'root = "/data/containerd"' in config
+    assert "SystemdCgroup = true" in config
+    assert 'config_path = "/etc/containerd/certs.d"' in config
+    assert (box.info.data_disk / "containerd").is_dir()
+
+    # 12-13. Keyring for the minor, update after adding the source, kubelet installed, held, enabled.
+    assert index_of(calls, "curl -fsSL https://pkgs.k8s.io/core:/stable:/v1.34/deb/Release.key") < index_of(
+        calls, "apt-get install -y -q kubelet"
+    )
+    assert (box.root / "etc/apt/sources.list.d/kubernetes.list").read_text() == (
+        "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] "
+        "https://pkgs.k8s.io/core:/stable:/v1.34/deb/ /\n"
+    )
+    assert (
+        index_of(calls, "apt-mark hold kubelet")
+        < index_of(calls, "systemctl daemon-reload")
+        < index_of(calls, "systemctl enable --now kubelet")
+    )
+    assert (box.root / "var/lib/sim/systemd/active").read_text().split() == [
+        "containerd.service",
+        "kubelet.service",
+    ]
+    assert not (box.root / "var/lib/sim/systemd/stale").exists()
+    assert "#/swap.img" in (box.root / "etc/fstab").read_text()
+    assert (box.root / "var/lib/sim/modules").read_text().split() == ["overlay", "br_netfilter"]
+
+    # The kubelet unit: InternalIP from --node-ip, the foreign providerID, labels and taints.
+    unit = (box.root / "etc/systemd/system/kubelet.service").read_text()
+    for flag in (
+        "--node-ip=203.0.113.10",
+        "--provider-id=ovh://bhs6/ns5001234.ip-203-0-113.net",
+        "--hostname-override=kura-us-east-1",
+        "--node-labels=node.cluster.x-k8s.io/instance-type=ovh,node.cluster.x-k8s.io/pool=kura-us-east",
+        "--register-with-taints=tuist.dev/kura-cache=true:NoSchedule",
+        "--bootstrap-kubeconfig=/var/lib/kubelet/bootstrap-kubeconfig",
+    ):
+        assert f"    {flag}" in unit
+    kubelet_config = (box.info.data_disk / "kubelet/config.yaml").read_text()
+    assert "clusterDNS:\n- 10.96.0.10\n" in kubelet_config and "serverTLSBootstrap: true" in kubelet_config
+    bootstrap = box.info.data_disk / "kubelet/bootstrap-kubeconfig"
+    assert f"token: {BOOTSTRAP_TOKEN}\n" in bootstrap.read_text()
+    assert oct(bootstrap.stat().st_mode & 0o777) == "0o600"
+    assert (box.root / "etc/kubernetes/pki/ca.crt").read_text() == CA_PEM
+
+    # No secret in any recorded argv, nor in the traced output.
+    log = "\n".join(calls)
+    assert SUDO_PASSWORD not in log and BOOTSTRAP_TOKEN not in log
+    assert SUDO_PASSWORD not in result.output_tail and BOOTSTRAP_TOKEN not in result.output_tail
+
+    # The host saw none of it.
+    assert host_snapshot() == host_before
+
+
+def test_running_the_self_join_twice_converges(make_box: Callable[..., Box], fleet_key: KeyPair):
+    box = make_box(data_is_separate=True)
+    join(box, fleet_key)
+    first = tree_digest(box.root, box.info.data_disk)
+    log_length = len(box.calls())
+
+    result = join(box, fleet_key, sudo_password=None)  # NOPASSWD is in place: no password needed
+    second_calls = box.calls()[log_length:]
+    assert "\nself-join: kura-us-east-1 configured\n" in result.output_tail
+    assert tree_digest(box.root, box.info.data_disk) == first
+    assert not [c for c in second_calls if c.startswith("sudo -S")]
+    assert not [c for c in second_calls if c.startswith("mount ")]
+    assert not [c for c in second_calls if "systemctl restart" in c]
+    assert not [c for c in second_calls if c.startswith("install ")]
+    assert (box.root / "etc/fstab").read_text().count("/data/kubelet /var/lib/kubelet") == 1
+
+
+def test_without_a_separate_data_filesystem_nothing_moves_to_data(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    box = make_box(data_is_separate=False)
+    join(box, fleet_key)
+    calls = box.calls()
+    assert not [c for c in calls if c.startswith("mount ")]
+    assert "/data/kubelet" not in (box.root / "etc/fstab").read_text()
+    assert (box.root / "var/lib/kubelet/config.yaml").exists()
+    config = (box.root / "etc/containerd/config.toml").read_text()
+    assert 'root = "/var/lib/containerd"' in config and "/data/containerd" not in config
+
+
+def test_a_wrong_sudo_password_stops_the_join_at_step_one_with_sudos_message(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    box = make_box()
+    with pytest.raises(RemoteCommandError) as err:
+        join(box, fleet_key, sudo_password="not-the-password")
+    assert err.value.exit_status == 1
+    assert err.value.output_tail.endswith(
+        "++ set +x\nSorry, try again.\n\nsudo: 1 incorrect password attempt\n"
+    )
+    assert "not-the-password" not in str(err.value)
+    assert not (box.root / "etc/sudoers.d/90-ubuntu-nopasswd").exists()
+    assert not [c for c in box.calls() if c.startswith(("mkdir", "sudo mkdir", "mount"))]
+
+
+def test_no_sudo_password_and_no_nopasswd_fails_clearly(make_box: Callable[..., Box], fleet_key: KeyPair):
+    box = make_box(sudo_password=None)
+    with pytest.raises(RemoteCommandError) as err:
+        join(box, fleet_key, sudo_password=None)
+    assert err.value.output_tail.endswith(
+        "self-join: ubuntu has no passwordless sudo and no sudo password was given\n"
+    )
+
+
+def test_as_root_no_sudo_is_used(make_box: Callable[..., Box], fleet_key: KeyPair):
+    box = make_box(user="root", sudo_password=None)
+    join(box, fleet_key, sudo_password=None)
+    calls = box.calls()
+    assert not [c for c in calls if c.startswith("sudo")]
+    assert not (box.root / "etc/sudoers.d/90-root-nopasswd").exists()
+    assert index_of(calls, "sysctl --system") < index_of(calls, "systemctl enable --now kubelet")
+
+
+def test_the_sysctl_shim_fails_on_a_stale_cilium_drop_in_as_a_box_does(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # Proves the ordering test above can fail: without the rm, sysctl --system aborts.
+    box = make_box(user="root")
+    out = box_sh(
+        box,
+        fleet_key,
+        (
+            "echo 'net.ipv4.conf.cilium_host.rp_filter = 0' > /etc/sysctl.d/99-zzz-cilium.conf\n"
+            "sysctl --system >/dev/null 2>/tmp/err; echo status=$?; cat /tmp/err"
+        ),
+    )
+    assert out == (
+        "status=1\n"
+        "sysctl: cannot stat /proc/sys/net/ipv4/conf/cilium_host/rp_filter: No such file or directory\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"node_ip": "2001:db8::1"}, "node_ip '2001:db8::1' is not an IPv4 address"),
+        ({"node_name": "Kura_1"}, "node_name 'Kura_1' is not a DNS subdomain"),
+        (
+            {"provider_id": "hcloud://1"},
+            "provider_id 'hcloud://1' is not <ovh|dedibox|hrobot|scaleway>://<path>",
+        ),
+        (
+            {"labels": {"node-role.kubernetes.io/worker": ""}},
+            "labels: 'node-role.kubernetes.io/worker' is in a namespace the kubelet may not set on itself "
+            "(NodeRestriction)",
+        ),
+        ({"labels": {"pool": "a b"}}, "labels['pool']: 'a b' is not a Kubernetes label value"),
+        ({"labels": {}}, "labels is empty: a node needs at least its pool label"),
+        (
+            {"taints": (NodeTaint("k", "v", "NoRun"),)},
+            "taints[0].effect 'NoRun' is not one of ('NoSchedule', 'PreferNoSchedule', 'NoExecute')",
+        ),
+        ({"kubernetes_minor": "1.34"}, "kubernetes_minor '1.34' is not like v1.34"),
+        ({"api_server": "http://cp:6443"}, "api_server 'http://cp:6443' is not https://<host>[:port]"),
+        ({"ca_bundle_pem": "nope"}, "ca_bundle_pem holds no PEM certificate"),
+        ({"cluster_dns": "kube-dns"}, "cluster_dns 'kube-dns' is not an IP address"),
+    ],
+)
+def test_bad_parameters_are_refused_naming_the_field(change: dict[str, object], message: str):
+    params = SelfJoinParams(**{**PARAMS.__dict__, **change})  # type: ignore[arg-type]
+    with pytest.raises(SelfJoinInputError) as err:
+        render_self_join_script(params)
+    assert str(err.value) == message
+
+
+def test_a_malformed_bootstrap_token_is_refused_without_echoing_it():
+    with pytest.raises(SelfJoinInputError) as err:
+        self_join_secrets(sudo_password=None, bootstrap_token="leaked-secret-value")
+    assert str(err.value) == "bootstrap_token is not a bootstrap token (<6 chars>.<16 chars>, a-z0-9)"
+
+
+def test_the_rendered_header_quotes_every_parameter():
+    script = render_self_join_script(PARAMS)
+    header = script.split("#!/bin/bash", 1)[0]
+    assert "NODE_NAME=kura-us-east-1\n" in header
+    assert "NODE_TAINTS=tuist.dev/kura-cache=true:NoSchedule\n" in header
+    assert "CLUSTER_DNS=10.96.0.10\n" in header
+    assert BOOTSTRAP_TOKEN not in script and SUDO_PASSWORD not in script
+    assert os.path.basename(__file__) not in header

@@ -1,0 +1,290 @@
+"""vendorsim.boxes: real OpenSSH sshd per box, sandboxed sessions; driven with the OpenSSH client."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vendorsim.boxes import BoxError, BoxFarm, fingerprint_of
+
+SUDO_PASSWORD = "box-sudo-pass-7"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keypair(directory: Path, name: str) -> tuple[Path, str]:
+    path = directory / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True)
+    return path, (directory / f"{name}.pub").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:
+    directory = tmp_path_factory.mktemp("keys")
+    return {"fleet": _keypair(directory, "fleet"), "other": _keypair(directory, "other")}
+
+
+@pytest.fixture
+def farm(tmp_path: Path) -> Iterator[BoxFarm]:
+    farm = BoxFarm(tmp_path / "boxes")
+    yield farm
+    farm.stop_all()
+
+
+def ssh(
+    port: int,
+    key: Path,
+    command: str,
+    *,
+    user: str = "ubuntu",
+    stdin: str = "",
+    known_hosts: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(key),
+            "-p",
+            str(port),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "StrictHostKeyChecking=" + ("yes" if known_hosts else "no"),
+            "-o",
+            f"UserKnownHostsFile={known_hosts or '/dev/null'}",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "ConnectTimeout=5",
+            f"{user}@127.0.0.1",
+            command,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def make(farm: BoxFarm, keys: dict[str, tuple[Path, str]], key: str = "box1", **kw: object):
+    args: dict[str, object] = {
+        "ssh_port": _free_port(),
+        "user": "ubuntu",
+        "authorized_key": keys["fleet"][1],
+        "sudo_password": SUDO_PASSWORD,
+        **kw,
+    }
+    return farm.ensure(key, **args)  # type: ignore[arg-type]
+
+
+def test_the_fleet_key_logs_in_and_another_key_is_refused(farm: BoxFarm, keys):
+    info = make(farm, keys)
+    ok = ssh(info.ssh_port, keys["fleet"][0], "id -un; hostname")
+    assert (ok.returncode, ok.stdout) == (0, "ubuntu\nbox1\n")
+    refused = ssh(info.ssh_port, keys["other"][0], "true")
+    assert refused.returncode == 255
+    assert "Permission denied (publickey)." in refused.stderr
+    wrong_user = ssh(info.ssh_port, keys["fleet"][0], "true", user="tuist")
+    assert wrong_user.returncode == 255
+
+
+def test_the_host_key_the_client_sees_is_the_one_reported(farm: BoxFarm, keys, tmp_path: Path):
+    info = make(farm, keys)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{info.ssh_port} {info.host_public_key}\n")
+    assert ssh(info.ssh_port, keys["fleet"][0], "true", known_hosts=known).returncode == 0
+    scanned = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(known)], capture_output=True, text=True, check=True
+    )
+    assert scanned.stdout.split()[1] == info.host_key_fingerprint == fingerprint_of(info.host_public_key)
+
+
+def test_ensure_is_idempotent_and_the_host_key_survives_sshd_restarts(farm: BoxFarm, keys):
+    info = make(farm, keys)
+    pid = (farm.state_dir / "box1/ssh/sshd.pid").read_text()
+    again = farm.ensure(
+        "box1",
+        ssh_port=info.ssh_port,
+        user="ubuntu",
+        authorized_key=keys["fleet"][1],
+        sudo_password=SUDO_PASSWORD,
+    )
+    assert again == info
+    assert (farm.state_dir / "box1/ssh/sshd.pid").read_text() == pid, "a running sshd is left alone"
+
+    farm.stop("box1")
+    assert not farm.is_running("box1")
+    restarted = farm.ensure(
+        "box1", ssh_port=info.ssh_port, user="ubuntu", authorized_key=None, sudo_password=None
+    )
+    assert restarted.host_key_fingerprint == info.host_key_fingerprint
+    assert ssh(info.ssh_port, keys["fleet"][0], "true").returncode == 0
+
+    # A new farm object (a restarted simulator) finds the same box.
+    assert BoxFarm(farm.state_dir).info("box1") == info
+
+
+def test_reinstall_wipes_the_disk_gives_a_new_host_key_and_the_new_fleet_key(farm: BoxFarm, keys):
+    info = make(farm, keys)
+    assert (
+        ssh(info.ssh_port, keys["fleet"][0], "echo kept > /etc/tuist-marker; mkdir -p /opt/x").returncode == 0
+    )
+    assert (info.sandbox_root / "etc/tuist-marker").read_text() == "kept\n"
+
+    new = farm.reinstall("box1", user="ubuntu", authorized_key=keys["other"][1], sudo_password="new-pass")
+    assert new.ssh_port == info.ssh_port
+    assert new.host_key_fingerprint != info.host_key_fingerprint
+    assert not (new.sandbox_root / "etc/tuist-marker").exists()
+    assert not (new.sandbox_root / "opt/x").exists()
+    assert ssh(info.ssh_port, keys["fleet"][0], "true").returncode == 255, "the old key is gone"
+    out = ssh(
+        info.ssh_port, keys["other"][0], "cat /etc/tuist-marker 2>&1; echo new-pass | sudo -S -p '' id -u"
+    )
+    assert out.stdout == "cat: /etc/tuist-marker: No such file or directory\n0\n"
+
+
+def test_reinstall_of_an_unknown_box_names_it(farm: BoxFarm):
+    with pytest.raises(BoxError, match=r"^box ghost: cannot reinstall a box that was never created"):
+        farm.reinstall("ghost", user="ubuntu", authorized_key=None, sudo_password=None)
+
+
+def test_bad_inputs_are_refused_naming_the_box(farm: BoxFarm, keys):
+    with pytest.raises(BoxError, match=r"^box key '\.\./x' is not a valid box name"):
+        farm.ensure("../x", ssh_port=_free_port(), user="ubuntu", authorized_key=None, sudo_password=None)
+    with pytest.raises(BoxError, match=r"^box b2: authorized_key is not one OpenSSH public key line$"):
+        farm.ensure("b2", ssh_port=_free_port(), user="ubuntu", authorized_key="hello", sudo_password=None)
+    with pytest.raises(BoxError, match=r"^box b3: login user 'Bad User' is not a valid user name$"):
+        farm.ensure("b3", ssh_port=_free_port(), user="Bad User", authorized_key=None, sudo_password=None)
+
+
+def test_a_port_already_taken_is_reported(farm: BoxFarm, keys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(BoxError) as err:
+            make(farm, keys, ssh_port=port)
+    assert str(err.value).startswith(f"box box1: sshd exited with status 255 on port {port}:")
+    assert "Address already in use" in str(err.value)
+
+
+def test_writes_land_in_the_sandbox_and_never_on_the_host(farm: BoxFarm, keys):
+    info = make(farm, keys)
+    before = sorted(os.listdir("/etc/sysctl.d"))
+    out = ssh(
+        info.ssh_port,
+        keys["fleet"][0],
+        (
+            "echo x > /etc/sysctl.d/50-box.conf; mkdir -p /var/lib/kubelet /data/y; echo 1 > /opt/z; "
+            "echo 1 > /proc/sys/net/ipv4/ip_forward 2>/dev/null || echo proc-sys-is-read-only; "
+            "ls /etc/sysctl.d"
+        ),
+    )
+    assert "proc-sys-is-read-only\n" in out.stdout and "50-box.conf" in out.stdout
+    assert (info.sandbox_root / "etc/sysctl.d/50-box.conf").read_text() == "x\n"
+    assert (info.sandbox_root / "var/lib/kubelet").is_dir()
+    assert sorted(os.listdir("/etc/sysctl.d")) == before
+    assert not Path("/var/lib/kubelet").exists() and not Path("/opt/z").exists()
+
+
+def test_data_is_its_own_filesystem_only_when_declared(farm: BoxFarm, keys):
+    probe = "mountpoint -q /data && echo mounted || echo plain; findmnt -n -o SOURCE /"
+    plain = make(farm, keys, key="plain", data_is_separate=False)
+    separate = make(farm, keys, key="separate", data_is_separate=True)
+    assert ssh(plain.ssh_port, keys["fleet"][0], probe).stdout == "plain\nbox\n"
+    assert ssh(separate.ssh_port, keys["fleet"][0], probe).stdout == "mounted\nbox\n"
+    ssh(separate.ssh_port, keys["fleet"][0], "echo on-data > /data/f")
+    assert (separate.data_disk / "f").read_text() == "on-data\n"
+
+
+def test_bind_mounts_persist_across_sessions_until_reinstall(farm: BoxFarm, keys):
+    info = make(farm, keys, data_is_separate=True)
+    key = keys["fleet"][0]
+    ssh(
+        info.ssh_port,
+        key,
+        "sudo -S -p '' sh -c "
+        "'mkdir -p /data/kubelet /var/lib/kubelet && mount --bind /data/kubelet /var/lib/kubelet'",
+        stdin=SUDO_PASSWORD + "\n",
+    )
+    assert (
+        ssh(info.ssh_port, key, "mountpoint /var/lib/kubelet").stdout == "/var/lib/kubelet is a mountpoint\n"
+    )
+    farm.reinstall("box1", user="ubuntu", authorized_key=keys["fleet"][1], sudo_password=None)
+    after = ssh(info.ssh_port, key, "mkdir -p /var/lib/kubelet; mountpoint /var/lib/kubelet")
+    assert after.stdout == "/var/lib/kubelet is not a mountpoint\n"
+
+
+def test_sudo_needs_the_password_until_nopasswd_is_granted(farm: BoxFarm, keys):
+    info = make(farm, keys)
+    key = keys["fleet"][0]
+
+    plain = ssh(info.ssh_port, key, "sudo id -u")
+    assert (plain.returncode, plain.stderr) == (
+        1,
+        (
+            "sudo: a terminal is required to read the password; either use the -S option to read from "
+            "standard input or configure an askpass helper\nsudo: a password is required\n"
+        ),
+    )
+    wrong = ssh(info.ssh_port, key, "sudo -S id -u", stdin="nope\nstill-nope\n")
+    assert wrong.returncode == 1
+    assert wrong.stderr == (
+        "[sudo] password for ubuntu: Sorry, try again.\n[sudo] password for ubuntu: Sorry, try again.\n"
+        "[sudo] password for ubuntu: \nsudo: 2 incorrect password attempts\n"
+    )
+    right = ssh(info.ssh_port, key, "sudo -S -p '' id -u", stdin=SUDO_PASSWORD + "\n")
+    assert (right.returncode, right.stdout) == (0, "0\n")
+
+    grant = ssh(
+        info.ssh_port,
+        key,
+        "sudo -S -p '' sh -c "
+        "\"echo 'ubuntu ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/90-ubuntu "
+        "&& chmod 440 /etc/sudoers.d/90-ubuntu\"",
+        stdin=SUDO_PASSWORD + "\n",
+    )
+    assert grant.returncode == 0
+    later = ssh(info.ssh_port, key, "sudo id -u; id -u")
+    assert (later.returncode, later.stdout) == (0, "0\n1000\n")
+    log = (info.sandbox_root / "var/log/sim-calls.log").read_text()
+    assert SUDO_PASSWORD not in log and "still-nope" not in log
+    assert "sudo id -u\n" in log
+
+
+def test_a_world_writable_sudoers_file_is_ignored_as_sudo_does(farm: BoxFarm, keys):
+    info = make(farm, keys, user="tuist")
+    key = keys["fleet"][0]
+    granted = ssh(
+        info.ssh_port,
+        key,
+        "sudo -S -p '' sh -c \"echo 'tuist ALL=(ALL) NOPASSWD:ALL' "
+        '> /etc/sudoers.d/90-tuist; chmod 666 /etc/sudoers.d/90-tuist"',
+        user="tuist",
+        stdin=SUDO_PASSWORD + "\n",
+    )
+    assert granted.returncode == 0
+    out = ssh(info.ssh_port, key, "sudo -n true", user="tuist")
+    assert out.returncode == 1
+    assert out.stderr == "sudo: /etc/sudoers.d/90-tuist is world writable\nsudo: a password is required\n"
+
+
+def test_stop_all_stops_every_sshd(farm: BoxFarm, keys):
+    a = make(farm, keys, key="a")
+    b = make(farm, keys, key="b")
+    farm.stop_all()
+    for info in (a, b):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", info.ssh_port), timeout=1).close()

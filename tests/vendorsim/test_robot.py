@@ -1,0 +1,205 @@
+"""Hetzner Robot routes over real HTTP: basic auth, form bodies, wrapped JSON, limits."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from tests.vendorsim.conftest import Served, md5_fingerprint, robot
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 fleet"
+N = 2345601
+
+
+def _add_key(served: Served) -> str:
+    r = robot(served, "POST", "/key", {"name": "fleet", "data": KEY})
+    assert r.status_code == 201, r.text
+    return str(r.json()["key"]["fingerprint"])
+
+
+def test_bad_credentials_are_401_unauthorized(served: Served) -> None:
+    r = robot(served, "GET", "/server", auth=("dev-robot-user", "wrong"))
+    assert (r.status_code, r.json()) == (
+        401,
+        {"error": {"status": 401, "code": "UNAUTHORIZED", "message": "Unauthorized"}},
+    )
+
+
+def test_server_list_and_detail_are_wrapped(served: Served) -> None:
+    servers = robot(served, "GET", "/server").json()
+    assert [s["server"]["server_name"] for s in servers][:3] == [
+        "tuist-bm-dev-1",
+        "tuist-bm-dev-2",
+        "tuist-bm-dev-3",
+    ]
+    assert servers[0]["server"]["product"] == "AX42-U"
+    detail = robot(served, "GET", f"/server/{N}").json()["server"]
+    assert (detail["server_ip"], detail["server_number"], detail["rescue"], detail["reset"]) == (
+        "203.0.113.51",
+        N,
+        True,
+        True,
+    )
+    r = robot(served, "GET", "/server/1")
+    assert (r.status_code, r.json()) == (
+        404,
+        {"error": {"status": 404, "code": "SERVER_NOT_FOUND", "message": "Server with id 1 not found"}},
+    )
+
+
+def test_rename_server_is_form_encoded(served: Served) -> None:
+    r = robot(served, "POST", f"/server/{N}", {"server_name": "tuist-bm-dev-1~c-token-1"})
+    assert r.json()["server"]["server_name"] == "tuist-bm-dev-1~c-token-1"
+    assert robot(served, "GET", f"/server/{N}").json()["server"]["server_name"] == "tuist-bm-dev-1~c-token-1"
+    r = robot(served, "POST", f"/server/{N}", {})
+    assert (r.status_code, r.json()) == (
+        400,
+        {
+            "error": {
+                "status": 400,
+                "code": "INVALID_INPUT",
+                "message": "invalid input",
+                "missing": ["server_name"],
+                "invalid": [],
+            }
+        },
+    )
+    import requests
+
+    creds = served.inventory.credentials.robot
+    r = requests.post(
+        f"{served.url}/robot/server/{N}",
+        json={"server_name": "x"},
+        auth=(creds.username, creds.password),
+        timeout=5,
+    )
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "INVALID_INPUT")
+
+
+def test_keys(served: Served) -> None:
+    r = robot(served, "GET", "/key")
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "NOT_FOUND")
+    fingerprint = _add_key(served)
+    assert fingerprint == md5_fingerprint(KEY)
+    keys = robot(served, "GET", "/key").json()
+    assert keys[0]["key"]["name"] == "fleet"
+    assert (keys[0]["key"]["type"], keys[0]["key"]["size"], keys[0]["key"]["data"]) == ("ED25519", 256, KEY)
+    r = robot(served, "POST", "/key", {"name": "again", "data": KEY})
+    assert (r.status_code, r.json()) == (
+        409,
+        {"error": {"status": 409, "code": "KEY_ALREADY_EXISTS", "message": "The key already exists"}},
+    )
+    r = robot(served, "POST", "/key", {"name": "bad", "data": "not a key"})
+    assert r.json()["error"]["invalid"] == ["data"]
+
+
+def test_rescue_then_reset_boots_rescue_then_installed(served: Served) -> None:
+    fingerprint = _add_key(served)
+    inactive = robot(served, "GET", f"/boot/{N}/rescue").json()["rescue"]
+    assert (inactive["active"], inactive["os"], inactive["arch"], inactive["password"]) == (
+        False,
+        ["linux", "vkvm"],
+        [64],
+        None,
+    )
+    body = urlencode([("os", "linux"), ("authorized_key", fingerprint)])
+    creds = served.inventory.credentials.robot
+    import requests
+
+    r = requests.post(
+        f"{served.url}/robot/boot/{N}/rescue",
+        data=body,
+        auth=(creds.username, creds.password),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        timeout=5,
+    )
+    active = r.json()["rescue"]
+    assert (active["active"], active["os"], active["arch"]) == (True, "linux", 64)
+    assert active["authorized_key"] == [
+        {"key": {"name": "fleet", "fingerprint": fingerprint, "type": "ED25519", "size": 256}}
+    ]
+    assert isinstance(active["password"], str) and len(active["password"]) >= 12
+    r = robot(served, "POST", f"/boot/{N}/rescue", {"os": "linux"})
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "BOOT_ALREADY_ENABLED")
+    assert served.farm.reinstalls() == []
+
+    assert robot(served, "GET", f"/reset/{N}").json()["reset"]["type"] == ["sw", "hw", "man"]
+    r = robot(served, "POST", f"/reset/{N}", {"type": "hw"})
+    assert r.json() == {
+        "reset": {
+            "server_ip": "203.0.113.51",
+            "server_ipv6_net": r.json()["reset"]["server_ipv6_net"],
+            "server_number": N,
+            "type": "hw",
+        }
+    }
+    assert served.farm.reinstalls() == [
+        (f"robot-{N}", {"user": "root", "authorized_key": KEY, "sudo_password": None})
+    ]
+    box = next(b for b in served.admin("GET", "state").json()["boxes"] if b["key"] == f"robot-{N}")
+    assert box["state"] == "rescue"
+    # The rescue config was consumed by that boot; the next reset boots the installed OS.
+    assert robot(served, "GET", f"/boot/{N}/rescue").json()["rescue"]["active"] is False
+    robot(served, "POST", f"/reset/{N}", {"type": "hw"})
+    box = next(b for b in served.admin("GET", "state").json()["boxes"] if b["key"] == f"robot-{N}")
+    assert box["state"] == "installed"
+    assert len(served.farm.reinstalls()) == 1
+
+
+def test_rescue_validation_and_deactivate(served: Served) -> None:
+    r = robot(served, "POST", f"/boot/{N}/rescue", {"os": "linux", "authorized_key": "00:11"})
+    assert r.json()["error"]["invalid"] == ["authorized_key"]
+    r = robot(served, "POST", f"/boot/{N}/rescue", {})
+    assert r.json()["error"]["missing"] == ["os"]
+    robot(served, "POST", f"/boot/{N}/rescue", {"os": "linux"})
+    assert robot(served, "DELETE", f"/boot/{N}/rescue").json()["rescue"]["active"] is False
+    r = robot(served, "POST", f"/reset/{N}", {"type": "power-cycle"})
+    assert r.json()["error"]["invalid"] == ["type"]
+
+
+def test_failover_routing(served: Served) -> None:
+    listed = robot(served, "GET", "/failover").json()
+    assert listed[0] == {
+        "failover": {
+            "ip": "198.51.100.30",
+            "netmask": "255.255.255.255",
+            "server_ip": "203.0.113.51",
+            "server_ipv6_net": listed[0]["failover"]["server_ipv6_net"],
+            "server_number": N,
+            "active_server_ip": "203.0.113.51",
+        }
+    }
+    r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "203.0.113.51"})
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "FAILOVER_ALREADY_ROUTED")
+    r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "203.0.113.52"})
+    assert r.json()["failover"]["active_server_ip"] == "203.0.113.52"
+    assert (
+        robot(served, "GET", "/failover/198.51.100.30").json()["failover"]["active_server_ip"]
+        == "203.0.113.52"
+    )
+    r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "192.0.2.9"})
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "FAILOVER_NEW_SERVER_NOT_FOUND")
+    assert robot(served, "DELETE", "/failover/198.51.100.30").json()["failover"]["active_server_ip"] is None
+
+
+def test_rate_limit_is_403_with_max_request_and_interval(served: Served) -> None:
+    for _ in range(50):
+        assert (
+            robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "192.0.2.9"}).status_code
+            == 404
+        )
+    r = robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "203.0.113.52"})
+    assert (r.status_code, r.json()) == (
+        403,
+        {
+            "error": {
+                "status": 403,
+                "code": "RATE_LIMIT_EXCEEDED",
+                "message": "Rate limit exceeded",
+                "max_request": 50,
+                "interval": 3600,
+            }
+        },
+    )
+    served.clock.advance(3600)
+    r = robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "203.0.113.52"})
+    assert r.status_code == 200

@@ -1,0 +1,73 @@
+"""python -m vendorsim --inventory FILE [--port 8710] [--state DIR] [--task-seconds 2] [--reset] [--no-ssh]"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from werkzeug.serving import make_server
+
+from vendorsim.app import App
+from vendorsim.core import Sim
+from vendorsim.farm import open_farm
+from vendorsim.inventory import InventoryError, load_inventory
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vendorsim", description=__doc__)
+    parser.add_argument("--inventory", type=Path, required=True, help="inventory YAML (seeds the state)")
+    parser.add_argument("--port", type=int, default=8710, help="port on 127.0.0.1 (0 picks a free one)")
+    parser.add_argument(
+        "--state", type=Path, default=Path("build/vendorsim"), help="state directory (SQLite)"
+    )
+    parser.add_argument(
+        "--task-seconds",
+        type=float,
+        default=2.0,
+        help="wall time an async vendor task takes from creation to done",
+    )
+    parser.add_argument("--reset", action="store_true", help="reseed the state from the inventory")
+    parser.add_argument("--no-ssh", action="store_true", help="do not start an SSH server per box")
+    args = parser.parse_args(argv)
+    if args.task_seconds < 0:
+        parser.error("--task-seconds must be >= 0")
+
+    try:
+        inventory = load_inventory(args.inventory)
+    except InventoryError as e:
+        print(f"vendorsim: {e}", file=sys.stderr)
+        return 2
+    farm = open_farm(args.state, ssh=not args.no_ssh)
+    sim = Sim(inventory, args.state, task_seconds=args.task_seconds, farm=farm, reset=args.reset)
+    try:
+        server = make_server("127.0.0.1", args.port, App(sim), threaded=True)
+    except OSError as e:
+        print(f"vendorsim: cannot listen on 127.0.0.1:{args.port}: {e.strerror}", file=sys.stderr)
+        farm.stop_all()
+        return 1
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # shutdown() blocks until serve_forever returns, so it must run on another thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        with sim.lock:
+            sim.start_boxes()
+        print(f"vendorsim listening on http://127.0.0.1:{server.port}", flush=True)
+        server.serve_forever()
+    finally:
+        server.server_close()
+        farm.stop_all()
+        with sim.lock:
+            sim.store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

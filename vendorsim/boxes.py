@@ -1,0 +1,437 @@
+"""Simulated bare-metal boxes that answer SSH: a real OpenSSH sshd per box, commands run in a sandbox.
+
+Each box lives in `<state_dir>/<box_key>/`:
+
+    box.env            login user and the sudo password's salted hash, read by the sandbox shims
+    ssh/               sshd_config, host key, authorized_keys, nss_wrapper passwd/group, pid, log
+    root/              the box's disk: the writable overlay layer over the host's / (see sandbox/login.sh)
+    disks/data/        /data's own filesystem, mounted only when the `data-is-separate` flag file exists
+
+Why this shape: the login user (ubuntu, tuist, root) must exist for sshd without creating users on the
+host, so sshd runs under libnss-wrapper with a per-box passwd file mapping that user to uid 0 and key
+auth only (PermitRootLogin prohibit-password). Every session is forced through sandbox/login.sh, which
+enters a private mount namespace where / is an overlay with the box's disk on top: the script really
+runs in bash and really writes files, all of them into the box. sshd itself runs in a mount namespace
+with its own /run (it needs /run/sshd), so nothing on the host changes. StrictModes is off because the
+state dir may sit under a world-writable /tmp.
+
+A reinstall wipes the disk and generates a new host key, as a real reinstall does.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SANDBOX_DIR = Path(__file__).resolve().parent / "sandbox"
+LOGIN_WRAPPER = SANDBOX_DIR / "login.sh"
+SSHD = Path("/usr/sbin/sshd")
+SSH_KEYGEN = Path("/usr/bin/ssh-keygen")
+NSS_WRAPPER = Path("/usr/lib/x86_64-linux-gnu/libnss_wrapper.so")
+
+_BOX_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_PUBLIC_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+( .*)?$")
+
+
+class BoxError(RuntimeError):
+    """A simulated box could not be created, started or read."""
+
+
+@dataclass(frozen=True)
+class BoxInfo:
+    ssh_port: int
+    host_key_fingerprint: str  # "SHA256:<base64, unpadded>", as ssh-keygen -l prints it
+    host_public_key: str  # OpenSSH line: "ssh-ed25519 AAAA..."
+    sandbox_root: Path  # the box's disk (overlay upper layer): what the box wrote, at its own paths
+    data_disk: Path  # /data's own filesystem when the box has one
+
+
+def fingerprint_of(public_key_line: str) -> str:
+    """OpenSSH SHA256 fingerprint of a public key line."""
+    blob = base64.b64decode(public_key_line.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+class BoxFarm:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    # --- public API ---------------------------------------------------------------------------------
+
+    def ensure(
+        self,
+        box_key: str,
+        *,
+        ssh_port: int,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        data_is_separate: bool | None = None,
+    ) -> BoxInfo:
+        """Create the box if missing (fresh OS, given key and sudo password) and start its sshd.
+
+        An existing box keeps its disk, host key, user and keys: only a reinstall changes those.
+        """
+        box = self._box_dir(box_key)
+        _check_port(box_key, ssh_port)
+        with self._lock:
+            if not (box / "ssh" / "ssh_host_ed25519_key").exists():
+                self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
+            if data_is_separate is not None:
+                self._set_data_separate(box, data_is_separate)
+            if self._running_pid(box) is None or self._configured_port(box) != ssh_port:
+                self._stop(box_key)
+                self._write_sshd_config(box_key, ssh_port)
+                self._start(box_key)
+            return self._info(box_key)
+
+    def reinstall(
+        self,
+        box_key: str,
+        *,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        data_is_separate: bool | None = None,
+    ) -> BoxInfo:
+        """Wipe the box's disk, give it a new host key, the fleet key and the sudo password; restart sshd."""
+        box = self._box_dir(box_key)
+        with self._lock:
+            port = self._configured_port(box)
+            if port is None:
+                raise BoxError(f"box {box_key}: cannot reinstall a box that was never created (ensure first)")
+            self._stop(box_key)
+            separate = (box / "data-is-separate").exists() if data_is_separate is None else data_is_separate
+            for part in ("root", "work", "merged", "disks", "ssh", "home", "box.env", "data-is-separate"):
+                path = box / part
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
+            self._set_data_separate(box, separate)
+            self._write_sshd_config(box_key, port)
+            self._start(box_key)
+            return self._info(box_key)
+
+    def info(self, box_key: str) -> BoxInfo:
+        with self._lock:
+            return self._info(box_key)
+
+    def is_running(self, box_key: str) -> bool:
+        return self._running_pid(self._box_dir(box_key)) is not None
+
+    def stop(self, box_key: str) -> None:
+        with self._lock:
+            self._stop(box_key)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            for box in sorted(p for p in self.state_dir.iterdir() if (p / "ssh").is_dir()):
+                self._stop(box.name)
+
+    # --- layout -------------------------------------------------------------------------------------
+
+    def _box_dir(self, box_key: str) -> Path:
+        if not _BOX_KEY.match(box_key):
+            raise BoxError(f"box key {box_key!r} is not a valid box name (a-z, 0-9, '.', '_', '-')")
+        return self.state_dir / box_key
+
+    def _info(self, box_key: str) -> BoxInfo:
+        box = self._box_dir(box_key)
+        pub_path = box / "ssh" / "ssh_host_ed25519_key.pub"
+        port = self._configured_port(box)
+        if port is None or not pub_path.exists():
+            raise BoxError(f"box {box_key}: no such box in {self.state_dir}")
+        public_key = " ".join(pub_path.read_text().split()[:2])
+        return BoxInfo(
+            ssh_port=port,
+            host_key_fingerprint=fingerprint_of(public_key),
+            host_public_key=public_key,
+            sandbox_root=box / "root",
+            data_disk=box / "disks" / "data",
+        )
+
+    @staticmethod
+    def _configured_port(box: Path) -> int | None:
+        config = box / "ssh" / "sshd_config"
+        if not config.exists():
+            return None
+        match = re.search(r"^Port (\d+)$", config.read_text(), re.MULTILINE)
+        return int(match.group(1)) if match else None
+
+    @staticmethod
+    def _set_data_separate(box: Path, separate: bool) -> None:
+        flag = box / "data-is-separate"
+        if separate:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+
+    # --- install: a fresh OS on the box -------------------------------------------------------------
+
+    def _install(
+        self, box_key: str, *, user: str, authorized_key: str | None, sudo_password: str | None
+    ) -> None:
+        if not _USER.match(user):
+            raise BoxError(f"box {box_key}: login user {user!r} is not a valid user name")
+        key_line = ""
+        if authorized_key is not None:
+            key_line = authorized_key.strip()
+            if "\n" in key_line or not _PUBLIC_KEY.match(key_line):
+                raise BoxError(f"box {box_key}: authorized_key is not one OpenSSH public key line")
+        box = self._box_dir(box_key)
+        ssh_dir = box / "ssh"
+        ssh_dir.mkdir(parents=True, exist_ok=True)
+        (box / "home").mkdir(exist_ok=True)
+        for part in ("root", "work", "merged", "disks/data"):
+            (box / part).mkdir(parents=True, exist_ok=True)
+
+        subprocess.run(
+            [
+                str(SSH_KEYGEN),
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"root@{box_key}",
+                "-f",
+                str(ssh_dir / "ssh_host_ed25519_key"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        (ssh_dir / "authorized_keys").write_text(key_line + "\n" if key_line else "")
+
+        try:
+            privsep = pwd.getpwnam("sshd")
+        except KeyError:
+            raise BoxError("the host has no 'sshd' user: install Debian's openssh-server") from None
+        home = box / "home"
+        passwd = [f"{user}:x:0:0:{user}:{home}:/bin/bash"]
+        if user != "root":
+            passwd.append(f"root:x:0:0:root:{home}:/bin/bash")
+        passwd.append(f"sshd:x:{privsep.pw_uid}:65534::/run/sshd:/usr/sbin/nologin")
+        passwd.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
+        (ssh_dir / "passwd").write_text("\n".join(passwd) + "\n")
+        (ssh_dir / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+
+        salt, digest = "", ""
+        if sudo_password:
+            salt = secrets.token_hex(16)
+            digest = hashlib.sha256((salt + sudo_password).encode()).hexdigest()
+        env_path = box / "box.env"
+        env_path.write_text(f"SIM_USER={user}\nSIM_SUDO_SALT={salt}\nSIM_SUDO_HASH={digest}\n")
+        env_path.chmod(0o600)
+        _seed_os(box / "root", box_key)
+
+    def _write_sshd_config(self, box_key: str, port: int) -> None:
+        box = self._box_dir(box_key)
+        ssh_dir = box / "ssh"
+        user = _read_env(box / "box.env")["SIM_USER"]
+        (ssh_dir / "sshd_config").write_text(
+            "\n".join(
+                [
+                    f"# sshd of simulated box {box_key} (vendorsim/boxes.py)",
+                    f"Port {port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {ssh_dir / 'ssh_host_ed25519_key'}",
+                    f"PidFile {ssh_dir / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {ssh_dir / 'authorized_keys'}",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin prohibit-password",
+                    "UsePAM no",
+                    "StrictModes no",
+                    f"AllowUsers {user}",
+                    f"ForceCommand {LOGIN_WRAPPER} {box}",
+                    "PermitUserEnvironment no",
+                    "AllowTcpForwarding no",
+                    "AllowAgentForwarding no",
+                    "X11Forwarding no",
+                    "PermitTTY no",
+                    "PrintMotd no",
+                    "PrintLastLog no",
+                    "UseDNS no",
+                    "MaxStartups 64:30:128",
+                    "LogLevel INFO",
+                    "",
+                ]
+            )
+        )
+
+    # --- sshd process -------------------------------------------------------------------------------
+
+    def _start(self, box_key: str) -> None:
+        box = self._box_dir(box_key)
+        ssh_dir = box / "ssh"
+        port = self._configured_port(box)
+        assert port is not None
+        for binary in (SSHD, NSS_WRAPPER):
+            if not binary.exists():
+                raise BoxError(f"{binary} is missing: install Debian's openssh-server and libnss-wrapper")
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "LD_PRELOAD": str(NSS_WRAPPER),
+            "NSS_WRAPPER_PASSWD": str(ssh_dir / "passwd"),
+            "NSS_WRAPPER_GROUP": str(ssh_dir / "group"),
+        }
+        # sshd insists on /run/sshd for privilege separation: give it a /run of its own.
+        argv = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            'mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd && exec "$0" "$@"',
+            str(SSHD),
+            "-D",
+            "-e",
+            "-f",
+            str(ssh_dir / "sshd_config"),
+        ]
+        (ssh_dir / "sshd.pid").unlink(missing_ok=True)
+        with open(ssh_dir / "sshd.log", "ab") as log:
+            proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        self._children[box_key] = proc
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = (ssh_dir / "sshd.log").read_text(errors="replace")[-1500:]
+                raise BoxError(
+                    f"box {box_key}: sshd exited with status {proc.returncode} on port {port}:\n{tail}"
+                )
+            if _answers_ssh(port):
+                return
+            time.sleep(0.02)
+        self._stop(box_key)
+        raise BoxError(f"box {box_key}: sshd did not answer on 127.0.0.1:{port} within 10s")
+
+    def _running_pid(self, box: Path) -> int | None:
+        pid_file = box / "ssh" / "sshd.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        # sshd rewrites its process title, so look for the config path anywhere in it.
+        return pid if str(box / "ssh" / "sshd_config").encode() in cmdline else None
+
+    def _stop(self, box_key: str) -> None:
+        """Stop the box's sshd and every session under it (a reinstall must not leave one running)."""
+        box = self._box_dir(box_key)
+        pid = self._running_pid(box)
+        child = self._children.pop(box_key, None)
+        if pid is None and child is not None and child.poll() is None:
+            pid = child.pid
+        if pid is not None:
+            for victim in [*_descendants(pid), pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGKILL)
+            _wait_gone(pid)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+        (box / "ssh" / "sshd.pid").unlink(missing_ok=True)
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def _seed_os(root: Path, box_key: str) -> None:
+    """What a fresh Ubuntu install leaves that the scripts touch (the rest shows through from the host)."""
+    files = {
+        "etc/hostname": f"{box_key}\n",
+        "etc/fstab": "UUID=0a1b2c3d-sim / ext4 defaults 0 1\n/swap.img\tnone\tswap\tsw\t0\t0\n",
+        "etc/netplan/50-cloud-init.yaml": (
+            "network:\n  version: 2\n  ethernets:\n    enp3s0:\n      dhcp4: true\n"
+        ),
+        "var/log/sim-calls.log": "",
+    }
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for rel in (
+        "etc/sudoers.d",
+        "etc/sysctl.d",
+        "etc/modules-load.d",
+        "etc/apt/sources.list.d",
+        "var/lib/sim",
+    ):
+        (root / rel).mkdir(parents=True, exist_ok=True)
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k: v for k, v in pairs}
+
+
+def _check_port(box_key: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise BoxError(f"box {box_key}: ssh_port {port} is not a TCP port")
+
+
+def _answers_ssh(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.settimeout(0.5)
+            return sock.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.01)

@@ -1,0 +1,188 @@
+"""Shared machinery: the simulator object, per-request context, vendor errors and task phases."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from werkzeug.wrappers import Request
+
+from vendorsim.farm import Farm
+from vendorsim.faults import Faults
+from vendorsim.inventory import Inventory
+from vendorsim.store import Store
+
+Clock = Callable[[], float]
+
+# Request-body keys whose values never reach the audit log or /_admin/state.
+SECRET_KEYS = frozenset({"user_password", "root_password", "panel_password", "password", "sudo_password"})
+REDACTED = "<redacted>"
+
+
+class VendorError(Exception):
+    """An error response in the vendor's own shape."""
+
+    def __init__(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+@dataclass
+class Reply:
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Call:
+    """One request as a handler sees it."""
+
+    request: Request
+    vendor: str
+    body: Any = None
+    form: dict[str, list[str]] = field(default_factory=dict)
+    box: str | None = None  # the box a write touched, for the audit log
+
+    @property
+    def args(self) -> Any:
+        return self.request.args
+
+
+class Sim:
+    def __init__(
+        self,
+        inventory: Inventory,
+        state_dir: Path,
+        *,
+        task_seconds: float,
+        farm: Farm,
+        clock: Clock = time.time,
+        reset: bool = False,
+    ) -> None:
+        self.inventory = inventory
+        self.task_seconds = task_seconds
+        self.farm = farm
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.faults = Faults()
+        self.store = Store(state_dir / "vendorsim.db")
+        self.robot_hits: dict[tuple[str, str], list[float]] = {}
+        if reset or self.store.get_meta("seeded") is None:
+            self.seed()
+
+    def seed(self) -> None:
+        from vendorsim import dedibox, ovh, robot
+
+        with self.lock:
+            self.store.wipe()
+            ovh.seed(self)
+            dedibox.seed(self)
+            robot.seed(self)
+            self.store.set_meta("seeded", iso(self.clock()))
+            self.store.commit()
+            self.robot_hits.clear()
+
+    # --- boxes (SSH) ------------------------------------------------------------
+
+    def boxes(self) -> list[dict[str, Any]]:
+        return self.store.all("box")
+
+    def start_boxes(self) -> None:
+        for box in self.boxes():
+            info = self.farm.ensure(
+                box["key"],
+                ssh_port=box["ssh_port"],
+                user=box["user"],
+                authorized_key=box["authorized_key"],
+                sudo_password=box["sudo_password"],
+            )
+            self._record_box(box, info)
+        self.store.commit()
+
+    def reset_boxes(self) -> None:
+        """After a reseed: every box back to its prepped install (fresh sandbox, prep key)."""
+        self.start_boxes()
+        prep = self.inventory.prep
+        for box in self.boxes():
+            self.reinstall_box(
+                box["key"],
+                user=box["user"],
+                authorized_key=prep.fleet_public_key,
+                sudo_password=prep.sudo_password,
+            )
+        self.store.commit()
+
+    def reinstall_box(
+        self,
+        key: str,
+        *,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        state: str = "installed",
+    ) -> None:
+        box = self.store.get("box", key)
+        if box is None:
+            raise KeyError(f"no box {key}")
+        box.update(user=user, authorized_key=authorized_key, sudo_password=sudo_password, state=state)
+        box["generation"] = box.get("generation", 0) + 1
+        info = self.farm.reinstall(key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
+        self._record_box(box, info)
+
+    def set_box_state(self, key: str, state: str) -> None:
+        box = self.store.get("box", key)
+        if box is not None:
+            box["state"] = state
+            self.store.put("box", key, box)
+
+    def _record_box(self, box: dict[str, Any], info: Any) -> None:
+        if info is not None:
+            box["host_key_fingerprint"] = getattr(info, "host_key_fingerprint", None)
+            box["sandbox_root"] = str(getattr(info, "sandbox_root", "")) or None
+        self.store.put("box", box["key"], box)
+
+    # --- async phases -----------------------------------------------------------
+
+    def phase(self, created_at: float, phases: list[str]) -> tuple[int, bool]:
+        """Index into `phases` for a task created at `created_at`, and whether it finished.
+
+        The last entry is reached when task_seconds have passed; the others share the time
+        before it evenly. Evaluated on read, so no background thread is needed.
+        """
+        elapsed = self.clock() - created_at
+        if self.task_seconds <= 0 or elapsed >= self.task_seconds:
+            return len(phases) - 1, True
+        running = len(phases) - 1
+        return min(int(elapsed / self.task_seconds * running), running - 1), False
+
+
+def iso(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def iso_offset(epoch: float) -> str:
+    """OVH writes dates with a numeric offset (2024-05-01T10:00:00+02:00)."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
+
+
+def redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: (REDACTED if k in SECRET_KEYS and v not in (None, "") else redact(v)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def json_reply(body: Any) -> bytes:
+    return json.dumps(body).encode()

@@ -1,0 +1,50 @@
+"""Adapter to the SSH box farm (vendorsim/boxes.py, written separately).
+
+The simulator only needs ensure / reinstall / stop_all; `--no-ssh` swaps in a farm that
+starts nothing, so the HTTP side runs (and is tested) without OpenSSH.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Farm(Protocol):
+    def ensure(
+        self, box_key: str, *, ssh_port: int, user: str, authorized_key: str | None, sudo_password: str | None
+    ) -> Any: ...
+
+    def reinstall(
+        self, box_key: str, *, user: str, authorized_key: str | None, sudo_password: str | None
+    ) -> Any: ...
+
+    def stop_all(self) -> None: ...
+
+
+class NoSshFarm:
+    """--no-ssh: boxes exist only as API state."""
+
+    def ensure(
+        self, box_key: str, *, ssh_port: int, user: str, authorized_key: str | None, sudo_password: str | None
+    ) -> None:
+        return None
+
+    def reinstall(
+        self, box_key: str, *, user: str, authorized_key: str | None, sudo_password: str | None
+    ) -> None:
+        return None
+
+    def stop_all(self) -> None:
+        return None
+
+
+def open_farm(state_dir: Path, *, ssh: bool) -> Farm:
+    if not ssh:
+        return NoSshFarm()
+    try:
+        from vendorsim.boxes import BoxFarm  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as e:
+        raise SystemExit(f"vendorsim: SSH boxes are unavailable ({e}); run with --no-ssh") from None
+    farm: Farm = BoxFarm(state_dir / "boxes")
+    return farm

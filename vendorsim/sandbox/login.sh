@@ -1,0 +1,85 @@
+#!/bin/bash
+# sshd ForceCommand of a simulated box (vendorsim/boxes.py): runs the client's command inside the box.
+#
+# The box is a private mount namespace whose / is an overlay: the host's / read-only underneath, the
+# box's own disk (<box>/root) as the writable layer. Everything a script writes, anywhere, lands in the
+# box and never on the host; a reinstall wipes the layer. Commands that would reach past the filesystem
+# (mount, sysctl, modprobe, swapoff, apt, systemctl, curl, sudo, ...) resolve to the shims in
+# sandbox/shims, which record each call and emulate it inside the box.
+#
+# Usage (from sshd_config): ForceCommand <this file> <box dir>
+set -euo pipefail
+
+box_dir=$1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+if [[ ${SIM_BOX_INNER:-} != 1 ]]; then
+  # One session at a time per box: two overlay mounts sharing one upper dir is undefined behaviour.
+  exec 9>"$box_dir/session.lock"
+  flock 9
+  SIM_BOX_INNER=1 exec unshare --mount --uts --propagation private -- "${BASH_SOURCE[0]}" "$box_dir"
+fi
+unset SIM_BOX_INNER
+
+# --- inside the box's own mount namespace from here on ----------------------------------------------
+merged=$box_dir/merged
+mkdir -p "$box_dir/root" "$box_dir/work" "$merged"
+mount -t overlay "box" -o "lowerdir=/,upperdir=$box_dir/root,workdir=$box_dir/work" "$merged"
+
+# The box's own hostname, in its own UTS namespace.
+hostname "$(head -n 1 "$merged/etc/hostname")"
+
+mount -t proc proc "$merged/proc"
+# The kernel's knobs stay read-only: a script writing /proc/sys directly must not reach the host.
+mount --bind "$merged/proc/sys" "$merged/proc/sys"
+mount -o remount,bind,ro "$merged/proc/sys"
+if [[ -e $merged/proc/sysrq-trigger ]]; then
+  mount --bind "$merged/proc/sysrq-trigger" "$merged/proc/sysrq-trigger"
+  mount -o remount,bind,ro "$merged/proc/sysrq-trigger"
+fi
+
+# A minimal /dev: the character devices scripts use, none of the host's disks.
+mount -t tmpfs -o mode=755,nosuid tmpfs "$merged/dev"
+for dev in null zero full random urandom tty; do
+  touch "$merged/dev/$dev"
+  mount --bind "/dev/$dev" "$merged/dev/$dev"
+done
+ln -s /proc/self/fd "$merged/dev/fd"
+ln -s /proc/self/fd/0 "$merged/dev/stdin"
+ln -s /proc/self/fd/1 "$merged/dev/stdout"
+ln -s /proc/self/fd/2 "$merged/dev/stderr"
+mkdir -p "$merged/dev/shm" "$merged/dev/pts"
+
+# /run and /tmp start empty each session, as after a boot; the host's /tmp is not the box's.
+mount -t tmpfs -o mode=755,nosuid tmpfs "$merged/run"
+mount -t tmpfs -o mode=1777,nosuid tmpfs "$merged/tmp"
+mkdir -p "$merged/run/sim/bin"
+mount --bind "$here/shims" "$merged/run/sim/bin"
+mount -o remount,bind,ro "$merged/run/sim/bin"
+cp "$box_dir/box.env" "$merged/run/sim/box.env"
+chmod 0600 "$merged/run/sim/box.env"
+
+# /data is its own filesystem only on boxes declared so (the <box>/data-is-separate flag).
+if [[ -f $box_dir/data-is-separate ]]; then
+  mkdir -p "$box_dir/disks/data" "$merged/data"
+  mount --bind "$box_dir/disks/data" "$merged/data"
+fi
+
+# Bind mounts made in earlier sessions are still there, as on a running box.
+if [[ -f $merged/var/lib/sim/mounts ]]; then
+  while read -r src dst; do
+    if [[ -d $merged$src && -d $merged$dst ]]; then
+      mount --bind "$merged$src" "$merged$dst"
+    fi
+  done <"$merged/var/lib/sim/mounts"
+fi
+
+# shellcheck source=/dev/null
+user=$(. "$box_dir/box.env" && printf '%s' "$SIM_USER")
+if [[ $user == root ]]; then home=/root; else home=/home/$user; fi
+mkdir -p "$merged$home"
+
+exec chroot "$merged" /usr/bin/env -i --chdir="$home" \
+  PATH=/run/sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  HOME="$home" USER="$user" LOGNAME="$user" SHELL=/bin/bash LANG=C.UTF-8 \
+  /bin/bash -c "${SSH_ORIGINAL_COMMAND:-exec bash}"

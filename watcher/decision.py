@@ -1,0 +1,141 @@
+"""Where a region's failover IP should point, from what the cluster shows (pure).
+
+Eligible box: its Node is Ready, not terminating (no deletionTimestamp), not cordoned,
+has a vendor box id in its providerID, and runs a Ready, non-terminating peer-demux pod.
+Cordoned counts as ineligible: cordon is the first step of releasing or draining a box,
+so the IP should leave before the demux does.
+Placement: keep the current box while it is eligible, else the eligible node with the
+lexically lowest name; with no eligible box the IP stays where it is (never moved to
+nothing) and the reason is alert-worthy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "Action",
+    "Decision",
+    "MoveConfirmer",
+    "NodeView",
+    "PodView",
+    "box_id_from_provider_id",
+    "decide",
+    "ineligibility",
+]
+
+_PROVIDER_ID = {
+    # ovh://<dc>/<service name>: the OVH move target is the service name.
+    "ovh": re.compile(r"^ovh://[a-z0-9-]+/(?P<box>[A-Za-z0-9.-]+)$"),
+    # dedibox://<zone>/<server id>: the mover needs both to find the server.
+    "dedibox": re.compile(r"^dedibox://(?P<box>[a-z0-9-]+/[0-9]+)$"),
+    # hrobot://<server number>
+    "hrobot": re.compile(r"^hrobot://(?P<box>[0-9]+)$"),
+}
+
+
+def box_id_from_provider_id(provider_id: str) -> str:
+    """The vendor box id a Node's providerID names (what the vendor failover API takes)."""
+    scheme = provider_id.partition("://")[0]
+    pattern = _PROVIDER_ID.get(scheme)
+    if pattern is None:
+        raise ValueError(
+            f"providerID '{provider_id}' has scheme '{scheme}'; expected ovh://, dedibox:// or hrobot://"
+        )
+    m = pattern.match(provider_id)
+    if m is None:
+        raise ValueError(f"providerID '{provider_id}' is not a well-formed {scheme}:// id")
+    return m.group("box")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    box_id: str | None  # None when the providerID is missing or foreign
+    ready: bool
+    terminating: bool = False
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    node_name: str | None
+    ready: bool
+    terminating: bool = False
+
+
+class Action(StrEnum):
+    KEEP = "keep"  # the IP is already on an eligible box
+    MOVE = "move"  # route the IP to `target`
+    STAY = "stay"  # no eligible box: leave the IP where it is and alert
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    target: str | None  # box id the IP should be on; None for STAY
+    node: str | None
+    reason: str
+
+
+def ineligibility(node: NodeView, demux_pods: list[PodView]) -> str | None:
+    """Why `node` may not carry the IP, or None when it may."""
+    if not node.ready:
+        return "NotReady"
+    if node.terminating:
+        return "terminating"
+    if node.unschedulable:
+        return "cordoned"
+    if node.box_id is None:
+        return "no vendor box id in providerID"
+    if not any(p.node_name == node.name and p.ready and not p.terminating for p in demux_pods):
+        return "no Ready peer-demux pod"
+    return None
+
+
+def decide(current: str | None, nodes: list[NodeView], demux_pods: list[PodView]) -> Decision:
+    """`current` is the box id the vendor routes the IP to now (None: unrouted)."""
+    reasons = {n.name: ineligibility(n, demux_pods) for n in nodes}
+    eligible = sorted((n for n in nodes if reasons[n.name] is None), key=lambda n: n.name)
+    for node in eligible:
+        if node.box_id == current:
+            reason = f"current box {current} ({node.name}) is eligible"
+            return Decision(Action.KEEP, current, node.name, reason)
+    if not eligible:
+        why = ", ".join(f"{n}: {r}" for n, r in sorted(reasons.items())) or "pool has no nodes"
+        return Decision(Action.STAY, None, None, f"no eligible box in pool ({why}); IP left on {current}")
+    best = eligible[0]
+    was = "unrouted" if current is None else f"current box {current} is not eligible"
+    return Decision(Action.MOVE, best.box_id, best.name, f"{was}; lowest eligible node is {best.name}")
+
+
+class MoveConfirmer:
+    """Hysteresis: a move happens only after the same move is decided `required` polls in a row.
+
+    A box whose Ready condition flaps yields move/keep/move/...; the streak never reaches
+    `required`, so the IP does not ping-pong. Once moved, "keep the current box while
+    eligible" stops it from moving back.
+    """
+
+    def __init__(self, required: int = 2) -> None:
+        if required < 1:
+            raise ValueError(f"required consecutive polls must be at least 1, got {required}")
+        self.required = required
+        self._target: str | None = None
+        self._streak = 0
+
+    def confirm(self, decision: Decision) -> bool:
+        if decision.action is not Action.MOVE:
+            self._target, self._streak = None, 0
+            return False
+        if decision.target == self._target:
+            self._streak += 1
+        else:
+            self._target, self._streak = decision.target, 1
+        return self._streak >= self.required
+
+    def reset(self) -> None:
+        self._target, self._streak = None, 0

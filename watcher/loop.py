@@ -1,0 +1,152 @@
+"""The watcher loop: read nodes and demux pods, decide, confirm, move.
+
+Kubernetes reads are injected as list functions (`kube_listers` builds them from the
+kubernetes client), and the vendor side is a `Mover`, so the loop is tested against a
+local API server and a recording mover.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from watcher.decision import (
+    Action,
+    Decision,
+    MoveConfirmer,
+    NodeView,
+    PodView,
+    box_id_from_provider_id,
+    decide,
+)
+
+__all__ = ["FailoverWatcher", "Mover", "WatcherSettings", "kube_listers", "node_view", "pod_view"]
+
+log = logging.getLogger("watcher")
+
+POOL_LABEL = "node.cluster.x-k8s.io/pool"
+
+
+class Mover(Protocol):
+    """The vendor failover API (providers.vendor.VendorClient implements it)."""
+
+    def failover_target(self, ip: str) -> str | None:
+        """The box id the IP is routed to now, or None when unrouted."""
+
+    def move_failover(self, ip: str, box_id: str) -> None:
+        """Route the IP to `box_id`; returns once the vendor accepted (or finished) the move."""
+
+
+NodeLister = Callable[[], list[NodeView]]
+PodLister = Callable[[], list[PodView]]
+
+
+@dataclass(frozen=True)
+class WatcherSettings:
+    ip: str
+    region: str
+    node_pool: str
+    namespace: str = "kura"
+    poll_seconds: float = 30.0
+    confirm_polls: int = 2
+
+
+def _condition_true(conditions: list[Any] | None, kind: str) -> bool:
+    return any(c.type == kind and c.status == "True" for c in conditions or [])
+
+
+def node_view(node: Any) -> NodeView:
+    """A kubernetes V1Node as the decision sees it."""
+    provider_id = node.spec.provider_id if node.spec else None
+    box_id: str | None = None
+    if provider_id:
+        try:
+            box_id = box_id_from_provider_id(provider_id)
+        except ValueError as exc:
+            log.warning("node %s: %s; it cannot carry the failover IP", node.metadata.name, exc)
+    return NodeView(
+        name=node.metadata.name,
+        box_id=box_id,
+        ready=_condition_true(node.status.conditions if node.status else None, "Ready"),
+        terminating=node.metadata.deletion_timestamp is not None,
+        unschedulable=bool(node.spec and node.spec.unschedulable),
+    )
+
+
+def pod_view(pod: Any) -> PodView:
+    return PodView(
+        name=pod.metadata.name,
+        node_name=pod.spec.node_name if pod.spec else None,
+        ready=_condition_true(pod.status.conditions if pod.status else None, "Ready"),
+        terminating=pod.metadata.deletion_timestamp is not None,
+    )
+
+
+def kube_listers(core_v1: Any, settings: WatcherSettings) -> tuple[NodeLister, PodLister]:
+    """List functions over a kubernetes `CoreV1Api`: the region's pool nodes and demux pods."""
+
+    def list_nodes() -> list[NodeView]:
+        items = core_v1.list_node(label_selector=f"{POOL_LABEL}={settings.node_pool}").items
+        return [node_view(n) for n in items]
+
+    def list_pods() -> list[PodView]:
+        selector = f"app.kubernetes.io/component=peer-demux,app.kubernetes.io/instance={settings.region}"
+        items = core_v1.list_namespaced_pod(settings.namespace, label_selector=selector).items
+        return [pod_view(p) for p in items]
+
+    return list_nodes, list_pods
+
+
+class FailoverWatcher:
+    def __init__(
+        self, settings: WatcherSettings, list_nodes: NodeLister, list_pods: PodLister, mover: Mover
+    ) -> None:
+        self.settings = settings
+        self._list_nodes = list_nodes
+        self._list_pods = list_pods
+        self._mover = mover
+        self._confirmer = MoveConfirmer(settings.confirm_polls)
+
+    def poll_once(self) -> Decision | None:
+        """One observation. Returns the decision, or None when a read failed (nothing changes)."""
+        ip = self.settings.ip
+        try:
+            nodes = self._list_nodes()
+            pods = self._list_pods()
+            current = self._mover.failover_target(ip)
+        except Exception as exc:
+            # A failed read is not evidence a box died: keep the route and retry next poll.
+            log.warning("failover %s: read failed, keeping the current route: %s", ip, exc)
+            return None
+        decision = decide(current, nodes, pods)
+        if decision.action is Action.STAY:
+            log.error("failover %s: ALERT stay: %s", ip, decision.reason)
+        elif decision.action is Action.KEEP:
+            log.info("failover %s: keep: %s", ip, decision.reason)
+        elif not self._confirmer.confirm(decision):
+            log.info(
+                "failover %s: move to %s pending confirmation (%d polls needed): %s",
+                ip,
+                decision.target,
+                self.settings.confirm_polls,
+                decision.reason,
+            )
+        else:
+            assert decision.target is not None
+            try:
+                self._mover.move_failover(ip, decision.target)
+            except Exception as exc:
+                log.error("failover %s: move to %s failed, retrying next poll: %s", ip, decision.target, exc)
+                return decision
+            log.info("failover %s: moved to %s (%s): %s", ip, decision.target, decision.node, decision.reason)
+            self._confirmer.reset()
+        return decision
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll every `poll_seconds` until `stop` is set."""
+        while not stop.is_set():
+            self.poll_once()
+            stop.wait(self.settings.poll_seconds)
