@@ -10,7 +10,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.capacity import capacity_outputs
+from components.capacity import capacity_outputs, capacity_problems
 from components.kura_region import KuraRegion, KuraRegionArgs
 from components.runners import RunnerPools, RunnerPoolsArgs
 from config.loader import ConfigError, fail, load_from_pulumi
@@ -23,6 +23,10 @@ def main() -> None:
         cfg, secrets = load_from_pulumi()
     except ConfigError as err:
         fail(err.problems)
+        return
+    # Capacity is a cross-field rule too, kept with the capacity math it checks.
+    if problems := capacity_problems(cfg):
+        fail(problems)
         return
 
     if cfg.cluster.render_dir:
@@ -43,6 +47,7 @@ def main() -> None:
                 failover_ip=fip,
                 kura=cfg.kura,
                 environment=cfg.environment,
+                watcher_image=cfg.kura.failover_watcher_image,
             ),
             opts=on_cluster,
         )

@@ -18,8 +18,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # --- domain types -------------------------------------------------------------
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_DNS_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_NAME = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _DIGEST_IMAGE = re.compile(r"^[a-z0-9.\-/:_]+@sha256:[0-9a-f]{64}$")
 
@@ -227,6 +232,8 @@ class Kura(Strict):
     bootstrap_artifact_concurrency: int = Field(default=16, gt=0)
     # Accounts whose peer Service the SNI demux routes to: account handle list.
     accounts: list[DnsLabel] = Field(default_factory=list)
+    # The runtime failover watcher (watcher/); required once a region's failover IP is ordered.
+    failover_watcher_image: str | None = None
 
 
 # --- runners ------------------------------------------------------------------

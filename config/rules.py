@@ -566,6 +566,18 @@ def kura_rules(view: View) -> Iterator[Problem]:
         problem = image_pin_problem(kura.controller_image)
         if problem:
             yield Problem(("kura", "controller_image"), problem)
+    routed = [r.id for _, r in view.regions if r.failover_ip and (f := view.failover_ip(r.failover_ip))
+              and f.address is not None]
+    if routed and not kura.failover_watcher_image:
+        yield Problem(
+            ("kura", "failover_watcher_image"),
+            f"required: the failover IPs of {', '.join(routed)} are routed and need the watcher that keeps "
+            "them on a healthy box",
+        )
+    elif kura.failover_watcher_image and env not in (None, Environment.DEV):
+        problem = image_pin_problem(kura.failover_watcher_image)
+        if problem:
+            yield Problem(("kura", "failover_watcher_image"), problem)
     if not 1 <= kura.peer_port <= 65535:
         yield Problem(("kura", "peer_port"), f"{kura.peer_port} is not a TCP port (1-65535)")
     indexed = list(enumerate(kura.accounts))
