@@ -194,11 +194,11 @@ def test_the_validator_rejects_a_cilium_override_without_a_node_selector(rendere
 class ProviderRecorder(ManifestRecorder):
     def __init__(self) -> None:
         super().__init__()
-        self.providers: dict[str, str | None] = {}
+        self.provider_of: dict[str, str | None] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         if args.typ.startswith("kubernetes:") and args.custom:
-            self.providers[f"{args.typ}::{args.name}"] = args.provider
+            self.provider_of[f"{args.typ}::{args.name}"] = args.provider
         return super().new_resource(args)
 
 
@@ -226,8 +226,8 @@ def test_every_kubernetes_object_goes_through_the_callers_provider() -> None:
         RunnerPools("runners", stack_args(), opts=pulumi.ResourceOptions(providers=[cluster]))
 
     build()
-    assert len(recorder.providers) == 10
-    assert set(recorder.providers.values()) == {
+    assert len(recorder.provider_of) == 10
+    assert set(recorder.provider_of.values()) == {
         "urn:pulumi:test::tuist-infra::pulumi:pulumi:Stack$pulumi:providers:kubernetes::cluster::cluster-id"
     }
 
