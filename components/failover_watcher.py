@@ -1,7 +1,11 @@
-"""Deployment, ServiceAccount and least-privilege RBAC of one region's failover watcher.
+"""Deployment, ServiceAccount, least-privilege RBAC and vendor credentials of one region's
+failover watcher.
 
 The watcher (package `watcher`, run as `python -m watcher`) reads Nodes cluster-wide and
 lists the region's demux pods in the Kura namespace; it needs nothing else from the API.
+Its vendor credentials (only those of the region's vendor) are a Secret mounted read-only
+as files (watcher/mover.py reads them per call, so a rotation needs no restart), never
+environment variables: env leaks into `kubectl describe`, crash dumps and child processes.
 """
 
 from __future__ import annotations
@@ -12,13 +16,34 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import POOL_LABEL, metadata, region_labels
-from config.models import FailoverIP, Fleet, Region
+from config.models import FailoverIP, Fleet, Region, Vendors
+from watcher.mover import (
+    DEFAULT_CREDENTIALS_DIR,
+    ENV_ACCOUNT,
+    ENV_CREDENTIALS_DIR,
+    ENV_VENDOR,
+    SECRET_KEYS_BY_VENDOR,
+)
 
-__all__ = ["FailoverWatcher", "FailoverWatcherArgs", "watcher_name"]
+__all__ = [
+    "CREDENTIALS_SECRET",
+    "FailoverWatcher",
+    "FailoverWatcherArgs",
+    "credentials_secret_name",
+    "watcher_name",
+]
+
+CREDENTIALS_SECRET = "tuist-failover-vendor-credentials"
+WATCHER_UID = 65532
 
 
 def watcher_name(region_id: str) -> str:
     return f"kura-failover-watcher-{region_id}"
+
+
+def credentials_secret_name(region_id: str) -> str:
+    # Per region: regions share the Kura namespace and may be on different vendors.
+    return f"{CREDENTIALS_SECRET}-{region_id}"
 
 
 @dataclass(frozen=True)
@@ -28,10 +53,26 @@ class FailoverWatcherArgs:
     failover_ip: FailoverIP
     namespace: str
     image: str
-    # Secret holding the vendor API credentials as environment variables.
-    credentials_secret: str = "tuist-failover-vendor-credentials"
+    # The stack's vendor accounts; the watcher gets the non-secret settings of the IP's vendor.
+    vendors: Vendors
+    # The stack secrets (config.loader.Secrets); only the IP's vendor's are required and used.
+    ovh_application_secret: pulumi.Input[str] | None = None
+    ovh_consumer_key: pulumi.Input[str] | None = None
+    dedibox_secret_key: pulumi.Input[str] | None = None
+    robot_password: pulumi.Input[str] | None = None
+    credentials_dir: str = DEFAULT_CREDENTIALS_DIR
     poll_seconds: int = 30
     confirm_polls: int = 2
+
+    def vendor_credentials(self) -> dict[str, pulumi.Input[str] | None]:
+        """The IP's vendor's secrets by stack key (the Secret's keys, the mounted file names)."""
+        by_key = {
+            "ovhApplicationSecret": self.ovh_application_secret,
+            "ovhConsumerKey": self.ovh_consumer_key,
+            "dediboxSecretKey": self.dedibox_secret_key,
+            "robotPassword": self.robot_password,
+        }
+        return {key: by_key[key] for key in SECRET_KEYS_BY_VENDOR[self.failover_ip.vendor]}
 
 
 class FailoverWatcher(pulumi.ComponentResource):
@@ -39,8 +80,22 @@ class FailoverWatcher(pulumi.ComponentResource):
         self, name: str, args: FailoverWatcherArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("tuist:failover_watcher:FailoverWatcher", name, None, opts)
-        if args.failover_ip.address is None:
-            raise ValueError(f"failover_ips '{args.failover_ip.name}' is parked; a watcher needs an address")
+        fip = args.failover_ip
+        if fip.address is None:
+            raise ValueError(f"failover_ips '{fip.name}' is parked; a watcher needs an address")
+        account = getattr(args.vendors, fip.vendor.value)
+        if account is None:
+            raise ValueError(
+                f"failover_ips '{fip.name}' is on {fip.vendor.value}, but vendors.{fip.vendor.value} "
+                "is not set"
+            )
+        credentials = args.vendor_credentials()
+        missing = [key for key, value in credentials.items() if value is None]
+        if missing:
+            raise ValueError(
+                f"failover watcher of region '{args.region.id}': the {fip.vendor.value} secret(s) "
+                f"{', '.join(missing)} were not passed (FailoverWatcherArgs); the watcher cannot move the IP"
+            )
         region, ns = args.region, args.namespace
         wname = watcher_name(region.id)
         labels = region_labels(name="kura-failover-watcher", component="failover-watcher", region=region.id)
@@ -85,9 +140,22 @@ class FailoverWatcher(pulumi.ComponentResource):
             subjects=[subject],
             opts=child,
         )
+        secret_name = credentials_secret_name(region.id)
+        self.credentials = k8s.core.v1.Secret(
+            f"{name}-credentials",
+            metadata=metadata(secret_name, ns, labels),
+            type="Opaque",
+            # Output.secret, whatever the caller passed: encrypted in state, masked in diffs.
+            string_data={
+                key: pulumi.Output.secret(value) for key, value in credentials.items() if value is not None
+            },
+            opts=child,
+        )
         env = {
-            "FAILOVER_IP": args.failover_ip.address,
-            "FAILOVER_VENDOR": args.failover_ip.vendor.value,
+            "FAILOVER_IP": fip.address,
+            ENV_VENDOR: fip.vendor.value,
+            ENV_ACCOUNT: account.model_dump_json(),
+            ENV_CREDENTIALS_DIR: args.credentials_dir,
             "REGION": region.id,
             "NODE_POOL": args.fleet.node_pool,
             "KURA_NAMESPACE": ns,
@@ -106,6 +174,16 @@ class FailoverWatcher(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=wname,
+                        # The credential files belong to this group, readable by the non-root user.
+                        security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=WATCHER_UID),
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="vendor-credentials",
+                                secret=k8s.core.v1.SecretVolumeSourceArgs(
+                                    secret_name=secret_name, default_mode=0o440
+                                ),
+                            )
+                        ],
                         # Prefer a node outside the pool it guards, so losing that box does
                         # not also take down the one process that moves the IP off it.
                         affinity=k8s.core.v1.AffinityArgs(
@@ -132,11 +210,11 @@ class FailoverWatcher(pulumi.ComponentResource):
                                 image=args.image,
                                 command=["python", "-m", "watcher"],
                                 env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
-                                env_from=[
-                                    k8s.core.v1.EnvFromSourceArgs(
-                                        secret_ref=k8s.core.v1.SecretEnvSourceArgs(
-                                            name=args.credentials_secret
-                                        )
+                                volume_mounts=[
+                                    k8s.core.v1.VolumeMountArgs(
+                                        name="vendor-credentials",
+                                        mount_path=args.credentials_dir,
+                                        read_only=True,
                                     )
                                 ],
                                 resources=k8s.core.v1.ResourceRequirementsArgs(
@@ -144,7 +222,7 @@ class FailoverWatcher(pulumi.ComponentResource):
                                 ),
                                 security_context=k8s.core.v1.SecurityContextArgs(
                                     run_as_non_root=True,
-                                    run_as_user=65532,
+                                    run_as_user=WATCHER_UID,
                                     read_only_root_filesystem=True,
                                     allow_privilege_escalation=False,
                                     capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
@@ -154,6 +232,6 @@ class FailoverWatcher(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.credentials]),
         )
-        self.register_outputs({"name": wname, "ip": args.failover_ip.address})
+        self.register_outputs({"name": wname, "ip": fip.address})

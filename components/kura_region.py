@@ -20,7 +20,8 @@ from components.failover_watcher import FailoverWatcher, FailoverWatcherArgs
 from components.gateway import Gateway, GatewayArgs
 from components.k8s import env_suffix, metadata, pool_node_selector, region_labels
 from components.peer_demux import KURA_PUBLIC_ZONE, PeerDemux, PeerDemuxArgs
-from config.models import Environment, FailoverIP, Fleet, Kura, Region
+from config.loader import Secrets
+from config.models import Environment, FailoverIP, Fleet, Kura, Region, Vendors
 
 __all__ = [
     "EGRESS_BANDWIDTH_ANNOTATION",
@@ -99,6 +100,9 @@ class KuraRegionArgs:
     public_ipv4s: pulumi.Input[Sequence[str]] = field(default_factory=tuple)
     # Image that runs `python -m watcher`; required when the region has a routed failover IP.
     watcher_image: str | None = None
+    # The stack's vendor accounts and secrets: the watcher gets its IP's vendor's share of them.
+    vendors: Vendors = field(default_factory=Vendors)
+    secrets: Secrets = field(default_factory=Secrets)
 
 
 def _check(args: KuraRegionArgs) -> None:
@@ -167,7 +171,16 @@ class KuraRegion(pulumi.ComponentResource):
             self.failover_watcher = FailoverWatcher(
                 f"{name}-watcher",
                 FailoverWatcherArgs(
-                    region=region, fleet=fleet, failover_ip=fip, namespace=ns, image=args.watcher_image
+                    region=region,
+                    fleet=fleet,
+                    failover_ip=fip,
+                    namespace=ns,
+                    image=args.watcher_image,
+                    vendors=args.vendors,
+                    ovh_application_secret=args.secrets.ovh_application_secret,
+                    ovh_consumer_key=args.secrets.ovh_consumer_key,
+                    dedibox_secret_key=args.secrets.dedibox_secret_key,
+                    robot_password=args.secrets.robot_password,
                 ),
                 child,
             )

@@ -2,20 +2,21 @@
 
 Settings come from the Deployment's environment (components/failover_watcher.py):
 FAILOVER_IP, FAILOVER_VENDOR, REGION, NODE_POOL, KURA_NAMESPACE, POLL_SECONDS,
-CONFIRM_POLLS. Vendor credentials arrive as environment from a Secret and are read
-only by the mover.
+CONFIRM_POLLS, and for the mover FAILOVER_VENDOR_ACCOUNT (non-secret account settings,
+JSON) and FAILOVER_CREDENTIALS_DIR. Vendor credentials are files mounted from a Secret
+and are read only by the mover (watcher/mover.py), never from the environment.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import signal
 import sys
 import threading
 
-from watcher.loop import FailoverWatcher, Mover, WatcherSettings, kube_listers
+from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
+from watcher.mover import MoverConfigError, VendorMover, mover_from_env
 
 
 def _require(env: str) -> str:
@@ -36,25 +37,23 @@ def settings_from_env() -> WatcherSettings:
     )
 
 
-def build_mover(vendor: str) -> Mover:
-    # The vendor clients live in providers.vendor (wired separately); import lazily so
-    # the watcher's own logic has no vendor dependency.
+def build_mover() -> VendorMover:
     try:
-        module = importlib.import_module("providers.vendor")
-    except ImportError as exc:
-        raise SystemExit(f"watcher: no mover available ({exc}); providers.vendor is required") from exc
-    mover: Mover = module.VendorClient.from_env(vendor)
-    return mover
+        return mover_from_env()
+    except MoverConfigError as exc:
+        # A bad mount or setting is fixed by a deploy, not by a traceback.
+        raise SystemExit(f"watcher: {exc}") from None
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings_from_env()
+    mover = build_mover()
     from kubernetes import client, config
 
     config.load_incluster_config()
     list_nodes, list_pods = kube_listers(client.CoreV1Api(), settings)
-    watcher = FailoverWatcher(settings, list_nodes, list_pods, build_mover(_require("FAILOVER_VENDOR")))
+    watcher = FailoverWatcher(settings, list_nodes, list_pods, mover)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watcher.run(stop)

@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import pulumi
 import pytest
 
-from config.models import Environment, FailoverIP, Fleet, Hardware, Kura, Region, Taint, TaintEffect, Vendor
+from config.loader import Secrets
+from config.models import (
+    Environment,
+    FailoverIP,
+    Fleet,
+    Hardware,
+    Kura,
+    OvhAccount,
+    Region,
+    Taint,
+    TaintEffect,
+    Vendor,
+    Vendors,
+)
 
 WATCHER_IMAGE = "ghcr.io/tuist/tuist-infra-watcher@sha256:" + "a" * 64
+# The account the watcher's Secret and env are built from, and its secrets as the
+# program passes them (pulumi secret Outputs).
+VENDORS = Vendors(ovh=OvhAccount(endpoint="ovh-us", application_key="tuist-us-app"))
+
+
+def stack_secrets() -> Secrets:
+    return Secrets(
+        ovh_application_secret=pulumi.Output.secret("ovh-app-secret-value"),
+        ovh_consumer_key=pulumi.Output.secret("ovh-consumer-key-value"),
+    )
 
 
 @pytest.fixture

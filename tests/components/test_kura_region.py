@@ -13,7 +13,7 @@ import pytest
 
 from components.kura_region import KuraRegion, KuraRegionArgs, available_regions, kura_controller_settings
 from config.models import Environment, FailoverIP, Fleet, GatewayMode, Kura, Region
-from tests.components.conftest import WATCHER_IMAGE
+from tests.components.conftest import VENDORS, WATCHER_IMAGE, stack_secrets
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
 
@@ -33,6 +33,8 @@ def render(
                 environment=Environment.STAGING,
                 public_ipv4s=["198.51.100.1"],
                 watcher_image=WATCHER_IMAGE,
+                vendors=VENDORS,
+                secrets=stack_secrets(),
             ),
         )
         names = [
@@ -165,6 +167,9 @@ def test_routed_failover_ip_runs_a_watcher_for_that_ip(
         "KURA_NAMESPACE": "kura",
         "POLL_SECONDS": "30",
         "CONFIRM_POLLS": "2",
+        # Non-secret account settings only; the secrets come as files from the Secret.
+        "FAILOVER_VENDOR_ACCOUNT": '{"endpoint":"ovh-us","application_key":"tuist-us-app"}',
+        "FAILOVER_CREDENTIALS_DIR": "/etc/tuist-failover",
     }
     assert (deployment["spec"]["replicas"], deployment["spec"]["strategy"]) == (1, {"type": "Recreate"})
 
@@ -224,6 +229,7 @@ def test_every_region_object_is_schema_valid(
         "IngressClass",
         "Role",
         "RoleBinding",
+        "Secret",
         "Service",
         "ServiceAccount",
     ]
@@ -256,6 +262,8 @@ def test_every_kubernetes_object_uses_the_callers_provider(
                 kura=kura,
                 environment=Environment.STAGING,
                 watcher_image=WATCHER_IMAGE,
+                vendors=VENDORS,
+                secrets=stack_secrets(),
             ),
             pulumi.ResourceOptions(providers=[cluster]),
         )

@@ -122,10 +122,18 @@ def _api_version(type_token: str) -> tuple[str, str]:
     return (group_version.removeprefix("core/"), kind)
 
 
+# The Pulumi wire marker a secret value is wrapped in (pulumi.runtime.rpc).
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+
 def _ints(value: Any) -> Any:
-    # The mock monitor carries numbers as protobuf doubles: 7443 arrives as 7443.0.
+    # The mock monitor carries numbers as protobuf doubles: 7443 arrives as 7443.0,
+    # and secrets wrapped in their signature object: unwrap them to the plain value.
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, dict) and value.get(_SIG_KEY) == _SECRET_SIG:
+        return _ints(value.get("value"))
     if isinstance(value, dict):
         return {k: _ints(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -146,12 +154,15 @@ class ManifestRecorder(pulumi.runtime.Mocks):
         self.components: list[tuple[str, str]] = []
         # Pulumi resource name -> the provider reference it was registered with.
         self.providers: dict[str, str | None] = {}
+        self.registered: dict[tuple[str, str | None], dict[str, Any]] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         if args.typ.startswith("kubernetes:") and args.custom:
             api_version, kind = _api_version(args.typ)
             manifest = {"apiVersion": api_version, "kind": kind, **_ints(dict(args.inputs))}
             self.manifests.append(manifest)
+            # As registered, secret markers included, for tests of what is sent as a secret.
+            self.registered[(kind, manifest.get("metadata", {}).get("name"))] = dict(args.inputs)
             self.providers[args.name] = args.provider
         elif not args.custom:
             self.components.append((args.typ, args.name))

@@ -1,0 +1,126 @@
+"""The failover watcher's vendor credentials under Pulumi's mocks: one Secret per region with only the
+region's vendor's keys, kept secret, mounted read-only where watcher/mover.py reads them."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from components.failover_watcher import FailoverWatcher, FailoverWatcherArgs
+from config.models import DediboxAccount, FailoverIP, Fleet, OvhAccount, Region, Vendor, Vendors
+from tests.components.conftest import WATCHER_IMAGE
+from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
+
+VENDORS = Vendors(
+    ovh=OvhAccount(endpoint="ovh-ca", application_key="ak-public"),
+    dedibox=DediboxAccount(project_id="b781bdf3-6efc-4c4a-a11d-f57edf663188"),
+)
+OVH_SECRETS = {"ovh_application_secret": "as-5c1f0e", "ovh_consumer_key": "ck-9d2e11"}
+
+
+# How a secret value travels to the engine (pulumi.runtime.rpc): wrapped in this signature.
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
+
+
+def as_registered_secret(value: Any) -> dict[str, Any]:
+    return {SECRET_SIG: SECRET_VALUE, "value": value}
+
+
+def render(args: FailoverWatcherArgs) -> ManifestRecorder:
+    return collect_manifests(lambda: FailoverWatcher("us-east-watcher", args))
+
+
+def watcher_args(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP, **overrides: Any
+) -> FailoverWatcherArgs:
+    values: dict[str, Any] = {
+        "region": region,
+        "fleet": fleet,
+        "failover_ip": failover_ip,
+        "namespace": "kura",
+        "image": WATCHER_IMAGE,
+        "vendors": VENDORS,
+        **OVH_SECRETS,
+        "dedibox_secret_key": "dedibox-must-not-appear",
+    }
+    values.update(overrides)
+    return FailoverWatcherArgs(**values)
+
+
+def test_secret_holds_only_the_regions_vendor_keys_as_secrets(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP
+) -> None:
+    recorded = render(watcher_args(region, fleet, failover_ip))
+    secret = recorded.find("Secret", "tuist-failover-vendor-credentials-us-east")
+    assert secret["metadata"]["namespace"] == "kura"
+    assert secret["type"] == "Opaque"
+    # Registered as a secret although the caller passed plain strings.
+    assert recorded.registered[("Secret", secret["metadata"]["name"])]["stringData"] == as_registered_secret(
+        {"ovhApplicationSecret": "as-5c1f0e", "ovhConsumerKey": "ck-9d2e11"}
+    )
+    validate_manifest(secret)
+    # Nothing else carries a credential.
+    others = [m for m in recorded.manifests if m["kind"] != "Secret"]
+    for value in ("as-5c1f0e", "ck-9d2e11", "dedibox-must-not-appear"):
+        assert value not in json.dumps(others)
+    assert "dedibox-must-not-appear" not in json.dumps(secret)
+
+
+def test_deployment_mounts_the_secret_read_only_and_gets_no_credential_env(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP
+) -> None:
+    recorded = render(watcher_args(region, fleet, failover_ip))
+    deployment = recorded.find("Deployment", "kura-failover-watcher-us-east")
+    validate_manifest(deployment)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["volumes"] == [
+        {
+            "name": "vendor-credentials",
+            "secret": {"secretName": "tuist-failover-vendor-credentials-us-east", "defaultMode": 0o440},
+        }
+    ]
+    assert pod["securityContext"] == {"fsGroup": 65532}
+    (container,) = pod["containers"]
+    assert container["volumeMounts"] == [
+        {"name": "vendor-credentials", "mountPath": "/etc/tuist-failover", "readOnly": True}
+    ]
+    assert "envFrom" not in container
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["FAILOVER_VENDOR"] == "ovh"
+    assert json.loads(env["FAILOVER_VENDOR_ACCOUNT"]) == {
+        "endpoint": "ovh-ca",
+        "application_key": "ak-public",
+    }
+    assert env["FAILOVER_CREDENTIALS_DIR"] == "/etc/tuist-failover"
+
+
+def test_dedibox_region_gets_only_the_dedibox_key(region: Region, fleet: Fleet) -> None:
+    dedibox_fleet = fleet.model_copy(update={"vendor": Vendor.DEDIBOX})
+    fip = FailoverIP(name="us-east-peer", vendor=Vendor.DEDIBOX, fleet=fleet.name, address="198.51.100.20")
+    recorded = render(watcher_args(region, dedibox_fleet, fip, dedibox_secret_key="dk-77aa"))
+    secret = recorded.find("Secret", "tuist-failover-vendor-credentials-us-east")
+    assert recorded.registered[("Secret", secret["metadata"]["name"])]["stringData"] == as_registered_secret(
+        {"dediboxSecretKey": "dk-77aa"}
+    )
+
+
+def test_missing_vendor_secret_is_refused(region: Region, fleet: Fleet, failover_ip: FailoverIP) -> None:
+    args = watcher_args(region, fleet, failover_ip, ovh_consumer_key=None)
+    with pytest.raises(ValueError) as raised:
+        FailoverWatcher("w", args)
+    assert str(raised.value) == (
+        "failover watcher of region 'us-east': the ovh secret(s) ovhConsumerKey were not passed "
+        "(FailoverWatcherArgs); the watcher cannot move the IP"
+    )
+
+
+def test_missing_vendor_account_is_refused(region: Region, fleet: Fleet, failover_ip: FailoverIP) -> None:
+    args = watcher_args(region, fleet, failover_ip, vendors=Vendors())
+    with pytest.raises(
+        ValueError, match=re.escape("failover_ips 'us-east-peer' is on ovh, but vendors.ovh is not set")
+    ):
+        FailoverWatcher("w", args)

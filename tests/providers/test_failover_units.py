@@ -1,0 +1,212 @@
+"""FailoverIPProvider without a vendor: the diff table, input checks, placement, and what the pickled
+provider carries into state."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import dill
+import pytest
+from pulumi.dynamic import ConfigureRequest
+from pulumi.dynamic.config import Config
+from pulumi.dynamic.dynamic import serialize_provider
+from pulumi.runtime.rpc import UNKNOWN
+
+from providers.failover import (
+    FailoverInputError,
+    FailoverIPProvider,
+    NotConfiguredError,
+    failover_diff,
+    input_problems,
+    parse_spec,
+    placement,
+)
+
+OLDS: dict[str, Any] = {
+    "vendor": "ovh",
+    "address": "198.51.100.10",
+    "region": "us-east",
+    "fleet": "kura-ovh",
+    "candidates": ["ns1.example.net", "ns2.example.net"],
+    "routed_to": "ns2.example.net",
+    "__provider": "old-pickle",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "changes", "replaces"),
+    [
+        ({}, False, []),
+        ({"vendor": "dedibox"}, True, ["vendor"]),
+        ({"address": "198.51.100.11"}, True, ["address"]),
+        ({"vendor": "robot", "address": "198.51.100.30"}, True, ["vendor", "address"]),
+        ({"candidates": ["ns1.example.net"]}, True, []),
+        ({"candidates": ["ns1.example.net", "ns2.example.net", "ns3.example.net"]}, True, []),
+        ({"candidates": []}, True, []),
+        ({"candidates": UNKNOWN}, True, []),
+        ({"candidates": ["ns1.example.net", UNKNOWN]}, True, []),
+        # Same set in another order: placement would decide the same, so no change.
+        ({"candidates": ["ns2.example.net", "ns1.example.net"]}, False, []),
+        ({"region": "us-west"}, False, []),
+        ({"fleet": "kura-ovh-2"}, False, []),
+        ({"routed_to": None}, False, []),
+        ({"__provider": "new-pickle"}, False, []),
+    ],
+    ids=lambda v: json.dumps(v) if isinstance(v, dict) else str(v),
+)
+def test_diff_table(change: dict[str, Any], changes: bool, replaces: list[str]) -> None:
+    result = failover_diff(OLDS, {**OLDS, **change})
+    assert (result.changes, result.replaces) == (changes, replaces)
+    assert result.delete_before_replace is False
+    if not replaces:
+        assert result.stables == ["vendor", "address"]
+
+
+@pytest.mark.parametrize(
+    ("current", "candidates", "target"),
+    [
+        (None, ["b", "a", "c"], "a"),
+        ("a", ["a", "b"], "a"),
+        ("b", ["a", "b"], "b"),  # kept though not lowest
+        ("z", ["b", "c"], "b"),  # current box left the fleet
+        ("a", [], None),
+        (None, [], None),
+    ],
+)
+def test_placement(current: str | None, candidates: list[str], target: str | None) -> None:
+    assert placement(current, candidates) == target
+
+
+def test_input_problems_name_each_bad_input() -> None:
+    bad = {
+        "vendor": "hetzner",
+        "address": "198.51.100.300",
+        "region": "",
+        "fleet": None,
+        "candidates": ["ns1.example.net"],
+    }
+    assert input_problems(bad) == [
+        ("vendor", "'hetzner' is not one of ovh, dedibox, robot"),
+        ("address", "'198.51.100.300' is not an IPv4 address"),
+        ("region", "must be a non-empty string, got ''"),
+        ("fleet", "must be a non-empty string, got None"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("vendor", "candidates", "problems"),
+    [
+        (
+            "dedibox",
+            ["fr-par-2/200101", "200102"],
+            [
+                (
+                    "candidates",
+                    "candidates[1]: Dedibox box id '200102' is not '<zone>/<server id>' "
+                    "(e.g. fr-par-2/104523)",
+                )
+            ],
+        ),
+        (
+            "robot",
+            ["2345601", "tuist-bm-dev-2"],
+            [("candidates", "candidates[1]: Robot box id 'tuist-bm-dev-2' is not a server number")],
+        ),
+        ("ovh", ["ns1.example.net", ""], [("candidates", "candidates[1]: '' is not a box id")]),
+        ("ovh", "ns1.example.net", [("candidates", "must be a list of box ids, got 'ns1.example.net'")]),
+        ("robot", ["2345601", "2345601"], [("candidates", "box ids listed more than once: 2345601")]),
+    ],
+)
+def test_candidate_problems(vendor: str, candidates: Any, problems: list[tuple[str, str]]) -> None:
+    props = {
+        "vendor": vendor,
+        "address": "198.51.100.10",
+        "region": "r",
+        "fleet": "f",
+        "candidates": candidates,
+    }
+    assert input_problems(props) == problems
+
+
+def test_unknown_inputs_are_not_judged_at_preview() -> None:
+    props = {"vendor": "ovh", "address": "198.51.100.10", "region": "r", "fleet": "f", "candidates": UNKNOWN}
+    assert input_problems(props) == []
+    assert input_problems({**props, "candidates": ["ns1.example.net", UNKNOWN]}) == []
+
+
+def test_check_reports_failures_and_sorts_candidates() -> None:
+    provider = FailoverIPProvider()
+    good = provider.check({}, {**OLDS, "candidates": ["ns2.example.net", "ns1.example.net"]})
+    assert good.failures == []
+    assert good.inputs["candidates"] == ["ns1.example.net", "ns2.example.net"]
+    bad = provider.check({}, {**OLDS, "address": "not-an-ip"})
+    assert [(f.property, f.reason) for f in bad.failures] == [
+        ("address", "'not-an-ip' is not an IPv4 address")
+    ]
+
+
+def test_parse_spec_error_lists_every_problem() -> None:
+    with pytest.raises(FailoverInputError) as raised:
+        parse_spec({**OLDS, "vendor": "aws", "candidates": [1]})
+    assert str(raised.value) == (
+        "FailoverIP inputs are invalid: vendor: 'aws' is not one of ovh, dedibox, robot; "
+        "candidates: candidates[0]: 1 is not a box id"
+    )
+
+
+def test_an_unconfigured_provider_refuses_to_act() -> None:
+    with pytest.raises(NotConfiguredError) as raised:
+        FailoverIPProvider().create({**OLDS})
+    assert str(raised.value) == "the failover provider was not configured with the stack config"
+
+
+def test_read_without_state_is_refused() -> None:
+    with pytest.raises(FailoverInputError) as raised:
+        FailoverIPProvider().read("198.51.100.10", {})
+    assert str(raised.value) == (
+        "FailoverIP 198.51.100.10: read needs the resource's state (vendor, address); "
+        "importing a failover IP by id alone is not supported"
+    )
+
+
+SECRET_VALUES = {
+    "ovhApplicationSecret": "ovh-app-secret-5c1f",
+    "ovhConsumerKey": "ovh-consumer-9d2e",
+    "dediboxSecretKey": "dedibox-secret-77aa",
+    "robotPassword": "robot-password-3b3b",
+}
+
+
+def configured_provider() -> FailoverIPProvider:
+    raw = {
+        "tuist-infra:vendors": json.dumps(
+            {"ovh": {"endpoint": "ovh-eu", "application_key": "ak"}, "robot": {"username": "u"}}
+        ),
+        **{f"tuist-infra:{k}": v for k, v in SECRET_VALUES.items()},
+    }
+    provider = FailoverIPProvider()
+    provider.configure(ConfigureRequest(Config(raw, "tuist-infra")))
+    return provider
+
+
+@pytest.mark.parametrize("make", [FailoverIPProvider, configured_provider], ids=["fresh", "configured"])
+def test_the_serialized_provider_carries_no_secret(make: Any) -> None:
+    provider = make()
+    serialized = serialize_provider(provider)
+    raw = base64.b64decode(serialized)
+    for value in SECRET_VALUES.values():
+        assert value.encode() not in raw
+    assert b"providers.failover" in raw  # pickled by reference to the importable class
+    restored = dill.loads(raw)
+    assert type(restored) is FailoverIPProvider
+    assert vars(restored) == {}
+    assert FailoverIPProvider.serialize_as_secret_always is False
+
+
+def test_configured_credentials_do_not_show_in_repr() -> None:
+    provider = configured_provider()
+    text = repr(vars(provider))
+    for value in SECRET_VALUES.values():
+        assert value not in text

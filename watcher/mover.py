@@ -1,0 +1,253 @@
+"""The vendor side of failover: a VendorClient built from an account and its credentials, and the
+watcher's `Mover` over it.
+
+Both halves of failover route IPs through this code: the FailoverIP dynamic provider at deploy time
+(credentials from the stack config) and the watcher at run time (credentials from the files the
+`tuist-failover-vendor-credentials-<region>` Secret mounts). No Pulumi import: the watcher does not
+need the SDK.
+
+Credential file names are the stack secret keys (ovhApplicationSecret, ovhConsumerKey,
+dediboxSecretKey, robotPassword), so one name means one secret everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from config.models import DediboxAccount, OvhAccount, RobotAccount, Vendor, Vendors
+from providers.retry import DEFAULT_RETRY, DEFAULT_TIMEOUTS, HttpTimeouts, RetryPolicy
+from providers.vendor import VendorClient
+
+__all__ = [
+    "ACCOUNT_MODELS",
+    "DEFAULT_CREDENTIALS_DIR",
+    "ENV_ACCOUNT",
+    "ENV_CREDENTIALS_DIR",
+    "ENV_VENDOR",
+    "SECRET_KEYS_BY_VENDOR",
+    "ClientTiming",
+    "MoverConfigError",
+    "VendorMover",
+    "build_mover",
+    "mover_from_env",
+    "parse_vendor",
+    "read_credential",
+    "vendor_client",
+]
+
+# Which stack secrets each vendor's failover API needs.
+SECRET_KEYS_BY_VENDOR: dict[Vendor, tuple[str, ...]] = {
+    Vendor.OVH: ("ovhApplicationSecret", "ovhConsumerKey"),
+    Vendor.DEDIBOX: ("dediboxSecretKey",),
+    Vendor.ROBOT: ("robotPassword",),
+}
+ACCOUNT_MODELS: dict[Vendor, type[BaseModel]] = {
+    Vendor.OVH: OvhAccount,
+    Vendor.DEDIBOX: DediboxAccount,
+    Vendor.ROBOT: RobotAccount,
+}
+
+DEFAULT_CREDENTIALS_DIR = "/etc/tuist-failover"
+ENV_VENDOR = "FAILOVER_VENDOR"
+# The vendor account's non-secret settings as JSON, in the shape of config.models' account model.
+ENV_ACCOUNT = "FAILOVER_VENDOR_ACCOUNT"
+ENV_CREDENTIALS_DIR = "FAILOVER_CREDENTIALS_DIR"
+
+
+class MoverConfigError(Exception):
+    """The mover cannot be built: unknown vendor, bad account settings, a missing credential."""
+
+
+@dataclass(frozen=True)
+class ClientTiming:
+    """Retry, timeout and task-wait settings of the clients built here (tests shorten them)."""
+
+    retry: RetryPolicy = DEFAULT_RETRY
+    timeouts: HttpTimeouts = DEFAULT_TIMEOUTS
+    task_poll_interval: float = 5.0
+    task_timeout: float = 600.0
+
+
+SecretLookup = Callable[[str], str]
+
+
+def parse_vendor(vendor: str | Vendor) -> Vendor:
+    try:
+        return Vendor(vendor)
+    except ValueError:
+        known = ", ".join(v.value for v in Vendor)
+        raise MoverConfigError(f"vendor {vendor!r} is not one of {known}") from None
+
+
+def vendor_client(
+    vendor: Vendor, vendors: Vendors, secret: SecretLookup, timing: ClientTiming | None = None
+) -> VendorClient:
+    """A client for `vendor`'s account in `vendors`; `secret(key)` yields a stack secret by key
+    (and raises when it is unset)."""
+    timing = timing or ClientTiming()
+    if vendor is Vendor.OVH:
+        from providers.ovh.client import OvhClient
+
+        if vendors.ovh is None:
+            raise MoverConfigError("vendors has no ovh account (vendors.ovh)")
+        return OvhClient(
+            endpoint=vendors.ovh.endpoint,
+            application_key=vendors.ovh.application_key,
+            application_secret=secret("ovhApplicationSecret"),
+            consumer_key=secret("ovhConsumerKey"),
+            timeouts=timing.timeouts,
+            retry=timing.retry,
+            task_poll_interval=timing.task_poll_interval,
+            task_timeout=timing.task_timeout,
+        )
+    if vendor is Vendor.DEDIBOX:
+        from providers.dedibox.client import DediboxClient
+
+        if vendors.dedibox is None:
+            raise MoverConfigError("vendors has no dedibox account (vendors.dedibox)")
+        return DediboxClient(
+            api_url=vendors.dedibox.api_url,
+            secret_key=secret("dediboxSecretKey"),
+            project_id=vendors.dedibox.project_id,
+            zones=vendors.dedibox.zones,
+            timeouts=timing.timeouts,
+            retry=timing.retry,
+            task_poll_interval=timing.task_poll_interval,
+            task_timeout=timing.task_timeout,
+        )
+    from providers.robot.client import RobotClient
+
+    if vendors.robot is None:
+        raise MoverConfigError("vendors has no robot account (vendors.robot)")
+    # Robot failover switches are synchronous: no task to wait for.
+    return RobotClient(
+        api_url=vendors.robot.api_url,
+        username=vendors.robot.username,
+        password=secret("robotPassword"),
+        timeouts=timing.timeouts,
+        retry=timing.retry,
+    )
+
+
+def read_credential(directory: Path, key: str) -> str:
+    """The credential in file `directory/key`, without the trailing newline an `echo` leaves."""
+    path = directory / key
+    try:
+        value = path.read_text(encoding="utf-8").rstrip("\r\n")
+    except FileNotFoundError:
+        raise MoverConfigError(
+            f"credential file {path} is missing: the mounted vendor credentials Secret has no key {key}"
+        ) from None
+    except OSError as error:
+        raise MoverConfigError(f"credential file {path} cannot be read: {error.strerror}") from None
+    if not value:
+        raise MoverConfigError(f"credential file {path} is empty")
+    return value
+
+
+class VendorMover:
+    """The watcher's Mover over one vendor account.
+
+    The credential files are read on every call, so a rotated Secret (kubelet refreshes mounted
+    files in place) takes effect without a restart; the client is rebuilt only when they changed.
+    Only a digest of the credentials is kept to notice that.
+    """
+
+    def __init__(
+        self,
+        vendor: Vendor,
+        vendors: Vendors,
+        credentials_dir: Path,
+        timing: ClientTiming | None = None,
+    ) -> None:
+        self.vendor = vendor
+        self.credentials_dir = credentials_dir
+        self._vendors = vendors
+        self._timing = timing or ClientTiming()
+        self._lock = threading.Lock()
+        self._cached: tuple[str, VendorClient] | None = None
+
+    def __repr__(self) -> str:
+        return f"VendorMover(vendor={self.vendor.value!r}, credentials_dir={str(self.credentials_dir)!r})"
+
+    def _client(self) -> VendorClient:
+        keys = SECRET_KEYS_BY_VENDOR[self.vendor]
+        values = {key: read_credential(self.credentials_dir, key) for key in keys}
+        digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            if self._cached is None or self._cached[0] != digest:
+                client = vendor_client(self.vendor, self._vendors, values.__getitem__, self._timing)
+                self._cached = (digest, client)
+            return self._cached[1]
+
+    def failover_target(self, ip: str) -> str | None:
+        return self._client().failover_target(ip)
+
+    def move_failover(self, ip: str, box_id: str) -> None:
+        self._client().move_failover(ip, box_id)
+
+
+def _account_problems(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in e['loc']) or '<account>'}: {e['msg']}" for e in error.errors()
+    )
+
+
+def build_mover(
+    vendor: str | Vendor,
+    *,
+    account: Mapping[str, Any] | str,
+    credentials_dir: Path | str = DEFAULT_CREDENTIALS_DIR,
+    timing: ClientTiming | None = None,
+    source: str = "account settings",
+) -> VendorMover:
+    """A VendorMover for `vendor`, whose account settings are `account` (a mapping or JSON text in
+    the shape of config.models' account model) and whose secrets are files in `credentials_dir`.
+    `source` names where the account came from in error messages."""
+    parsed_vendor = parse_vendor(vendor)
+    if isinstance(account, str):
+        try:
+            account = json.loads(account)
+        except ValueError:
+            raise MoverConfigError(f"{source}: not JSON") from None
+    model = ACCOUNT_MODELS[parsed_vendor]
+    try:
+        settings = model.model_validate(account)
+    except ValidationError as error:
+        raise MoverConfigError(
+            f"{source}: not a valid {parsed_vendor.value} account: {_account_problems(error)}"
+        ) from None
+    vendors = Vendors.model_validate({parsed_vendor.value: settings})
+    directory = Path(credentials_dir)
+    if not directory.is_dir():
+        raise MoverConfigError(f"credentials directory {directory} does not exist (is the Secret mounted?)")
+    return VendorMover(parsed_vendor, vendors, directory, timing)
+
+
+def mover_from_env(env: Mapping[str, str] | None = None, timing: ClientTiming | None = None) -> VendorMover:
+    """The mover the watcher Deployment configures: FAILOVER_VENDOR, FAILOVER_VENDOR_ACCOUNT and
+    FAILOVER_CREDENTIALS_DIR (default /etc/tuist-failover)."""
+    env = os.environ if env is None else env
+    for name in (ENV_VENDOR, ENV_ACCOUNT):
+        if not env.get(name):
+            raise MoverConfigError(f"environment variable {name} is required")
+    try:
+        vendor = parse_vendor(env[ENV_VENDOR])
+    except MoverConfigError as error:
+        raise MoverConfigError(f"{ENV_VENDOR}: {error}") from None
+    return build_mover(
+        vendor,
+        account=env[ENV_ACCOUNT],
+        credentials_dir=env.get(ENV_CREDENTIALS_DIR) or DEFAULT_CREDENTIALS_DIR,
+        timing=timing,
+        source=ENV_ACCOUNT,
+    )
