@@ -48,6 +48,8 @@ def main() -> None:
                 kura=cfg.kura,
                 environment=cfg.environment,
                 watcher_image=cfg.kura.failover_watcher_image,
+                vendors=cfg.vendors,
+                secrets=secrets,
             ),
             opts=on_cluster,
         )

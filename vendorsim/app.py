@@ -118,6 +118,9 @@ class App:
 
     def _admin(self, request: Request) -> Response:
         route = (request.method, request.path)
+        if route == ("GET", "/_admin/health"):
+            # Readiness for scripts: answers once the server and every box's sshd are up.
+            return _json(200, {"ok": True})
         with self.sim.lock:
             if route == ("GET", "/_admin/state"):
                 self._settle()
