@@ -1,0 +1,354 @@
+"""The Kubernetes side of adopting and releasing a machine, through the kubernetes client.
+
+- A short-lived bootstrap token per machine, written as a `bootstrap.kubernetes.io/token` Secret in
+  kube-system: the kubelet trades it for its own certificate (TLS bootstrap), so NodeRestriction
+  applies to the node from its first request.
+- Release: cordon, drain (evict, DaemonSet and mirror pods left alone), delete the Node (no cloud
+  controller reaps a foreign providerID, and a lingering NotReady node wedges `helm --wait`), and
+  delete the PVCs bound to node-local volumes on it (StatefulSets wedge in Pending otherwise).
+- Relabel / retaint a Node when a fleet's labels or taints change.
+
+Every call is idempotent: a missing object counts as done, so a retried release converges.
+No Pulumi import here. The kubeconfig is a secret: it is parsed, never logged or put in a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import secrets
+import string
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_NAMESPACE = "kube-system"
+BOOTSTRAP_SECRET_TYPE = "bootstrap.kubernetes.io/token"
+BOOTSTRAP_TOKEN_TTL = dt.timedelta(hours=1)
+# Storage classes whose volumes live on one node's disks and die with its reinstall.
+NODE_LOCAL_STORAGE_CLASSES = ("local-path", "scw-local-nvme")
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+_TOKEN_ALPHABET = string.ascii_lowercase + string.digits
+
+
+class KubeError(Exception):
+    """A Kubernetes call failed; the message names the object and the API's answer."""
+
+
+class KubeconfigError(KubeError):
+    """The kubeconfig secret cannot be used. The message never quotes it."""
+
+
+@dataclass(frozen=True)
+class BootstrapToken:
+    """`<id>.<secret>`: the id names the Secret (bootstrap-token-<id>) and is public, the secret
+    half is not, so it stays out of repr."""
+
+    id: str
+    secret: str = field(repr=False)
+
+    @property
+    def value(self) -> str:
+        return f"{self.id}.{self.secret}"
+
+    @property
+    def secret_name(self) -> str:
+        return f"bootstrap-token-{self.id}"
+
+    @staticmethod
+    def generate() -> BootstrapToken:
+        pick = secrets.choice
+        return BootstrapToken(
+            id="".join(pick(_TOKEN_ALPHABET) for _ in range(6)),
+            secret="".join(pick(_TOKEN_ALPHABET) for _ in range(16)),
+        )
+
+
+@dataclass(frozen=True)
+class NodeTaintSpec:
+    key: str
+    value: str
+    effect: str
+
+    def as_dict(self) -> dict[str, str]:
+        body = {"key": self.key, "effect": self.effect}
+        if self.value:
+            body["value"] = self.value
+        return body
+
+
+# --- clients ----------------------------------------------------------------------------------------
+
+
+def api_client(kubeconfig: str) -> k8s.ApiClient:
+    """A client for the cluster the kubeconfig text names (its current context)."""
+    try:
+        doc = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        raise KubeconfigError("the kubeconfig secret is not YAML") from None
+    if not isinstance(doc, dict) or not doc.get("clusters"):
+        raise KubeconfigError("the kubeconfig secret has no clusters")
+    try:
+        return k8s_config.new_client_from_config_dict(doc)
+    except Exception as error:  # the library raises ConfigException and plain errors alike
+        raise KubeconfigError(f"the kubeconfig secret is unusable ({type(error).__name__})") from None
+
+
+def cluster_ca_pem(kubeconfig: str) -> str:
+    """The PEM CA bundle of the kubeconfig's current cluster (certificate-authority-data)."""
+    doc = yaml.safe_load(kubeconfig) or {}
+    contexts = {c.get("name"): c.get("context") or {} for c in doc.get("contexts") or []}
+    current = contexts.get(doc.get("current-context")) or {}
+    clusters = {c.get("name"): c.get("cluster") or {} for c in doc.get("clusters") or []}
+    cluster = clusters.get(current.get("cluster")) or next(iter(clusters.values()), {})
+    data = cluster.get("certificate-authority-data")
+    if not data:
+        raise KubeconfigError(
+            "the kubeconfig's cluster has no certificate-authority-data: the self-join needs the CA inline"
+        )
+    try:
+        return base64.b64decode(data).decode()
+    except ValueError:
+        raise KubeconfigError("the kubeconfig's certificate-authority-data is not base64") from None
+
+
+# --- bootstrap token ----------------------------------------------------------------------------------
+
+
+def bootstrap_token_secret(
+    token: BootstrapToken, *, fleet: str, node_name: str, now: dt.datetime, ttl: dt.timedelta
+) -> k8s.V1Secret:
+    """The Secret that makes `token` valid for `ttl`: authentication only (no signing), in the
+    fleet's own bootstrappers group so a CSR approver can tell fleets apart."""
+    expiration = (now + ttl).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return k8s.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        metadata=k8s.V1ObjectMeta(
+            name=token.secret_name,
+            namespace=BOOTSTRAP_NAMESPACE,
+            labels={"app.kubernetes.io/managed-by": "tuist-infra", "tuist.dev/fleet": fleet},
+        ),
+        type=BOOTSTRAP_SECRET_TYPE,
+        string_data={
+            "description": f"tuist-infra self-join of {node_name}",
+            "token-id": token.id,
+            "token-secret": token.secret,
+            "expiration": expiration,
+            "usage-bootstrap-authentication": "true",
+            "auth-extra-groups": f"system:bootstrappers:tuist-{fleet}",
+        },
+    )
+
+
+def create_bootstrap_token(
+    api: k8s.ApiClient,
+    token: BootstrapToken,
+    *,
+    fleet: str,
+    node_name: str,
+    ttl: dt.timedelta = BOOTSTRAP_TOKEN_TTL,
+    now: dt.datetime | None = None,
+) -> None:
+    body = bootstrap_token_secret(
+        token, fleet=fleet, node_name=node_name, now=now or dt.datetime.now(dt.UTC), ttl=ttl
+    )
+    _call(
+        f"create Secret {BOOTSTRAP_NAMESPACE}/{token.secret_name}",
+        lambda: k8s.CoreV1Api(api).create_namespaced_secret(BOOTSTRAP_NAMESPACE, body),
+    )
+
+
+# --- node lifecycle -----------------------------------------------------------------------------------
+
+
+def cordon(api: k8s.ApiClient, node: str) -> bool:
+    """Mark the Node unschedulable; False when there is no such Node."""
+    return _missing_ok(
+        f"cordon Node {node}",
+        lambda: k8s.CoreV1Api(api).patch_node(node, {"spec": {"unschedulable": True}}),
+    )
+
+
+def drain(
+    api: k8s.ApiClient,
+    node: str,
+    *,
+    timeout: float,
+    poll_interval: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Evict every pod on the Node except DaemonSet and mirror pods, and wait until they are gone.
+
+    A PodDisruptionBudget answering 429 is retried until `timeout`. Returns the evicted pods
+    (namespace/name). Raises KubeError naming the pods still there when time runs out.
+    """
+    core = k8s.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    evicted: list[str] = []
+    while True:
+        remaining = [pod for pod in _pods_on(core, node) if _evictable(pod)]
+        if not remaining:
+            return evicted
+        for pod in remaining:
+            ref = f"{pod.metadata.namespace}/{pod.metadata.name}"
+            body = k8s.V1Eviction(
+                metadata=k8s.V1ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace)
+            )
+            try:
+                core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
+                if ref not in evicted:
+                    evicted.append(ref)
+            except ApiException as error:
+                if error.status == 404:
+                    continue
+                if error.status != 429:  # 429: a disruption budget says not yet
+                    raise _error(f"evict Pod {ref}", error) from None
+        if time.monotonic() >= deadline:
+            names = ", ".join(f"{p.metadata.namespace}/{p.metadata.name}" for p in remaining)
+            raise KubeError(f"drain of Node {node} timed out after {timeout:g}s; still running: {names}")
+        sleep(poll_interval)
+
+
+def delete_node(api: k8s.ApiClient, node: str) -> bool:
+    """Delete the Node; False when it was already gone."""
+    return _missing_ok(f"delete Node {node}", lambda: k8s.CoreV1Api(api).delete_node(node))
+
+
+def node_exists(api: k8s.ApiClient, node: str) -> bool:
+    return _missing_ok(f"read Node {node}", lambda: k8s.CoreV1Api(api).read_node(node))
+
+
+def delete_node_local_pvcs(
+    api: k8s.ApiClient, node: str, classes: Sequence[str] = NODE_LOCAL_STORAGE_CLASSES
+) -> list[str]:
+    """Delete the PVCs bound to node-local volumes pinned to `node`; returns them (namespace/name)."""
+    core = k8s.CoreV1Api(api)
+    volumes = _call("list PersistentVolumes", lambda: core.list_persistent_volume().items)
+    deleted = []
+    for claim in node_local_claims(volumes, node, classes):
+        namespace, name = claim.split("/", 1)
+        if _delete_claim(core, namespace, name):
+            deleted.append(claim)
+    return deleted
+
+
+def node_local_claims(volumes: Iterable[Any], node: str, classes: Sequence[str]) -> list[str]:
+    """namespace/name of each claim bound to a volume of `classes` whose node affinity names `node`."""
+    claims = []
+    for pv in volumes:
+        spec = pv.spec
+        if spec is None or spec.storage_class_name not in classes or spec.claim_ref is None:
+            continue
+        if node in _affinity_values(spec.node_affinity):
+            claims.append(f"{spec.claim_ref.namespace}/{spec.claim_ref.name}")
+    return sorted(claims)
+
+
+def relabel_node(
+    api: k8s.ApiClient,
+    node: str,
+    *,
+    old_labels: Mapping[str, str],
+    new_labels: Mapping[str, str],
+    old_taints: Sequence[NodeTaintSpec],
+    new_taints: Sequence[NodeTaintSpec],
+) -> bool:
+    """Bring the Node's labels and taints from the fleet's old set to its new one, leaving labels and
+    taints others put there alone. False when there is no such Node (yet)."""
+    core = k8s.CoreV1Api(api)
+    try:
+        current = core.read_node(node)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise _error(f"read Node {node}", error) from None
+    labels: dict[str, str | None] = {key: None for key in old_labels if key not in new_labels}
+    labels.update(new_labels)
+    old_keys = {(t.key, t.effect) for t in old_taints} | {(t.key, t.effect) for t in new_taints}
+    taints = [
+        {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
+        for t in (current.spec.taints or [])
+        if (t.key, t.effect) not in old_keys
+    ]
+    taints += [t.as_dict() for t in new_taints]
+    patch = {"metadata": {"labels": labels}, "spec": {"taints": taints}}
+    return _missing_ok(f"relabel Node {node}", lambda: core.patch_node(node, patch))
+
+
+# --- internals ----------------------------------------------------------------------------------------
+
+
+def _delete_claim(core: k8s.CoreV1Api, namespace: str, name: str) -> bool:
+    return _missing_ok(
+        f"delete PersistentVolumeClaim {namespace}/{name}",
+        lambda: core.delete_namespaced_persistent_volume_claim(name, namespace),
+    )
+
+
+def _pods_on(core: k8s.CoreV1Api, node: str) -> list[Any]:
+    return list(
+        _call(
+            f"list Pods on Node {node}",
+            lambda: core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items,
+        )
+    )
+
+
+def _evictable(pod: Any) -> bool:
+    meta = pod.metadata
+    if MIRROR_POD_ANNOTATION in (meta.annotations or {}):
+        return False  # a static pod: the kubelet owns it, the API cannot evict it
+    if any(owner.kind == "DaemonSet" for owner in meta.owner_references or []):
+        return False  # its controller would put it straight back
+    phase = pod.status.phase if pod.status else None
+    return phase not in ("Succeeded", "Failed")
+
+
+def _affinity_values(affinity: Any) -> set[str]:
+    values: set[str] = set()
+    required = getattr(affinity, "required", None) if affinity else None
+    for term in getattr(required, "node_selector_terms", None) or []:
+        for expression in term.match_expressions or []:
+            if expression.operator == "In":
+                values.update(expression.values or [])
+    return values
+
+
+def _call(what: str, operation: Callable[[], Any]) -> Any:
+    try:
+        return operation()
+    except ApiException as error:
+        raise _error(what, error) from None
+
+
+def _missing_ok(what: str, operation: Callable[[], Any]) -> bool:
+    try:
+        operation()
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise _error(what, error) from None
+    return True
+
+
+def _error(what: str, error: ApiException) -> KubeError:
+    reason = error.reason or ""
+    message = ""
+    body = error.body
+    if body:
+        try:
+            message = str(yaml.safe_load(body).get("message") or "")
+        except (yaml.YAMLError, AttributeError):
+            message = ""
+    detail = message or reason
+    return KubeError(f"{what} failed (HTTP {error.status}): {detail[:300]}")

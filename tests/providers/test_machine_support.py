@@ -1,0 +1,284 @@
+"""Shared by the machine provider tests: a vendorsim subprocess with real SSH boxes on free loopback
+ports, its own fleet key and sudo password, and a MachineProvider configured the way the dynamic
+provider process configures it (a pulumi.dynamic Config holding the decrypted stack config).
+
+No tests here; the test_machine_*.py files import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pulumi.dynamic import ConfigureRequest
+from pulumi.dynamic.config import Config
+
+from providers.machine import MachineProvider
+
+REPO = Path(__file__).resolve().parents[2]
+DEV_INVENTORY = REPO / "vendorsim" / "inventory.dev.yaml"
+PROJECT = "tuist-infra"
+STACK = "dev"
+
+FLEETS: dict[str, dict[str, Any]] = {
+    "kura-ovh": {
+        "vendor": "ovh",
+        "marker": "tuist-kura-dev-ovh",
+        "node_pool": "kura-ovh",
+        "taints": [{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}],
+        "datacenter_prefix": "bhs",
+    },
+    "kura-dedibox": {
+        "vendor": "dedibox",
+        "marker": "tuist-kura-dev",
+        "node_pool": "kura-dedibox",
+        "taints": [{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}],
+        "datacenter_prefix": "DC5",
+    },
+    "runners-linux": {
+        "vendor": "robot",
+        "marker": "tuist-bm-dev-",
+        "node_pool": "runners-linux",
+        "taints": [],
+    },
+}
+
+FAST_TIMEOUTS = {
+    "ssh_retry_delay": 0.2,
+    "poll_interval": 0.05,
+    "joining": 60,
+    "release_install": 30,
+    "wait_rescue_ssh": 30,
+    "wait_new_host_key": 30,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class FleetKey:
+    private: str
+    public: str
+
+
+def new_fleet_key() -> FleetKey:
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+        + " tuist-test-fleet"
+    )
+    return FleetKey(private, public)
+
+
+@dataclass
+class Sim:
+    url: str
+    state_dir: Path
+    process: subprocess.Popen[bytes]
+    inventory: dict[str, Any]
+    key: FleetKey
+    sudo_password: str
+
+    def admin(self, method: str, path: str, body: Any = None) -> Any:
+        response = requests.request(method, f"{self.url}/_admin/{path}", json=body, timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.admin("GET", "state"))
+
+    def audit(self, since: int = 0) -> list[dict[str, Any]]:
+        return list(self.admin("GET", f"audit?since={since}")["entries"])
+
+    def last_audit_id(self) -> int:
+        entries = self.audit()
+        return int(entries[-1]["id"]) if entries else 0
+
+    def box(self, key: str) -> dict[str, Any]:
+        return next(b for b in self.state()["boxes"] if b["key"] == key)
+
+    def box_root(self, key: str) -> Path:
+        return self.state_dir / "boxes" / key / "root"
+
+    def calls(self, key: str) -> list[str]:
+        path = self.box_root(key) / "var/log/sim-calls.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def stack_config(self) -> dict[str, Any]:
+        creds = self.inventory["credentials"]
+        vendors = {
+            "ovh": {"endpoint": f"{self.url}/ovh/1.0", "application_key": creds["ovh"]["application_key"]},
+            "dedibox": {
+                "api_url": f"{self.url}/dedibox",
+                "project_id": creds["dedibox"]["project_id"],
+                "zones": ["fr-par-2"],
+            },
+            "robot": {"api_url": f"{self.url}/robot", "username": creds["robot"]["username"]},
+        }
+        return {
+            f"{PROJECT}:environment": "dev",
+            # Structured keys reach configure() as JSON strings.
+            f"{PROJECT}:vendors": json.dumps(vendors),
+            f"{PROJECT}:ovhApplicationSecret": creds["ovh"]["application_secret"],
+            f"{PROJECT}:ovhConsumerKey": creds["ovh"]["consumer_key"],
+            f"{PROJECT}:dediboxSecretKey": creds["dedibox"]["secret_key"],
+            f"{PROJECT}:robotPassword": creds["robot"]["password"],
+            f"{PROJECT}:fleetSshPrivateKey": self.key.private,
+            f"{PROJECT}:fleetSudoPassword": self.sudo_password,
+        }
+
+    def secret_values(self) -> list[str]:
+        creds = self.inventory["credentials"]
+        return [
+            creds["ovh"]["application_secret"],
+            creds["ovh"]["consumer_key"],
+            creds["dedibox"]["secret_key"],
+            creds["robot"]["password"],
+            self.key.private,
+            # A key's body is secret too: any long line of it in an output would be a leak.
+            *[line for line in self.key.private.splitlines() if len(line) > 20 and "-----" not in line],
+            self.sudo_password,
+        ]
+
+    def provider(self, **overrides: Any) -> MachineProvider:
+        provider = MachineProvider()
+        raw = {**self.stack_config(), **{f"{PROJECT}:{k}": v for k, v in overrides.items()}}
+        provider.configure(ConfigureRequest(Config(raw_config=raw, project_name=PROJECT)))
+        return provider
+
+    def faults(self, spec: dict[str, Any]) -> None:
+        self.admin("POST", "faults", spec)
+
+    def clear_faults(self) -> None:
+        self.admin("DELETE", "faults")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_sim(tmp: Path, *, task_seconds: float = 0.2) -> Sim:
+    """A vendorsim on a free port whose boxes answer SSH on free ports, seeded with a fresh fleet key
+    and sudo password (so no test depends on build/ and every secret is unique to the run)."""
+    doc = yaml.safe_load(DEV_INVENTORY.read_text())
+    key = new_fleet_key()
+    sudo_password = "sudo-" + secrets.token_hex(12)
+    doc["prep"] = {"fleet_public_key": key.public, "sudo_password": sudo_password}
+    for vendor in ("ovh", "dedibox", "robot"):
+        for server in doc[vendor]["servers"]:
+            server["ssh_port"] = free_port()
+    inventory = tmp / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(doc))
+    port = free_port()
+    state = tmp / "state"
+    log = (tmp / "vendorsim.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vendorsim",
+            "--inventory",
+            str(inventory),
+            "--state",
+            str(state),
+            "--port",
+            str(port),
+            "--task-seconds",
+            str(task_seconds),
+            "--reset",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"vendorsim exited {process.returncode}:\n{(tmp / 'vendorsim.log').read_text()}"
+            )
+        try:
+            requests.get(f"{url}/_admin/state", timeout=1).raise_for_status()
+            break
+        except requests.RequestException:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("vendorsim did not answer within 60s") from None
+            time.sleep(0.1)
+    return Sim(url, state, process, doc, key, sudo_password)
+
+
+def running_sim(tmp: Path) -> Iterator[Sim]:
+    sim = start_sim(tmp)
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+def machine_props(
+    fleet: str, index: int, *, stack: str = STACK, environment: str = "dev", **overrides: Any
+) -> dict[str, Any]:
+    spec = FLEETS[fleet]
+    props: dict[str, Any] = {
+        "project": PROJECT,
+        "stack": stack,
+        "resource_name": f"{fleet}-{index}",
+        "environment": environment,
+        "fleet": fleet,
+        "vendor": spec["vendor"],
+        "marker": spec["marker"],
+        "node_pool": spec["node_pool"],
+        "labels": {},
+        "taints": list(spec["taints"]),
+        "datacenter_prefix": spec.get("datacenter_prefix"),
+        "ssh_user": "ubuntu",
+        "os": "ubuntu_24.04",
+        "kubernetes_minor": "v1.34",
+        "api_server": None,
+        "allow_release": False,
+        "allow_production_release": False,
+        "timeouts": dict(FAST_TIMEOUTS),
+    }
+    props.update(overrides)
+    return props
+
+
+def claims_in_state(state: dict[str, Any]) -> dict[str, str]:
+    """box id -> the full vendor marker field, for every box of the simulator."""
+    fields: dict[str, str] = {}
+    for server in state["ovh"]["servers"]:
+        fields[server["name"]] = str(server.get("displayName") or server.get("display_name") or "")
+    for server in state["dedibox"]["servers"]:
+        fields[f"{server['zone']}/{server['id']}"] = ",".join(server.get("tags") or [])
+    for server in state["robot"]["servers"]:
+        fields[str(server["number"])] = str(server["server_name"])
+    return fields
