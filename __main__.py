@@ -11,6 +11,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity import capacity_outputs, capacity_problems
+from components.failover_ip import FailoverIP, FailoverIPArgs
+from components.fleet import BareMetalFleet, BareMetalFleetArgs
 from components.kura_region import KuraRegion, KuraRegionArgs
 from components.runners import RunnerPools, RunnerPoolsArgs
 from config.loader import ConfigError, fail, load_from_pulumi
@@ -36,9 +38,33 @@ def main() -> None:
         cluster = k8s.Provider("cluster", kubeconfig=secrets.kubeconfig)
     on_cluster = pulumi.ResourceOptions(providers=[cluster])
 
-    regions = {}
+    fleets = {
+        fleet.name: BareMetalFleet(
+            f"fleet-{fleet.name}",
+            BareMetalFleetArgs(
+                fleet=fleet,
+                environment=cfg.environment,
+                cluster=cfg.cluster,
+                allow_production_release=cfg.allow_production_release,
+            ),
+        )
+        for fleet in cfg.fleets
+    }
+
+    regions: dict[str, KuraRegion] = {}
+    failover: dict[str, FailoverIP] = {}
     for region in cfg.regions:
+        fleet = fleets[region.fleet]
         fip = cfg.failover_ip(region.failover_ip) if region.failover_ip else None
+        if fip is not None:
+            failover[region.id] = FailoverIP(
+                f"failover-{fip.name}",
+                FailoverIPArgs(
+                    failover_ip=fip,
+                    region_id=region.id,
+                    candidates=[machine.box_id for machine in fleet.machines],
+                ),
+            )
         regions[region.id] = KuraRegion(
             f"kura-{region.id}",
             KuraRegionArgs(
@@ -47,6 +73,7 @@ def main() -> None:
                 failover_ip=fip,
                 kura=cfg.kura,
                 environment=cfg.environment,
+                public_ipv4s=[machine.public_ipv4 for machine in fleet.machines],
                 watcher_image=cfg.kura.failover_watcher_image,
                 vendors=cfg.vendors,
                 secrets=secrets,
@@ -71,6 +98,7 @@ def main() -> None:
                 "host": r.host,
                 "peer_host": r.peer_host,
                 "failover_ip": r.failover_ip,
+                "failover_routed_to": failover[rid].routed_to if rid in failover else None,
                 "node_pool": r.node_pool,
                 "exposed": r.exposed,
                 "gateway_mode": r.gateway_mode,
@@ -78,8 +106,18 @@ def main() -> None:
             for rid, r in regions.items()
         },
     )
+    pulumi.export("available_regions", sorted(region.id for region in cfg.regions if region.exposed))
     pulumi.export(
-        "available_regions", sorted(region.id for region in cfg.regions if region.exposed)
+        "fleets",
+        {
+            name: {
+                "vendor": cfg.fleet(name).vendor.value,
+                "enabled": cfg.fleet(name).enabled,
+                "node_pool": cfg.fleet(name).node_pool,
+                "machines": fleet.machine_outputs,
+            }
+            for name, fleet in fleets.items()
+        },
     )
     pulumi.export("capacity", capacity_outputs(cfg))
 

@@ -146,6 +146,7 @@ class BoxFarm:
         with self._lock:
             for box in sorted(p for p in self.state_dir.iterdir() if (p / "ssh").is_dir()):
                 self._stop(box.name)
+        reap_orphans(self.state_dir)
 
     # --- layout -------------------------------------------------------------------------------------
 
@@ -360,6 +361,29 @@ class BoxFarm:
 
 
 # --- helpers ----------------------------------------------------------------------------------------
+
+
+def reap_orphans(state_dir: Path) -> list[int]:
+    """SIGKILL every sshd serving a box under `state_dir`, tracked or not.
+
+    A vendorsim that was SIGKILLed leaves its boxes' sshd running (they are in sessions of their
+    own), holding the boxes' ports; the next start, and test teardowns, sweep them up here.
+    """
+    marker = str(state_dir.resolve()).encode() + b"/"
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sshd" in cmdline and marker in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
 
 
 def _seed_os(root: Path, box_key: str) -> None:

@@ -46,5 +46,9 @@ def open_farm(state_dir: Path, *, ssh: bool) -> Farm:
         from vendorsim.boxes import BoxFarm  # type: ignore[import-not-found,unused-ignore]
     except ImportError as e:
         raise SystemExit(f"vendorsim: SSH boxes are unavailable ({e}); run with --no-ssh") from None
+    from vendorsim.boxes import reap_orphans
+
+    # A previous run that was killed outright leaves its sshd holding the boxes' ports.
+    reap_orphans(state_dir / "boxes")
     farm: Farm = BoxFarm(state_dir / "boxes")
     return farm

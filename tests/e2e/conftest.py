@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from vendorsim.boxes import reap_orphans
+
 REPO = Path(__file__).resolve().parents[2]
 DEV_PASSPHRASE = "tuist-dev-only-passphrase"
 _IGNORED = shutil.ignore_patterns(
@@ -109,7 +111,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     finally:
         sim.terminate()
         try:
-            sim.wait(timeout=15)
+            sim.wait(timeout=60)
         except subprocess.TimeoutExpired:
             sim.kill()
         sim_log.close()
+        leftover = reap_orphans(sim_state / "boxes")
+        assert not leftover, f"vendorsim left {len(leftover)} sshd processes running after it stopped"
