@@ -1,0 +1,99 @@
+"""The whole program (`__main__.py`) under Pulumi's mocks, once per stack file.
+
+Every Kubernetes object of every stack validates against the Kubernetes 1.34 OpenAPI schema and,
+for custom kinds, against the CRD it belongs to (RunnerPool: the CRD the program itself renders;
+DNSEndpoint and CiliumNodeConfig: tests/fixtures/crds). The dynamic resources are not executed
+under mocks; they answer with outputs shaped like the real providers' so the wiring after them
+(failover candidates, public IPs, outputs) runs too.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from config.loader import required_secret_keys
+from config.models import StackConfig
+from tests.support.k8s_schema import ManifestRecorder, validate_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = "tuist-infra"
+
+
+class ProgramMocks(ManifestRecorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.machines: list[dict[str, Any]] = []
+        self.failover: list[dict[str, Any]] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+        inputs = dict(args.inputs)
+        if args.typ == "pulumi-python:dynamic/machine:AdoptedMachine":
+            outs = {
+                **inputs,
+                "box_id": f"box-{args.name}",
+                "name": args.name,
+                "datacenter": "dc1",
+                "public_ipv4": f"203.0.113.{len(self.machines) + 10}",
+                "provider_id": f"{inputs['vendor']}://dc1/box-{args.name}",
+                "node_name": args.name,
+            }
+            self.machines.append(outs)
+            return f"{args.name}-id", outs
+        if args.typ == "pulumi-python:dynamic/failover:FailoverIP":
+            candidates = sorted(inputs.get("candidates") or [])
+            outs = {**inputs, "routed_to": candidates[0] if candidates else None}
+            self.failover.append(outs)
+            return f"{args.name}-id", outs
+        return super().new_resource(args)
+
+
+def _stack(env: str) -> tuple[dict[str, Any], StackConfig]:
+    raw = yaml.safe_load((REPO / f"Pulumi.{env}.yaml").read_text())["config"]
+    plain = {k: v for k, v in raw.items() if not (isinstance(v, dict) and "secure" in v)}
+    from config.loader import load_stack_config
+
+    cfg = load_stack_config({k.removeprefix(f"{PROJECT}:"): v for k, v in plain.items()})
+    return plain, cfg
+
+
+def run_program(env: str) -> ProgramMocks:
+    plain, cfg = _stack(env)
+    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in plain.items()}
+    # The operator's secrets, as stand-ins: the program only passes them on as secret Outputs.
+    secret_keys = [f"{PROJECT}:{key}" for key in required_secret_keys(cfg)]
+    config.update({key: f"stand-in-{key.split(':')[1]}" for key in secret_keys})
+    pulumi.runtime.set_all_config(config, secret_keys)
+    mocks = ProgramMocks()
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=env, preview=False)
+
+    @pulumi.runtime.test  # type: ignore[misc]
+    def run() -> None:
+        runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
+
+    run()
+    return mocks
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "canary", "production"])
+def test_every_kubernetes_object_of_the_stack_is_schema_valid(env: str) -> None:
+    mocks = run_program(env)
+    crds = mocks.of_kind("CustomResourceDefinition")
+    assert mocks.manifests and crds
+    for manifest in mocks.manifests:
+        validate_manifest(manifest, "1.34", crds=crds)
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "canary", "production"])
+def test_the_program_adopts_exactly_the_enabled_fleets_sizes(env: str) -> None:
+    _, cfg = _stack(env)
+    mocks = run_program(env)
+    expected = sum(f.size for f in cfg.fleets if f.enabled)
+    assert len(mocks.machines) == expected
+
