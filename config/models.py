@@ -162,6 +162,46 @@ class Hardware(Strict):
     memory_gib: int = Field(gt=0)
 
 
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256(v: str) -> str:
+    if not _SHA256.match(v):
+        raise ValueError(f"'{v}' is not a sha256 (64 lowercase hex digits)")
+    return v
+
+
+def _artifact_url(v: str) -> str:
+    if not re.match(r"^https?://[^\s/]+/\S+$", v):
+        raise ValueError(f"'{v}' is not an http(s) URL of a file")
+    return v
+
+
+Sha256 = Annotated[str, AfterValidator(_sha256)]
+ArtifactUrl = Annotated[str, AfterValidator(_artifact_url)]
+
+
+class InstallArtifacts(Strict):
+    """What a Robot box's post-install script downloads, each checked against its sha256 before use.
+
+    The Kata sum has no default: nobody has read it off the release page yet, and the machine
+    provider refuses to install a Robot box until it is pinned (the script fails closed too).
+    """
+
+    runc_url: ArtifactUrl = "https://github.com/opencontainers/runc/releases/download/v1.2.5/runc.amd64"
+    runc_sha256: Sha256 = "fbd851fce6a8e0d67a9d184ea544c2abf67c9fd29b80fcc1adf67dfe9eb036a1"
+    # Ubuntu's containerd 1.7 cannot parse the `version = 3` config syntax: containerd 2.x from upstream.
+    containerd_url: ArtifactUrl = (
+        "https://github.com/containerd/containerd/releases/download/v2.2.3/containerd-2.2.3-linux-amd64.tar.gz"
+    )
+    containerd_sha256: Sha256 = "ca26ef5138f17b847bbeeec36d4bf5e002b54d25858197a870c125d57f44d32f"
+    kata_static_url: ArtifactUrl = (
+        "https://github.com/kata-containers/kata-containers/releases/download/3.30.0/"
+        "kata-static-3.30.0-amd64.tar.zst"
+    )
+    kata_static_sha256: Sha256 | None = None
+
+
 class Fleet(Strict):
     name: DnsLabel
     vendor: Vendor
@@ -182,6 +222,12 @@ class Fleet(Strict):
     # Releasing a box reinstalls it. Production Kura fleets may never allow it.
     allow_release: bool = False
     egress_budget_mbps: int | None = Field(default=None, gt=0)
+    # Robot fleets only (their boxes are installed by the program); None: the defaults.
+    install_artifacts: InstallArtifacts | None = None
+
+    @property
+    def artifacts(self) -> InstallArtifacts:
+        return self.install_artifacts or InstallArtifacts()
 
 
 # --- failover IPs -------------------------------------------------------------

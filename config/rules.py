@@ -313,6 +313,32 @@ def fleet_rules(view: View) -> Iterator[Problem]:
             )
     yield from _ovh_datacenter_rules(view)
     yield from _release_rules(view)
+    yield from _install_artifact_rules(view)
+
+
+def _install_artifact_rules(view: View) -> Iterator[Problem]:
+    """Pins are read at install time (the machine provider refuses an unpinned Kata then); here only
+    where they may be set and where they may come from."""
+    env = view.environment
+    for i, fleet in view.fleets:
+        artifacts = fleet.install_artifacts
+        if artifacts is None:
+            continue
+        if fleet.vendor is not Vendor.ROBOT:
+            yield Problem(
+                ("fleets", i, "install_artifacts"),
+                f"only robot fleets install their boxes; {fleet.vendor.value} boxes come pre-installed",
+            )
+            continue
+        if env in (None, Environment.DEV):
+            continue
+        for attr in ("runc_url", "containerd_url", "kata_static_url"):
+            url = getattr(artifacts, attr)
+            if not url.startswith("https://"):
+                yield Problem(
+                    ("fleets", i, "install_artifacts", attr),
+                    f"'{url}' must be an https:// URL outside dev",
+                )
 
 
 def _label_value_problem(value: str) -> str:

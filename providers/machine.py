@@ -36,10 +36,11 @@ import pulumi.dynamic as dyn
 import requests
 from pulumi.dynamic.dynamic import PROVIDER_KEY
 
-from config.models import Environment, Vendor, Vendors
+from config.models import Environment, Fleet, InstallArtifacts, Vendor, Vendors
 from providers import kube
 from providers.claims import claim_token
 from providers.errors import NotFoundError, TaskAlreadyExistsError, VendorError
+from providers.ssh.robot_install import ArtifactPins
 from providers.ssh.runner import HostKeyMismatchError, RunResult, SshTarget, load_private_key, run_script
 from providers.ssh.runner import scrub as scrub_text
 from providers.ssh.selfjoin import (
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 PROJECT = "tuist-infra"
 # Stack config keys configure() reads (see docs/machines.md).
 CONFIG_VENDORS = "vendors"
+CONFIG_FLEETS = "fleets"  # read for the Robot fleets' install_artifacts pins
 SECRET_CONFIG_KEYS = (
     "ovhApplicationSecret",
     "ovhConsumerKey",
@@ -429,12 +431,6 @@ def _claim_lock() -> threading.Lock:
     return threading.Lock()
 
 
-@functools.cache
-def _key_lock() -> threading.Lock:
-    """Serializes vendor-side SSH key registration in the provider process (made on first use)."""
-    return threading.Lock()
-
-
 def fleet_key_name(public_key: str) -> str:
     """The name the fleet key is registered under at a vendor: stable, and no secret in it."""
     return "tuist-" + hashlib.sha256(public_key.strip().encode()).hexdigest()[:12]
@@ -449,6 +445,27 @@ class Settings:
 
     vendors: Vendors
     secrets: Mapping[str, str] = field(repr=False)
+    # fleet name -> its install_artifacts (the defaults when a fleet sets none); no secret in them.
+    install_artifacts: Mapping[str, InstallArtifacts] = field(default_factory=dict)
+
+    def artifact_pins(self, spec: MachineSpec) -> ArtifactPins:
+        """The pins a Robot install of `spec`'s fleet downloads with; refuses while Kata is unpinned."""
+        artifacts = self.install_artifacts.get(spec.fleet, InstallArtifacts())
+        if artifacts.kata_static_sha256 is None:
+            kata_file = artifacts.kata_static_url.rsplit("/", 1)[-1]
+            raise MachineInputError(
+                f"{spec.resource_name}: refusing to install a robot box: "
+                f"{PROJECT}:fleets[name={spec.fleet}].install_artifacts.kata_static_sha256: required: "
+                f"pin the sha256 of {kata_file} before a Robot box can be installed"
+            )
+        return ArtifactPins(
+            runc_url=artifacts.runc_url,
+            runc_sha256=artifacts.runc_sha256,
+            containerd_url=artifacts.containerd_url,
+            containerd_sha256=artifacts.containerd_sha256,
+            kata_static_url=artifacts.kata_static_url,
+            kata_static_sha256=artifacts.kata_static_sha256,
+        )
 
     def secret(self, key: str, *, why: str) -> str:
         value = self.secrets.get(key)
@@ -530,7 +547,26 @@ def settings_from_config(config: Any) -> Settings:
     except Exception as error:
         raise NotConfiguredError(f"stack config {PROJECT}:{CONFIG_VENDORS} is invalid: {error}") from None
     secrets = {key: str(config.get(f"{PROJECT}:{key}") or "") for key in SECRET_CONFIG_KEYS}
-    return Settings(vendors=vendors, secrets=secrets)
+    return Settings(vendors=vendors, secrets=secrets, install_artifacts=_install_artifacts(config))
+
+
+def _install_artifacts(config: Any) -> dict[str, InstallArtifacts]:
+    """Each fleet's pins from the stack config. The program validated the whole config before any
+    resource was registered, so a fleet that does not parse here is left out (its install refuses)."""
+    raw = config.get(f"{PROJECT}:{CONFIG_FLEETS}")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise NotConfiguredError(f"stack config {PROJECT}:{CONFIG_FLEETS} is not JSON") from None
+    pins: dict[str, InstallArtifacts] = {}
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            fleet = Fleet.model_validate(item)
+        except Exception:
+            continue
+        pins[fleet.name] = fleet.artifacts
+    return pins
 
 
 # --- SSH endpoints ------------------------------------------------------------------------------------
@@ -630,6 +666,8 @@ class MachineProvider(dyn.ResourceProvider):
         client = settings.vendor_client(spec.vendor)
         secrets = settings.secret_values()
         steps = Steps(spec.resource_name, f"{spec.vendor.value} fleet {spec.fleet}", secrets)
+        # Refuse before any vendor write: an install without its pins must not leave a claim behind.
+        pins = settings.artifact_pins(spec) if spec.vendor is Vendor.ROBOT else None
         with steps.state("CLAIMING", spec.timeout("claiming")):
             box = claim_box(client, spec)
         steps.box = f"{spec.vendor.value} box {box.id}"
@@ -638,8 +676,16 @@ class MachineProvider(dyn.ResourceProvider):
         if spec.vendor is Vendor.ROBOT:
             from providers import robot_install
 
+            assert pins is not None
             pin = robot_install.install(
-                client, settings, spec, box, steps, hostname=node_name, target=lambda: self._target(spec, box)
+                client,
+                settings,
+                spec,
+                box,
+                steps,
+                hostname=node_name,
+                target=lambda: self._target(spec, box),
+                pins=pins,
             )
         result, registered = join(settings, spec, box, steps, self._target(spec, box), node_name, pin)
         outs = machine_outputs(props, spec, box, node_name, result.host_key_fingerprint, registered)
@@ -713,6 +759,8 @@ class MachineProvider(dyn.ResourceProvider):
         if refuse_release_message:
             raise ReleaseRefusedError(refuse_release_message)
         settings = self._config()
+        if spec.vendor is Vendor.ROBOT:
+            settings.artifact_pins(spec)  # a release reinstalls: refuse before draining anything
         box_id = str(props["box_id"])
         node_name = str(props["node_name"])
         steps = Steps(spec.resource_name, f"{spec.vendor.value} box {box_id}", settings.secret_values())
@@ -863,17 +911,18 @@ def reinstall_for_release(
         from providers import robot_install
 
         robot_install.install(
-            client, settings, spec, box, steps, hostname=hostname, target=lambda: target(spec, box)
+            client,
+            settings,
+            spec,
+            box,
+            steps,
+            hostname=hostname,
+            target=lambda: target(spec, box),
+            pins=settings.artifact_pins(spec),
         )
         return
     seen_running = False
     with steps.state("RELEASE_REINSTALL", spec.timeout("release_install")):
-        if spec.vendor is Vendor.DEDIBOX:
-            # The install refers to the fleet key by its IAM id. Registering it here, one release at a
-            # time, keeps parallel releases from racing to create the same key (the losers get 409).
-            with _key_lock():
-                public_key = settings.fleet_public_key
-                client.register_ssh_key(fleet_key_name(public_key), public_key)
         try:
             client.start_reinstall(
                 box.id,

@@ -23,10 +23,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from providers.ssh.robot_install import (
-    POSTINSTALL_SCRIPT,
+    INSTALLIMAGE_RUNNER,
+    ArtifactPins,
     RobotInstallInputError,
     pick_raid_pair,
     render_installimage_config,
+    render_postinstall,
 )
 from providers.ssh.runner import SshError, SshTarget, fetch_host_key, run_script, wait_for_new_host_key
 from providers.vendor import Box, VendorClient
@@ -36,18 +38,6 @@ if TYPE_CHECKING:
     from providers.robot.client import RobotClient
 
 LSBLK_COMMAND = "lsblk --json --bytes --nodeps --output NAME,SIZE,TYPE\n"
-
-# Runs in the rescue system. It only unpacks its two inputs (rendered config, post-install script)
-# and hands them to installimage, which lives outside PATH in Hetzner's rescue system.
-INSTALLIMAGE_RUNNER = """set -euo pipefail
-printf '%s' "$INSTALLIMAGE_CONFIG_B64" | base64 -d >/root/tuist-installimage.conf
-printf '%s' "$POSTINSTALL_B64" | base64 -d >/root/tuist-postinstall.sh
-chmod 0700 /root/tuist-postinstall.sh
-installimage_bin=$(command -v installimage || echo /root/.oldroot/nfs/install/installimage)
-"$installimage_bin" -a -c /root/tuist-installimage.conf -x /root/tuist-postinstall.sh
-sync
-"""
-
 
 class RobotInstallError(RuntimeError):
     """The rescue system's answers cannot drive an install (no disks, unreadable lsblk)."""
@@ -79,7 +69,7 @@ def installimage_script(config: str, postinstall: str) -> str:
         f"INSTALLIMAGE_CONFIG_B64='{base64.b64encode(config.encode()).decode()}'\n"
         f"POSTINSTALL_B64='{base64.b64encode(postinstall.encode()).decode()}'\n"
     )
-    return header + INSTALLIMAGE_RUNNER
+    return header + INSTALLIMAGE_RUNNER.read_text()
 
 
 def install(
@@ -91,9 +81,14 @@ def install(
     *,
     hostname: str,
     target: Callable[[], SshTarget],
+    pins: ArtifactPins,
 ) -> str:
     """Install the box through rescue + installimage; returns the new OS's host key fingerprint."""
     robot = cast("RobotClient", client)
+    try:
+        postinstall = render_postinstall(pins)
+    except RobotInstallInputError as error:
+        raise RobotInstallError(str(error)) from None
     private_key = settings.fleet_private_key
     public_key = settings.fleet_public_key
     handshake = spec.timeout("ssh_handshake")
@@ -125,7 +120,7 @@ def install(
             config = render_installimage_config(drive1=drive1, drive2=drive2, hostname=hostname)
         except RobotInstallInputError as error:
             raise RobotInstallError(str(error)) from None
-        script = installimage_script(config, POSTINSTALL_SCRIPT.read_text())
+        script = installimage_script(config, postinstall)
         run_script(ssh, script, step_timeout=clock.remaining(), step="installimage", **common)
     with steps.state("REBOOT", spec.timeout("reboot")):
         robot.reset(box.id, "hw")

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.wrappers import Request, Response
 
-from vendorsim import dedibox, ovh, robot
+from vendorsim import artifacts, dedibox, ovh, robot
 from vendorsim.core import Call, Reply, Sim, VendorError, redact
 from vendorsim.faults import FaultSpecError
 
@@ -40,6 +40,8 @@ class App:
         request = Request(environ)
         if request.path.startswith("/_admin/") or request.path == "/_admin":
             response = self._admin(request)
+        elif request.path.startswith("/artifacts/"):
+            response = _artifact(request)
         else:
             response = self._vendor(request)
         return response(environ, start_response)
@@ -176,6 +178,19 @@ class App:
             }
         )
         return state
+
+
+def _artifact(request: Request) -> Response:
+    """A release artifact the sandboxed boxes download (vendorsim/artifacts.py); plain HTTP, no auth,
+    like the public release pages it stands in for."""
+    name = request.path.removeprefix("/artifacts/")
+    if request.method not in ("GET", "HEAD"):
+        return _json(405, {"message": f"method {request.method} not allowed on {request.path}"})
+    data = artifacts.artifact(name)
+    if data is None:
+        known = ", ".join(artifacts.FILES)
+        return _json(404, {"message": f"no artifact {name!r}; vendorsim serves {known}"})
+    return Response(data, status=200, content_type="application/octet-stream")
 
 
 def _raw_path(request: Request) -> str:

@@ -4,7 +4,12 @@ Each box lives in `<state_dir>/<box_key>/`:
 
     box.env            login user and the sudo password's salted hash, read by the sandbox shims
     ssh/               sshd_config, host key, authorized_keys, nss_wrapper passwd/group, pid, log
-    root/              the box's disk: the writable overlay layer over the host's / (see sandbox/login.sh)
+    system/root/       the box's disk: the installed OS, the writable overlay layer over the host's /
+    system/work/       (see sandbox/login.sh); one directory so installimage can mount it as a whole
+    rescue/            while the box runs Robot's rescue system: that system's RAM (root/, work/)
+    boot               "rescue" while the rescue system runs (login.sh reads it)
+    system-ssh/        the installed OS's SSH identity (host key, keys, user), kept while rescue runs
+    hardware/disks     "<name> <bytes>" lines: the box's disks, as lsblk in the box lists them
     disks/data/        /data's own filesystem, mounted only when the `data-is-separate` flag file exists
 
 Why this shape: the login user (ubuntu, tuist, root) must exist for sshd without creating users on the
@@ -15,7 +20,9 @@ runs in bash and really writes files, all of them into the box. sshd itself runs
 with its own /run (it needs /run/sshd), so nothing on the host changes. StrictModes is off because the
 state dir may sit under a world-writable /tmp.
 
-A reinstall wipes the disk and generates a new host key, as a real reinstall does.
+A reinstall wipes the disk and generates a new host key, as a real reinstall does. A rescue boot keeps
+the disk and runs a fresh rescue system (new host key, root with the rescue keys); the sandbox's
+installimage lays a new OS down on the disk from there, and a reboot boots whatever the disk holds.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +53,11 @@ NSS_WRAPPER = Path("/usr/lib/x86_64-linux-gnu/libnss_wrapper.so")
 _BOX_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _PUBLIC_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+( .*)?$")
+_DISK_NAME = re.compile(r"^(nvme[0-9]+n[0-9]+|sd[a-z]+|vd[a-z]+)$")
+# What cloud-init writes on a real Ubuntu cloud image for its default user.
+CLOUD_INIT_SUDOERS = "etc/sudoers.d/90-cloud-init-users"
+# The installimage shim's mark, in the rescue system: an install finished since this rescue boot.
+INSTALLIMAGE_DONE = "var/lib/sim/installimage.done"
 
 
 class BoxError(RuntimeError):
@@ -56,8 +69,16 @@ class BoxInfo:
     ssh_port: int
     host_key_fingerprint: str  # "SHA256:<base64, unpadded>", as ssh-keygen -l prints it
     host_public_key: str  # OpenSSH line: "ssh-ed25519 AAAA..."
-    sandbox_root: Path  # the box's disk (overlay upper layer): what the box wrote, at its own paths
+    sandbox_root: Path  # the running system's writable layer: what the box wrote, at its own paths
     data_disk: Path  # /data's own filesystem when the box has one
+    disk_root: Path  # the installed OS on the box's disk (the same as sandbox_root unless in rescue)
+    in_rescue: bool = False
+
+
+@dataclass(frozen=True)
+class Disk:
+    name: str  # nvme0n1, sda, ...
+    size: int  # bytes
 
 
 def fingerprint_of(public_key_line: str) -> str:
@@ -84,14 +105,18 @@ class BoxFarm:
         authorized_key: str | None,
         sudo_password: str | None,
         data_is_separate: bool | None = None,
+        disks: Sequence[Disk] | None = None,
     ) -> BoxInfo:
         """Create the box if missing (fresh OS, given key and sudo password) and start its sshd.
 
         An existing box keeps its disk, host key, user and keys: only a reinstall changes those.
+        `disks` is hardware: it survives reinstalls and rescue boots.
         """
         box = self._box_dir(box_key)
         _check_port(box_key, ssh_port)
         with self._lock:
+            if disks is not None:
+                _write_disks(box_key, box, disks)
             if not (box / "ssh" / "ssh_host_ed25519_key").exists():
                 self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
             if data_is_separate is not None:
@@ -110,8 +135,12 @@ class BoxFarm:
         authorized_key: str | None,
         sudo_password: str | None,
         data_is_separate: bool | None = None,
+        nopasswd_sudo: bool = False,
     ) -> BoxInfo:
-        """Wipe the box's disk, give it a new host key, the fleet key and the sudo password; restart sshd."""
+        """Wipe the box's disk, give it a new host key, the fleet key and the sudo password; restart sshd.
+
+        `nopasswd_sudo` grants the login user passwordless sudo as cloud-init does on an OVH Ubuntu
+        install (/etc/sudoers.d/90-cloud-init-users)."""
         box = self._box_dir(box_key)
         with self._lock:
             port = self._configured_port(box)
@@ -119,17 +148,84 @@ class BoxFarm:
                 raise BoxError(f"box {box_key}: cannot reinstall a box that was never created (ensure first)")
             self._stop(box_key)
             separate = (box / "data-is-separate").exists() if data_is_separate is None else data_is_separate
-            for part in ("root", "work", "merged", "disks", "ssh", "home", "box.env", "data-is-separate"):
-                path = box / part
-                if path.is_dir():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink(missing_ok=True)
+            for part in (*_OS_PARTS, "disks", "data-is-separate"):
+                _remove(box / part)
             self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
+            if nopasswd_sudo:
+                sudoers = box / "system" / "root" / CLOUD_INIT_SUDOERS
+                sudoers.write_text(f"# Created by cloud-init\n{user} ALL=(ALL) NOPASSWD:ALL\n")
+                sudoers.chmod(0o440)
             self._set_data_separate(box, separate)
             self._write_sshd_config(box_key, port)
             self._start(box_key)
             return self._info(box_key)
+
+    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> BoxInfo:
+        """Boot Robot's rescue system: a fresh system in RAM (new host key, root with `authorized_key`,
+        also in /root/.ssh/authorized_keys for installimage to copy), the disk left as it is."""
+        box = self._box_dir(box_key)
+        with self._lock:
+            port = self._configured_port(box)
+            if port is None:
+                raise BoxError(f"box {box_key}: cannot boot a box that was never created (ensure first)")
+            key_line = _check_key(box_key, authorized_key)
+            self._stop(box_key)
+            if not self._in_rescue(box):
+                # The installed OS's identity comes back if the box reboots without an install.
+                _remove(box / "system-ssh")
+                shutil.copytree(box / "ssh", box / "system-ssh", ignore=shutil.ignore_patterns("sshd.*"))
+                shutil.copy2(box / "box.env", box / "system-ssh" / "box.env")
+            _remove(box / "rescue")
+            for part in ("rescue/root", "rescue/work"):
+                (box / part).mkdir(parents=True)
+            self._write_identity(
+                box_key, user="root", key_line=key_line, sudo_password=None, new_host_key=True
+            )
+            _seed_os(box / "rescue" / "root", "rescue")
+            ssh_dir = box / "rescue" / "root" / "root" / ".ssh"
+            ssh_dir.mkdir(parents=True)
+            (ssh_dir / "authorized_keys").write_text(key_line + "\n" if key_line else "")
+            (box / "boot").write_text("rescue\n")
+            self._write_sshd_config(box_key, port)
+            self._start(box_key)
+            return self._info(box_key)
+
+    def reboot(self, box_key: str, *, new_host_key: bool) -> BoxInfo:
+        """Reset the box: it boots the OS on its disk, which is kept as it is.
+
+        Out of the rescue system, the installed OS comes back with its own SSH identity, unless
+        `new_host_key`: then the disk holds a fresh install (installimage), which boots with a new host
+        key and root's keys from the disk's /root/.ssh/authorized_keys, as installimage copied them."""
+        box = self._box_dir(box_key)
+        with self._lock:
+            port = self._configured_port(box)
+            if port is None:
+                raise BoxError(f"box {box_key}: cannot reboot a box that was never created (ensure first)")
+            self._stop(box_key)
+            was_rescue = self._in_rescue(box)
+            _remove(box / "rescue")
+            (box / "boot").unlink(missing_ok=True)
+            if new_host_key:
+                keys = box / "system" / "root" / "root" / ".ssh" / "authorized_keys"
+                key_lines = keys.read_text().strip() if keys.exists() else ""
+                self._write_identity(
+                    box_key, user="root", key_line=key_lines, sudo_password=None, new_host_key=True
+                )
+            elif was_rescue and (box / "system-ssh").is_dir():
+                saved = box / "system-ssh"
+                shutil.copy2(saved / "box.env", box / "box.env")
+                for item in saved.iterdir():
+                    if item.name != "box.env":
+                        shutil.copy2(item, box / "ssh" / item.name)
+            _remove(box / "system-ssh")
+            self._write_sshd_config(box_key, port)
+            self._start(box_key)
+            return self._info(box_key)
+
+    def installed_in_rescue(self, box_key: str) -> bool:
+        """Whether installimage finished in the rescue system running now (the next reboot boots it)."""
+        box = self._box_dir(box_key)
+        return self._in_rescue(box) and (box / "rescue" / "root" / INSTALLIMAGE_DONE).exists()
 
     def info(self, box_key: str) -> BoxInfo:
         with self._lock:
@@ -162,13 +258,21 @@ class BoxFarm:
         if port is None or not pub_path.exists():
             raise BoxError(f"box {box_key}: no such box in {self.state_dir}")
         public_key = " ".join(pub_path.read_text().split()[:2])
+        rescue = self._in_rescue(box)
         return BoxInfo(
             ssh_port=port,
             host_key_fingerprint=fingerprint_of(public_key),
             host_public_key=public_key,
-            sandbox_root=box / "root",
+            sandbox_root=box / ("rescue" if rescue else "system") / "root",
             data_disk=box / "disks" / "data",
+            disk_root=box / "system" / "root",
+            in_rescue=rescue,
         )
+
+    @staticmethod
+    def _in_rescue(box: Path) -> bool:
+        boot = box / "boot"
+        return boot.exists() and boot.read_text().strip() == "rescue"
 
     @staticmethod
     def _configured_port(box: Path) -> int | None:
@@ -191,36 +295,44 @@ class BoxFarm:
     def _install(
         self, box_key: str, *, user: str, authorized_key: str | None, sudo_password: str | None
     ) -> None:
+        key_line = _check_key(box_key, authorized_key)
+        box = self._box_dir(box_key)
+        (box / "home").mkdir(parents=True, exist_ok=True)
+        for part in ("system/root", "system/work", "merged", "disks/data"):
+            (box / part).mkdir(parents=True, exist_ok=True)
+        self._write_identity(
+            box_key, user=user, key_line=key_line, sudo_password=sudo_password, new_host_key=True
+        )
+        _seed_os(box / "system" / "root", box_key)
+
+    def _write_identity(
+        self, box_key: str, *, user: str, key_line: str, sudo_password: str | None, new_host_key: bool
+    ) -> None:
+        """The running system's SSH side: host key, authorized keys, login user, sudo password hash."""
         if not _USER.match(user):
             raise BoxError(f"box {box_key}: login user {user!r} is not a valid user name")
-        key_line = ""
-        if authorized_key is not None:
-            key_line = authorized_key.strip()
-            if "\n" in key_line or not _PUBLIC_KEY.match(key_line):
-                raise BoxError(f"box {box_key}: authorized_key is not one OpenSSH public key line")
         box = self._box_dir(box_key)
         ssh_dir = box / "ssh"
         ssh_dir.mkdir(parents=True, exist_ok=True)
-        (box / "home").mkdir(exist_ok=True)
-        for part in ("root", "work", "merged", "disks/data"):
-            (box / part).mkdir(parents=True, exist_ok=True)
-
-        subprocess.run(
-            [
-                str(SSH_KEYGEN),
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                f"root@{box_key}",
-                "-f",
-                str(ssh_dir / "ssh_host_ed25519_key"),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        if new_host_key:
+            for name in ("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub"):
+                (ssh_dir / name).unlink(missing_ok=True)
+            subprocess.run(
+                [
+                    str(SSH_KEYGEN),
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"root@{box_key}",
+                    "-f",
+                    str(ssh_dir / "ssh_host_ed25519_key"),
+                ],
+                check=True,
+                capture_output=True,
+            )
         (ssh_dir / "authorized_keys").write_text(key_line + "\n" if key_line else "")
 
         try:
@@ -243,7 +355,6 @@ class BoxFarm:
         env_path = box / "box.env"
         env_path.write_text(f"SIM_USER={user}\nSIM_SUDO_SALT={salt}\nSIM_SUDO_HASH={digest}\n")
         env_path.chmod(0o600)
-        _seed_os(box / "root", box_key)
 
     def _write_sshd_config(self, box_key: str, port: int) -> None:
         box = self._box_dir(box_key)
@@ -385,7 +496,6 @@ def reap_orphans(state_dir: Path) -> list[int]:
     return killed
 
 
-
 def _seed_os(root: Path, box_key: str) -> None:
     """What a fresh Ubuntu install leaves that the scripts touch (the rest shows through from the host)."""
     files = {
@@ -408,6 +518,40 @@ def _seed_os(root: Path, box_key: str) -> None:
         "var/lib/sim",
     ):
         (root / rel).mkdir(parents=True, exist_ok=True)
+
+
+# What a reinstall wipes: the OS, its SSH identity and everything the rescue system left.
+_OS_PARTS = ("system", "rescue", "boot", "system-ssh", "root", "work", "merged", "ssh", "home", "box.env")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _check_key(box_key: str, authorized_key: str | None) -> str:
+    """The authorized key(s) as lines, each one an OpenSSH public key ("" for none)."""
+    if authorized_key is None:
+        return ""
+    lines = [line.strip() for line in authorized_key.strip().splitlines() if line.strip()]
+    for number, line in enumerate(lines, 1):
+        if not _PUBLIC_KEY.match(line):
+            raise BoxError(f"box {box_key}: authorized_key line {number} is not an OpenSSH public key")
+    return "\n".join(lines)
+
+
+def _write_disks(box_key: str, box: Path, disks: Sequence[Disk]) -> None:
+    lines = []
+    for disk in disks:
+        if not _DISK_NAME.match(disk.name):
+            raise BoxError(f"box {box_key}: disk name {disk.name!r} is not nvmeXnY, sdX or vdX")
+        if disk.size <= 0:
+            raise BoxError(f"box {box_key}: disk {disk.name} has size {disk.size}; sizes are bytes > 0")
+        lines.append(f"{disk.name} {disk.size}")
+    (box / "hardware").mkdir(parents=True, exist_ok=True)
+    (box / "hardware" / "disks").write_text("".join(f"{line}\n" for line in lines))
 
 
 def _read_env(path: Path) -> dict[str, str]:

@@ -97,13 +97,17 @@ class Sim:
         return self.store.all("box")
 
     def start_boxes(self) -> None:
+        from vendorsim.boxes import Disk
+
         for box in self.boxes():
+            disks = box.get("disks")
             info = self.farm.ensure(
                 box["key"],
                 ssh_port=box["ssh_port"],
                 user=box["user"],
                 authorized_key=box["authorized_key"],
                 sudo_password=box["sudo_password"],
+                disks=None if disks is None else [Disk(d["name"], int(d["size"])) for d in disks],
             )
             self._record_box(box, info)
         self.store.commit()
@@ -129,14 +133,43 @@ class Sim:
         authorized_key: str | None,
         sudo_password: str | None,
         state: str = "installed",
+        nopasswd_sudo: bool = False,
     ) -> None:
         box = self.store.get("box", key)
         if box is None:
             raise KeyError(f"no box {key}")
         box.update(user=user, authorized_key=authorized_key, sudo_password=sudo_password, state=state)
         box["generation"] = box.get("generation", 0) + 1
-        info = self.farm.reinstall(key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
+        info = self.farm.reinstall(
+            key,
+            user=user,
+            authorized_key=authorized_key,
+            sudo_password=sudo_password,
+            nopasswd_sudo=nopasswd_sudo,
+        )
         self._record_box(box, info)
+
+    def boot_rescue(self, key: str, *, authorized_key: str | None) -> None:
+        """Robot: the box boots the rescue system (root, the rescue keys); its disk is kept."""
+        box = self.store.get("box", key)
+        if box is None:
+            raise KeyError(f"no box {key}")
+        box["state"] = "rescue"
+        self._record_box(box, self.farm.boot_rescue(key, authorized_key=authorized_key))
+
+    def reboot_box(self, key: str) -> None:
+        """A hardware reset with no rescue armed: the box boots the OS on its disk. Out of the rescue
+        system after installimage, that is a fresh install: new host key, root with the keys
+        installimage copied; otherwise the old OS comes back as it was."""
+        box = self.store.get("box", key)
+        if box is None:
+            raise KeyError(f"no box {key}")
+        fresh = box.get("state") == "rescue" and self.farm.installed_in_rescue(key)
+        if fresh:
+            box["generation"] = box.get("generation", 0) + 1
+            box.update(user="root", authorized_key=box.get("rescue_key"), sudo_password=None)
+        box["state"] = "installed"
+        self._record_box(box, self.farm.reboot(key, new_host_key=fresh))
 
     def set_box_state(self, key: str, state: str) -> None:
         box = self.store.get("box", key)

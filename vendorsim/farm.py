@@ -6,18 +6,38 @@ starts nothing, so the HTTP side runs (and is tested) without OpenSSH.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 
 class Farm(Protocol):
     def ensure(
-        self, box_key: str, *, ssh_port: int, user: str, authorized_key: str | None, sudo_password: str | None
+        self,
+        box_key: str,
+        *,
+        ssh_port: int,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        disks: Sequence[Any] | None = None,
     ) -> Any: ...
 
     def reinstall(
-        self, box_key: str, *, user: str, authorized_key: str | None, sudo_password: str | None
+        self,
+        box_key: str,
+        *,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        nopasswd_sudo: bool = False,
     ) -> Any: ...
+
+    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> Any: ...
+
+    def reboot(self, box_key: str, *, new_host_key: bool) -> Any: ...
+
+    def installed_in_rescue(self, box_key: str) -> bool: ...
 
     def stop_all(self) -> None: ...
 
@@ -26,14 +46,37 @@ class NoSshFarm:
     """--no-ssh: boxes exist only as API state."""
 
     def ensure(
-        self, box_key: str, *, ssh_port: int, user: str, authorized_key: str | None, sudo_password: str | None
+        self,
+        box_key: str,
+        *,
+        ssh_port: int,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        disks: Sequence[Any] | None = None,
     ) -> None:
         return None
 
     def reinstall(
-        self, box_key: str, *, user: str, authorized_key: str | None, sudo_password: str | None
+        self,
+        box_key: str,
+        *,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        nopasswd_sudo: bool = False,
     ) -> None:
         return None
+
+    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> None:
+        return None
+
+    def reboot(self, box_key: str, *, new_host_key: bool) -> None:
+        return None
+
+    def installed_in_rescue(self, box_key: str) -> bool:
+        # No sandbox runs installimage without SSH: a reset out of rescue boots the old OS.
+        return False
 
     def stop_all(self) -> None:
         return None

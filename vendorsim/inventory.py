@@ -201,6 +201,21 @@ class DediboxAccount(_Strict):
 # --- Robot ----------------------------------------------------------------------
 
 
+class RobotDisk(_Strict):
+    name: str = Field(pattern=r"^(nvme[0-9]+n[0-9]+|sd[a-z]+)$")
+    size: int = Field(gt=0)  # bytes, as lsblk --bytes prints them
+
+
+# What each product ships with when the inventory lists no disks (Hetzner's product pages).
+PRODUCT_DISKS: dict[str, tuple[RobotDisk, ...]] = {
+    "AX42-U": (RobotDisk(name="nvme0n1", size=512110190592), RobotDisk(name="nvme1n1", size=512110190592)),
+    "AX162-R": (
+        RobotDisk(name="nvme0n1", size=1920383410176),
+        RobotDisk(name="nvme1n1", size=1920383410176),
+    ),
+}
+
+
 class RobotServer(_Strict):
     number: int = Field(gt=0)
     server_name: str
@@ -209,8 +224,30 @@ class RobotServer(_Strict):
     ip: str
     ssh_port: int = Field(gt=1024, lt=65536)
     ssh_user: str = "root"
+    # The disks lsblk lists in the rescue system; default: the product's (PRODUCT_DISKS).
+    disks: list[RobotDisk] | None = None
 
     _ip = field_validator("ip")(_ipv4)
+
+    @model_validator(mode="after")
+    def _has_disks(self) -> RobotServer:
+        if self.disks is None and self.product not in PRODUCT_DISKS:
+            raise ValueError(
+                f"disks: product '{self.product}' has no default disks "
+                f"(known: {', '.join(PRODUCT_DISKS)}); list them"
+            )
+        if self.disks is not None:
+            if not self.disks:
+                raise ValueError("disks: a server needs at least one disk")
+            if _dupes([d.name for d in self.disks]):
+                raise ValueError(
+                    f"disks: disk names appear twice: {', '.join(_dupes([d.name for d in self.disks]))}"
+                )
+        return self
+
+    @property
+    def hardware_disks(self) -> tuple[RobotDisk, ...]:
+        return tuple(self.disks) if self.disks is not None else PRODUCT_DISKS[self.product]
 
 
 class RobotFailoverIP(_Strict):

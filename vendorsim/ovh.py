@@ -260,8 +260,13 @@ def settle(sim: Sim) -> None:
                 server["os"] = task["params"]["operatingSystem"]
                 server["storage"] = task["params"]["storage"]
                 sim.store.put("ovh_server", server["name"], server)
+                # cloud-init gives the image's default user passwordless sudo, as on a real OVH install.
                 sim.reinstall_box(
-                    server["box"], user="ubuntu", authorized_key=task["params"]["sshKey"], sudo_password=None
+                    server["box"],
+                    user="ubuntu",
+                    authorized_key=task["params"]["sshKey"],
+                    sudo_password=None,
+                    nopasswd_sudo=True,
                 )
             else:
                 task["comment"] = "Reinstallation failed"

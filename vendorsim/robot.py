@@ -3,7 +3,9 @@ JSON responses wrapped as {"server": {...}}, {"error": {status, code, message}} 
 documented per-endpoint hourly limits (403 RATE_LIMIT_EXCEEDED).
 
 Robot is synchronous: a rescue activation takes effect at the next reset; a reset with rescue
-active boots the box's SSH into a fresh "rescue" system, a reset without it boots the installed OS.
+active boots the box's SSH into a fresh "rescue" system (disk kept), a reset without it boots the OS
+on the disk: the one installimage just laid down (new host key, root with the rescue keys), or the
+old one.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def seed(sim: Sim) -> None:
                 "sudo_password": inv.prep.sudo_password,
                 "state": "installed",
                 "generation": 0,
+                "disks": [{"name": d.name, "size": d.size} for d in s.hardware_disks],
             },
         )
     for f in inv.robot.failover_ips:
@@ -399,16 +402,17 @@ def reset(sim: Sim, call: Call, n: int) -> Any:
     if rescue is not None:
         keys = [sim.store.get("robot_key", fp) for fp in rescue["authorized_key"]]
         authorized = "\n".join(k["data"] for k in keys if k is not None) or None
-        # The rescue system logs in as root with the chosen keys (or the generated password).
-        sim.reinstall_box(
-            server["box"], user="root", authorized_key=authorized, sudo_password=None, state="rescue"
-        )
+        # The rescue system logs in as root with the chosen keys (or the generated password); the
+        # box's disk is left alone until installimage formats it.
+        box = sim.store.get("box", server["box"])
+        if box is not None:
+            box["rescue_key"] = authorized
+            sim.store.put("box", server["box"], box)
+        sim.boot_rescue(server["box"], authorized_key=authorized)
         server["rescue"] = None  # a rescue boot config is consumed by the boot it causes
         sim.store.put("robot_server", n, server)
     else:
-        box = sim.store.get("box", server["box"])
-        if box is not None and box["state"] == "rescue":
-            sim.set_box_state(server["box"], "installed")
+        sim.reboot_box(server["box"])
     return {
         "reset": {
             "server_ip": server["ip"],

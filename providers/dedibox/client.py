@@ -136,18 +136,31 @@ class DediboxClient(MarkerFiltering):
         if not name:
             raise VendorInputError("Dedibox ssh key name is empty")
         key = single_line_key(public_key, where=f"Dedibox ssh key {name!r}")
+        found = self._ssh_key_id(key)
+        if found:
+            return found
+        try:
+            created = self._call(
+                "POST",
+                "/iam/v1alpha1/ssh-keys",
+                "/iam/v1alpha1/ssh-keys",
+                body={"name": name, "public_key": key, "project_id": self._project_id},
+                subject=name,
+            )
+        except ConflictError as error:
+            # 409 "already exists": a parallel release registered it between our list and our POST.
+            found = self._ssh_key_id(key)
+            if found:
+                return found
+            raise error from None
+        return str(created["id"])
+
+    def _ssh_key_id(self, key: str) -> str | None:
         material = key.split()[:2]
         for existing in self._pages("/iam/v1alpha1/ssh-keys", "/iam/v1alpha1/ssh-keys", "ssh_keys"):
             if str(existing.get("public_key") or "").split()[:2] == material:
                 return str(existing["id"])
-        created = self._call(
-            "POST",
-            "/iam/v1alpha1/ssh-keys",
-            "/iam/v1alpha1/ssh-keys",
-            body={"name": name, "public_key": key, "project_id": self._project_id},
-            subject=name,
-        )
-        return str(created["id"])
+        return None
 
     # --- install -----------------------------------------------------------------------
 

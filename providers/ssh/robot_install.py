@@ -7,15 +7,21 @@ into the OS; scripts/robot-postinstall.sh does that part.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 INSTALLIMAGE_TEMPLATE = SCRIPTS_DIR / "installimage.conf.tmpl"
 POSTINSTALL_SCRIPT = SCRIPTS_DIR / "robot-postinstall.sh"
+INSTALLIMAGE_RUNNER = SCRIPTS_DIR / "installimage-runner.sh"
+PINS_MARKER = "# @ARTIFACT_PINS@\n"
 
 _DRIVE = re.compile(r"^/dev/(nvme[0-9]+n[0-9]+|sd[a-z]+)$")
 _HOSTNAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_URL = re.compile(r"^https?://[A-Za-z0-9.:\[\]-]+/[A-Za-z0-9._~/%+-]+$")
 
 
 class RobotInstallInputError(ValueError):
@@ -57,3 +63,32 @@ def render_installimage_config(*, drive1: str, drive2: str, hostname: str) -> st
         .replace("@DRIVE2@", drive2)
         .replace("@HOSTNAME@", hostname)
     )
+
+
+@dataclass(frozen=True)
+class ArtifactPins:
+    """URL and sha256 of each download of robot-postinstall.sh (config.models.InstallArtifacts)."""
+
+    runc_url: str
+    runc_sha256: str
+    containerd_url: str
+    containerd_sha256: str
+    kata_static_url: str
+    kata_static_sha256: str
+
+
+def render_postinstall(pins: ArtifactPins) -> str:
+    """robot-postinstall.sh with its pins as shell assignments where the script marks them."""
+    lines = []
+    for name, value in vars(pins).items():
+        pattern = _SHA256 if name.endswith("_sha256") else _URL
+        if not pattern.match(value):
+            kind = "a sha256 (64 lowercase hex digits)" if pattern is _SHA256 else "an http(s) URL of a file"
+            raise RobotInstallInputError(f"install artifact pin {name} {value!r} is not {kind}")
+        lines.append(f"{name.upper()}={shlex.quote(value)}\n")
+    script = POSTINSTALL_SCRIPT.read_text()
+    if script.count(PINS_MARKER) != 1:
+        raise RobotInstallInputError(
+            f"{POSTINSTALL_SCRIPT.name} must carry the line {PINS_MARKER.strip()!r} once"
+        )
+    return script.replace(PINS_MARKER, "".join(lines))

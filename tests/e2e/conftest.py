@@ -53,9 +53,12 @@ class Engine:
             cwd=self.project, env=self.env, text=True, capture_output=True, timeout=timeout,
         )
         if check and proc.returncode != 0:
+            # The engine prints each resource's error in its diagnostics, far above the tail.
+            errors = [line for line in proc.stdout.splitlines() if "error" in line.lower()]
             raise AssertionError(
-                f"pulumi {' '.join(args)} exited {proc.returncode}\n"
-                f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+                f"pulumi {' '.join(args)} exited {proc.returncode}\n--- errors ---\n"
+                + "\n".join(errors[:40])[:6000]
+                + f"\n--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
             )
         return proc
 
@@ -92,7 +95,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     sim_log = (sim_state / "vendorsim.log").open("w")
     sim = subprocess.Popen(
         [sys.executable, "-m", "vendorsim", "--inventory", str(project / "vendorsim" / "inventory.dev.yaml"),
-         "--state", str(sim_state), "--port", str(port)],
+         "--state", str(sim_state), "--port", str(port), "--task-seconds", "0.5"],
         cwd=project, env=env, stdout=sim_log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"

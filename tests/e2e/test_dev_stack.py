@@ -7,8 +7,34 @@ on the state the previous one left; each step's failure message names it.
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 from tests.e2e.conftest import Engine
+
+# vendorsim/inventory.dev.yaml: the three dev-marked boxes per vendor the dev fleets adopt, and the
+# decoys (claimed by another stack, staging, production, unmarked) nothing may ever write to.
+DEV_BOXES = {
+    "ovh": ("ovh-ns1001.ip-203-0-113.net", "ovh-ns1002.ip-203-0-113.net", "ovh-ns1003.ip-203-0-113.net"),
+    "dedibox": ("dedibox-200101", "dedibox-200102", "dedibox-200103"),
+    "robot": ("robot-2345601", "robot-2345602", "robot-2345603"),
+}
+DECOYS = (
+    *(f"ovh-ns100{n}.ip-203-0-113.net" for n in (4, 5, 6, 7)),
+    *(f"dedibox-20010{n}" for n in (4, 5, 6, 7)),
+    *(f"robot-234560{n}" for n in (4, 5, 6, 7)),
+)
+# A write whose path is one of these starts a reinstall of its box.
+REINSTALL = re.compile(r"/reinstall$|/install$|/boot/\d+/rescue$")
+NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
+
+
+def _marker_fields(state: dict[str, Any]) -> dict[str, str]:
+    """Each box's vendor-side marker: OVH displayName, Dedibox tags, Robot server_name."""
+    fields = {s["box"]: s["displayName"] for s in state["ovh"]["servers"]}
+    fields.update({s["box"]: " ".join(s.get("tags") or []) for s in state["dedibox"]["servers"]})
+    fields.update({s["box"]: s["server_name"] for s in state["robot"]["servers"]})
+    return fields
 
 
 def _secret_values(engine: Engine) -> list[str]:
@@ -21,8 +47,15 @@ def test_dev_stack_lifecycle(engine: Engine) -> None:
     secrets = _secret_values(engine)
     assert secrets, "the dev stack should carry encrypted secrets (vendor keys, fleet key, sudo password)"
 
+    before = _marker_fields(engine.admin("state"))  # type: ignore[arg-type]
     up = engine.run("up", "-s", "dev", "--yes", "--skip-preview")
     outputs = json.loads(engine.run("stack", "output", "-s", "dev", "--json").stdout)
+    machines = [m for fleet in outputs["fleets"].values() for m in fleet["machines"]]
+    assert len(machines) == 9, machines
+    schemes = sorted(m["provider_id"].split("://")[0] for m in machines)
+    assert schemes == ["dedibox"] * 3 + ["hrobot"] * 3 + ["ovh"] * 3, schemes
+    adopted = {f"{m['vendor']}-{m['box_id'].rsplit('/', 1)[-1]}" for m in machines}
+    assert adopted == {box for boxes in DEV_BOXES.values() for box in boxes} - set(), adopted
     assert outputs["outputs_version"] == 1
     assert outputs["environment"] == "dev"
     assert set(outputs["regions"]) == {"eu-central", "ca-east"}
@@ -41,3 +74,26 @@ def test_dev_stack_lifecycle(engine: Engine) -> None:
 
     remaining = json.loads(engine.run("stack", "export", "-s", "dev").stdout)
     assert not remaining["deployment"].get("resources"), "destroy left resources in state"
+
+    state: dict[str, Any] = engine.admin("state")  # type: ignore[assignment]
+    audit: list[dict[str, Any]] = engine.admin("audit")["entries"]  # type: ignore[index]
+    after = _marker_fields(state)
+    boxes = {b["key"]: b for b in state["boxes"]}
+    for vendor, keys in DEV_BOXES.items():
+        for key in keys:
+            # Back in the pool: the fleet marker as the inventory had it, no claim left, installed.
+            assert after[key] == before[key], f"{key}: marker {after[key]!r}, was {before[key]!r}"
+            assert "claim" not in after[key] and "releasing" not in after[key], after[key]
+            assert boxes[key]["state"] == "installed", (key, boxes[key]["state"])
+            writes = [e for e in audit if e["box"] == key]
+            bodies = [json.dumps(e["body"]) for e in writes]
+            releasing = [i for i, body in enumerate(bodies) if re.search(r"releasing|~r-", body)]
+            assert releasing, f"{key}: no release marking among {[(e['method'], e['path']) for e in writes]}"
+            reinstalls = [
+                i for i, e in enumerate(writes) if REINSTALL.search(e["path"]) and e["status"] < 300
+            ]
+            assert any(i > releasing[0] for i in reinstalls), f"{vendor} {key}: no reinstall after release"
+    touched = sorted({e["box"] for e in audit if e["box"] in DECOYS})
+    assert not touched, f"writes to decoy boxes: {touched}"
+    never = [(e["method"], e["path"]) for e in audit if NEVER.search(e["path"])]
+    assert not never, f"cancel/terminate routes called: {never}"

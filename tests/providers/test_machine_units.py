@@ -13,7 +13,7 @@ import pytest
 from pulumi.dynamic import ConfigureRequest
 from pulumi.dynamic.config import Config
 from pulumi.dynamic.dynamic import serialize_provider
-from test_machine_support import REPO, machine_props
+from tests.providers.test_machine_support import REPO, machine_props
 
 from config.models import Vendor
 from providers.machine import (

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_kube import CA_PEM, FakeKube, serve_fake_kube
-from test_machine_support import (
+from tests.providers.test_kube import CA_PEM, FakeKube, serve_fake_kube
+from tests.providers.test_machine_support import (
     PROJECT,
     REPO,
     STACK,

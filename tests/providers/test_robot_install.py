@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_machine_support import PROJECT, STACK, Sim, claims_in_state, machine_props, running_sim
+from tests.providers.test_machine_support import PROJECT, STACK, Sim, claims_in_state, machine_props, running_sim
 
 from providers.claims import claim_token
 from providers.robot_install import (

@@ -39,6 +39,7 @@ class RecordingFarm:
     """Stands in for vendorsim.boxes.BoxFarm (tested on its own) and records what it was asked."""
 
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    installed: set[str] = field(default_factory=set)
 
     def ensure(self, box_key: str, **kw: Any) -> Any:
         self.calls.append(("ensure", box_key, kw))
@@ -47,6 +48,18 @@ class RecordingFarm:
     def reinstall(self, box_key: str, **kw: Any) -> Any:
         self.calls.append(("reinstall", box_key, kw))
         return None
+
+    def boot_rescue(self, box_key: str, **kw: Any) -> Any:
+        self.calls.append(("boot_rescue", box_key, kw))
+        return None
+
+    def reboot(self, box_key: str, **kw: Any) -> Any:
+        self.calls.append(("reboot", box_key, kw))
+        return None
+
+    def installed_in_rescue(self, box_key: str) -> bool:
+        # Which boxes ran installimage in their rescue system: tests set it.
+        return box_key in self.installed
 
     def stop_all(self) -> None:
         self.calls.append(("stop_all", "", {}))

@@ -163,7 +163,7 @@ def test_reinstall_of_an_unknown_box_names_it(farm: BoxFarm):
 def test_bad_inputs_are_refused_naming_the_box(farm: BoxFarm, keys):
     with pytest.raises(BoxError, match=r"^box key '\.\./x' is not a valid box name"):
         farm.ensure("../x", ssh_port=_free_port(), user="ubuntu", authorized_key=None, sudo_password=None)
-    with pytest.raises(BoxError, match=r"^box b2: authorized_key is not one OpenSSH public key line$"):
+    with pytest.raises(BoxError, match=r"^box b2: authorized_key line 1 is not an OpenSSH public key$"):
         farm.ensure("b2", ssh_port=_free_port(), user="ubuntu", authorized_key="hello", sudo_password=None)
     with pytest.raises(BoxError, match=r"^box b3: login user 'Bad User' is not a valid user name$"):
         farm.ensure("b3", ssh_port=_free_port(), user="Bad User", authorized_key=None, sudo_password=None)

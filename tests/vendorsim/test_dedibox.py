@@ -191,7 +191,15 @@ def test_install_progresses_and_reinstalls_the_box(served: Served) -> None:
     ]
     assert dedibox(served, "GET", f"{Z}/servers/200101").json()["status"] == "ready"
     assert served.farm.reinstalls() == [
-        ("dedibox-200101", {"user": "tuist", "authorized_key": KEY, "sudo_password": "dev-only-sudo"})
+        (
+            "dedibox-200101",
+            {
+                "user": "tuist",
+                "authorized_key": KEY,
+                "sudo_password": "dev-only-sudo",
+                "nopasswd_sudo": False,
+            },
+        )
     ]
     state = served.admin("GET", "state").json()
     assert "dev-only-sudo" not in str(state["dedibox"])

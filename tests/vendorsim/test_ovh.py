@@ -227,7 +227,11 @@ def test_reinstall_task_progresses_and_reinstalls_the_box(served: Served) -> Non
         served.clock.advance(3.4)
     assert seen == ["init", "todo", "doing", "done"]
     assert served.farm.reinstalls() == [
-        (f"ovh-{SVC}", {"user": "ubuntu", "authorized_key": KEY, "sudo_password": None})
+        # cloud-init's passwordless sudo for ubuntu, and no sudo password.
+        (
+            f"ovh-{SVC}",
+            {"user": "ubuntu", "authorized_key": KEY, "sudo_password": None, "nopasswd_sudo": True},
+        )
     ]
     ids = ovh_signed(served, "GET", f"/dedicated/server/{SVC}/task?function=reinstallServer").json()
     assert ids == [task["taskId"]]

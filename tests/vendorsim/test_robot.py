@@ -132,17 +132,40 @@ def test_rescue_then_reset_boots_rescue_then_installed(served: Served) -> None:
             "type": "hw",
         }
     }
-    assert served.farm.reinstalls() == [
-        (f"robot-{N}", {"user": "root", "authorized_key": KEY, "sudo_password": None})
-    ]
+    # Rescue boots a fresh system with the rescue keys and leaves the disk alone: no reinstall.
+    assert served.farm.reinstalls() == []
+    assert _farm_calls(served, "boot_rescue") == [(f"robot-{N}", {"authorized_key": KEY})]
     box = next(b for b in served.admin("GET", "state").json()["boxes"] if b["key"] == f"robot-{N}")
     assert box["state"] == "rescue"
-    # The rescue config was consumed by that boot; the next reset boots the installed OS.
+    # The rescue config was consumed by that boot; the next reset boots the OS on the disk, the old one
+    # since installimage did not run: same host key, same generation.
     assert robot(served, "GET", f"/boot/{N}/rescue").json()["rescue"]["active"] is False
     robot(served, "POST", f"/reset/{N}", {"type": "hw"})
     box = next(b for b in served.admin("GET", "state").json()["boxes"] if b["key"] == f"robot-{N}")
-    assert box["state"] == "installed"
-    assert len(served.farm.reinstalls()) == 1
+    assert (box["state"], box["generation"]) == ("installed", 0)
+    assert _farm_calls(served, "reboot") == [(f"robot-{N}", {"new_host_key": False})]
+
+
+def test_reset_out_of_rescue_after_installimage_boots_the_new_os(served: Served) -> None:
+    fingerprint = _add_key(served)
+    robot(served, "POST", f"/boot/{N}/rescue", {"os": "linux", "authorized_key": fingerprint})
+    robot(served, "POST", f"/reset/{N}", {"type": "hw"})
+    served.farm.installed.add(f"robot-{N}")  # what the box's installimage leaves in its rescue system
+
+    robot(served, "POST", f"/reset/{N}", {"type": "hw"})
+
+    assert _farm_calls(served, "reboot") == [(f"robot-{N}", {"new_host_key": True})]
+    box = next(b for b in served.admin("GET", "state").json()["boxes"] if b["key"] == f"robot-{N}")
+    assert (box["state"], box["generation"], box["user"], box["authorized_key"]) == (
+        "installed",
+        1,
+        "root",
+        KEY,
+    )
+
+
+def _farm_calls(served: Served, op: str) -> list[tuple[str, dict[str, object]]]:
+    return [(key, kw) for name, key, kw in served.farm.calls if name == op]
 
 
 def test_rescue_validation_and_deactivate(served: Served) -> None:

@@ -22,9 +22,12 @@ fi
 unset SIM_BOX_INNER
 
 # --- inside the box's own mount namespace from here on ----------------------------------------------
+# The running system's layer: the installed OS on the box's disk, or Robot's rescue system in RAM.
+layer=system
+if [[ -f $box_dir/boot && $(<"$box_dir/boot") == rescue ]]; then layer=rescue; fi
 merged=$box_dir/merged
-mkdir -p "$box_dir/root" "$box_dir/work" "$merged"
-mount -t overlay "box" -o "lowerdir=/,upperdir=$box_dir/root,workdir=$box_dir/work" "$merged"
+mkdir -p "$box_dir/$layer/root" "$box_dir/$layer/work" "$merged"
+mount -t overlay "box" -o "lowerdir=/,upperdir=$box_dir/$layer/root,workdir=$box_dir/$layer/work" "$merged"
 
 # The box's own hostname, in its own UTS namespace.
 hostname "$(head -n 1 "$merged/etc/hostname")"
@@ -59,8 +62,22 @@ mount -o remount,bind,ro "$merged/run/sim/bin"
 cp "$box_dir/box.env" "$merged/run/sim/box.env"
 chmod 0600 "$merged/run/sim/box.env"
 
+# The box's disks, for lsblk (sandbox/shims/lsblk).
+if [[ -f $box_dir/hardware/disks ]]; then
+  cp "$box_dir/hardware/disks" "$merged/run/sim/disks"
+fi
+
+# The rescue system sees the box's disk unmounted, and the OS image installimage lays down on it: the
+# host's / read-only, the same lower layer every installed box runs on.
+if [[ $layer == rescue ]]; then
+  mkdir -p "$merged/run/sim/disk" "$merged/run/sim/image"
+  mount --bind "$box_dir/system" "$merged/run/sim/disk"
+  mount --bind / "$merged/run/sim/image"
+  mount -o remount,bind,ro "$merged/run/sim/image"
+fi
+
 # /data is its own filesystem only on boxes declared so (the <box>/data-is-separate flag).
-if [[ -f $box_dir/data-is-separate ]]; then
+if [[ $layer == system && -f $box_dir/data-is-separate ]]; then
   mkdir -p "$box_dir/disks/data" "$merged/data"
   mount --bind "$box_dir/disks/data" "$merged/data"
 fi

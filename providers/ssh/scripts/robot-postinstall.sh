@@ -7,20 +7,21 @@
 # CONTAINERD_SOURCE=preinstalled and leaves this containerd config alone.
 set -euo pipefail
 
-# Pinned artifacts. Every download is checked against these before it is used.
-RUNC_VERSION=1.2.5
-RUNC_SHA256=fbd851fce6a8e0d67a9d184ea544c2abf67c9fd29b80fcc1adf67dfe9eb036a1
-# Ubuntu's containerd 1.7 cannot parse the `version = 3` config syntax: containerd 2.x from upstream.
-CONTAINERD_VERSION=2.2.3
-CONTAINERD_SHA256=ca26ef5138f17b847bbeeec36d4bf5e002b54d25858197a870c125d57f44d32f
-KATA_VERSION=3.30.0
-# Not yet pinned: set it to the sha256 of kata-static-3.30.0-amd64.tar.zst from the release page.
-# Until then the script refuses to install rather than trust an unchecked download.
-KATA_STATIC_SHA256=
+# Pinned artifacts: URL and sha256 of each, from the fleet's install_artifacts (config/models.py),
+# rendered into the line below by providers/ssh/robot_install.py. Every download is checked against
+# its sha256 before it is used.
+# @ARTIFACT_PINS@
 # The NIC that must not get DHCPv6 / router advertisements (implicit DHCPv6 left boxes unreachable).
 PUBLIC_NIC=enp3s0
 
-if [ -z "$KATA_STATIC_SHA256" ]; then
+for pin in RUNC_URL RUNC_SHA256 CONTAINERD_URL CONTAINERD_SHA256 KATA_STATIC_URL; do
+  if [ -z "${!pin:-}" ]; then
+    echo "robot-postinstall: $pin is not set; render the script with its artifact pins" >&2
+    exit 1
+  fi
+done
+# The Kata sum is the one nobody has pinned for real stacks yet: refuse rather than trust a download.
+if [ -z "${KATA_STATIC_SHA256:-}" ]; then
   echo "robot-postinstall: KATA_STATIC_SHA256 is not pinned; refusing to install an unchecked Kata" >&2
   exit 1
 fi
@@ -61,10 +62,8 @@ katacontainers.io/kata-runtime=true
 LABELS
 
 # 4. runc and containerd, checksum-verified.
-fetch "https://github.com/opencontainers/runc/releases/download/v${RUNC_VERSION}/runc.amd64" \
-  "$RUNC_SHA256" "$work/runc.amd64"
-fetch "https://github.com/containerd/containerd/releases/download/v${CONTAINERD_VERSION}/containerd-${CONTAINERD_VERSION}-linux-amd64.tar.gz" \
-  "$CONTAINERD_SHA256" "$work/containerd.tar.gz"
+fetch "$RUNC_URL" "$RUNC_SHA256" "$work/runc.amd64"
+fetch "$CONTAINERD_URL" "$CONTAINERD_SHA256" "$work/containerd.tar.gz"
 install -D -m 0755 "$work/runc.amd64" /usr/local/sbin/runc
 tar -C /usr/local -xzf "$work/containerd.tar.gz"
 
@@ -72,8 +71,7 @@ tar -C /usr/local -xzf "$work/containerd.tar.gz"
 if ! command -v zstd >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q zstd
 fi
-fetch "https://github.com/kata-containers/kata-containers/releases/download/${KATA_VERSION}/kata-static-${KATA_VERSION}-amd64.tar.zst" \
-  "$KATA_STATIC_SHA256" "$work/kata-static.tar.zst"
+fetch "$KATA_STATIC_URL" "$KATA_STATIC_SHA256" "$work/kata-static.tar.zst"
 tar --zstd -C / -xf "$work/kata-static.tar.zst"
 test -x /opt/kata/bin/containerd-shim-kata-v2
 
@@ -119,4 +117,4 @@ OOMScoreAdjust=-999
 WantedBy=multi-user.target
 UNIT
 systemctl enable containerd
-echo "robot-postinstall: runc ${RUNC_VERSION}, containerd ${CONTAINERD_VERSION}, kata ${KATA_VERSION} installed"
+echo "robot-postinstall: runc, containerd and kata installed from ${RUNC_URL}, ${CONTAINERD_URL}, ${KATA_STATIC_URL}"

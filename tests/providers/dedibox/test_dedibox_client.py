@@ -208,6 +208,33 @@ def test_register_ssh_key_is_idempotent_by_key(recorder, client):
     }
 
 
+def test_register_ssh_key_lists_again_when_a_parallel_release_created_it_first(recorder, client):
+    listing = "/iam/v1alpha1/ssh-keys"
+    recorder.on(
+        "GET",
+        listing,
+        {"total_count": 0, "ssh_keys": []},
+        {"total_count": 1, "ssh_keys": [{"id": "key-9", "name": "tuist-fleet", "public_key": KEY}]},
+    )
+    conflict = {"message": "resource already exists", "resource": "iam_ssh_key", "type": "conflict"}
+    recorder.on("POST", listing, recorder.reply(conflict, status=409))
+
+    assert client.register_ssh_key("tuist-fleet", KEY) == "key-9"
+    query = f"{listing}?project_id={PROJECT}&page=1&page_size=100"
+    assert recorder.calls() == [f"GET {query}", f"POST {listing}", f"GET {query}"]
+
+
+def test_register_ssh_key_conflict_without_the_key_listed_is_raised(recorder, client):
+    listing = "/iam/v1alpha1/ssh-keys"
+    recorder.on("GET", listing, {"total_count": 0, "ssh_keys": []})
+    conflict = {"message": "resource already exists", "resource": "iam_ssh_key", "type": "conflict"}
+    recorder.on("POST", listing, recorder.reply(conflict, status=409))
+
+    with pytest.raises(VendorError, match=r"resource already exists") as caught:
+        client.register_ssh_key("tuist-fleet", KEY)
+    assert caught.value.status == 409
+
+
 def serve_install_inputs(recorder) -> None:
     recorder.on(
         "GET",
