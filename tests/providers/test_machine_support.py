@@ -120,7 +120,8 @@ class Sim:
         return next(b for b in self.state()["boxes"] if b["key"] == key)
 
     def box_root(self, key: str) -> Path:
-        return self.state_dir / "boxes" / key / "root"
+        # The installed system of the box (vendorsim/boxes.py: <box>/system/root; rescue is apart).
+        return self.state_dir / "boxes" / key / "system" / "root"
 
     def calls(self, key: str) -> list[str]:
         path = self.box_root(key) / "var/log/sim-calls.log"
@@ -190,12 +191,21 @@ def start_sim(tmp: Path, *, task_seconds: float = 0.2) -> Sim:
     key = new_fleet_key()
     sudo_password = "sudo-" + secrets.token_hex(12)
     doc["prep"] = {"fleet_public_key": key.public, "sudo_password": sudo_password}
+    # Distinct ports: a port the kernel just handed out can come back on the next bind.
+    taken: set[int] = set()
+
+    def fresh_port() -> int:
+        while (candidate := free_port()) in taken:
+            pass
+        taken.add(candidate)
+        return candidate
+
     for vendor in ("ovh", "dedibox", "robot"):
         for server in doc[vendor]["servers"]:
-            server["ssh_port"] = free_port()
+            server["ssh_port"] = fresh_port()
     inventory = tmp / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(doc))
-    port = free_port()
+    port = fresh_port()
     state = tmp / "state"
     log = (tmp / "vendorsim.log").open("wb")
     process = subprocess.Popen(
