@@ -42,6 +42,31 @@ def _secret_values(engine: Engine) -> list[str]:
     return [str(v["value"]) for v in shown.values() if v.get("secret") and len(str(v["value"])) >= 6]
 
 
+CONSUMER = """\
+import pulumi
+
+estate = pulumi.StackReference("organization/tuist-infra/dev")
+pulumi.export("regions", estate.require_output("regions"))
+pulumi.export("runner_slots", estate.require_output("capacity").apply(lambda c: c["total"]["runner_slots"]))
+"""
+
+
+def _read_through_stack_reference(engine: Engine) -> dict[str, Any]:
+    project = engine.project.parent / "consumer"
+    project.mkdir(exist_ok=True)
+    (project / "Pulumi.yaml").write_text(
+        f"name: estate-consumer\nruntime:\n  name: python\n  options:\n"
+        f"    virtualenv: {engine.project / '.venv'}\n"
+    )
+    (project / "__main__.py").write_text(CONSUMER)
+    consumer = Engine(project=project, env=engine.env, vendorsim_url=engine.vendorsim_url)
+    consumer.run("stack", "select", "consumer", "--create")
+    consumer.run("up", "-s", "consumer", "--yes", "--skip-preview")
+    result: dict[str, Any] = json.loads(consumer.run("stack", "output", "-s", "consumer", "--json").stdout)
+    consumer.run("stack", "rm", "consumer", "--yes", "--force")
+    return result
+
+
 def test_dev_stack_lifecycle(engine: Engine) -> None:
     engine.run("stack", "select", "dev", "--create")
     secrets = _secret_values(engine)
@@ -61,6 +86,11 @@ def test_dev_stack_lifecycle(engine: Engine) -> None:
     assert set(outputs["regions"]) == {"eu-central", "ca-east"}
     assert outputs["regions"]["eu-central"]["node_pool"] == "kura-dedibox"
     assert "capacity" in outputs
+
+    # Another team's program reads the outputs through a StackReference on the same backend.
+    consumed = _read_through_stack_reference(engine)
+    assert consumed["regions"] == outputs["regions"]
+    assert consumed["runner_slots"] == outputs["capacity"]["total"]["runner_slots"]
 
     preview = engine.run("preview", "-s", "dev", "--expect-no-changes", "--diff")
     assert "no changes" in preview.stdout.lower() or "unchanged" in preview.stdout.lower(), preview.stdout
