@@ -59,7 +59,7 @@ class DnsRecordsArgs:
     failover_address: str | None
     account_peer_hosts: Sequence[str] = ()
     # The boxes' public IPv4s (from the fleet's machines); empty publishes no public wildcard.
-    public_ipv4s: pulumi.Input[Sequence[str]] = field(default_factory=tuple)
+    public_ipv4s: pulumi.Input[Sequence[pulumi.Input[str]]] = field(default_factory=tuple)
 
 
 class DnsRecords(pulumi.ComponentResource):

@@ -24,7 +24,7 @@ __all__ = ["FailoverIP", "FailoverIPArgs", "sorted_candidates"]
 class FailoverIPArgs:
     failover_ip: FailoverIPConfig
     region_id: str
-    candidates: pulumi.Input[Sequence[str]]
+    candidates: pulumi.Input[Sequence[pulumi.Input[str]]]
 
 
 def sorted_candidates(name: str, box_ids: Sequence[Any]) -> list[str]:

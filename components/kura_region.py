@@ -97,7 +97,7 @@ class KuraRegionArgs:
     kura: Kura
     environment: Environment
     # Public IPv4s of the fleet's boxes (BareMetalFleet outputs) for the public wildcard.
-    public_ipv4s: pulumi.Input[Sequence[str]] = field(default_factory=tuple)
+    public_ipv4s: pulumi.Input[Sequence[pulumi.Input[str]]] = field(default_factory=tuple)
     # Image that runs `python -m watcher`; required when the region has a routed failover IP.
     watcher_image: str | None = None
     # The stack's vendor accounts and secrets: the watcher gets its IP's vendor's share of them.

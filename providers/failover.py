@@ -26,6 +26,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 from pulumi.dynamic.dynamic import PROVIDER_KEY
+from pulumi.output import Unknown
 from pulumi.runtime.rpc import UNKNOWN
 
 from config.models import Vendor, Vendors
@@ -116,7 +117,11 @@ class FailoverSpec:
 
 
 def _unknown(value: Any) -> bool:
-    return value == UNKNOWN or (isinstance(value, list) and any(v == UNKNOWN for v in value))
+    """A value a preview cannot know yet: the wire marker, or the SDK's Unknown it is decoded into
+    (the candidates of a fleet that is still to be adopted arrive this way)."""
+    if isinstance(value, list):
+        return any(_unknown(v) for v in value)
+    return isinstance(value, Unknown) or (isinstance(value, str) and value == UNKNOWN)
 
 
 def input_problems(props: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vendorsim.boxes import reap_orphans
 
@@ -77,6 +78,17 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     shutil.copytree(REPO, project, ignore=_IGNORED)
     (project / ".venv").symlink_to(REPO / ".venv")
     port = free_port()
+    # The boxes' SSH ports too: a developer's own dev vendorsim may hold the inventory's.
+    inventory_file = project / "vendorsim" / "inventory.dev.yaml"
+    inventory = yaml.safe_load(inventory_file.read_text())
+    taken = {port}
+    for vendor in ("ovh", "dedibox", "robot"):
+        for server in inventory[vendor]["servers"]:
+            while (ssh_port := free_port()) in taken:
+                pass
+            taken.add(ssh_port)
+            server["ssh_port"] = ssh_port
+    inventory_file.write_text(yaml.safe_dump(inventory, sort_keys=False))
     stack_file = project / "Pulumi.dev.yaml"
     stack_file.write_text(stack_file.read_text().replace("127.0.0.1:8710", f"127.0.0.1:{port}"))
 

@@ -73,7 +73,11 @@ def test_dev_stack_lifecycle(engine: Engine) -> None:
     assert secrets, "the dev stack should carry encrypted secrets (vendor keys, fleet key, sudo password)"
 
     before = _marker_fields(engine.admin("state"))  # type: ignore[arg-type]
-    up = engine.run("up", "-s", "dev", "--yes", "--skip-preview")
+    # What a pull request shows on a stack with nothing adopted yet: every value downstream of a
+    # machine is unknown at this point, and the preview must still go through.
+    first_preview = engine.run("preview", "-s", "dev", "--diff")
+    assert "+ 3 to create" not in first_preview.stdout  # sanity: the whole estate is planned
+    up = engine.run("up", "-s", "dev", "--yes")
     outputs = json.loads(engine.run("stack", "output", "-s", "dev", "--json").stdout)
     machines = [m for fleet in outputs["fleets"].values() for m in fleet["machines"]]
     assert len(machines) == 9, machines

@@ -12,6 +12,7 @@ import pytest
 from pulumi.dynamic import ConfigureRequest
 from pulumi.dynamic.config import Config
 from pulumi.dynamic.dynamic import serialize_provider
+from pulumi.output import Unknown
 from pulumi.runtime.rpc import UNKNOWN
 
 from providers.failover import (
@@ -134,6 +135,9 @@ def test_unknown_inputs_are_not_judged_at_preview() -> None:
     props = {"vendor": "ovh", "address": "198.51.100.10", "region": "r", "fleet": "f", "candidates": UNKNOWN}
     assert input_problems(props) == []
     assert input_problems({**props, "candidates": ["ns1.example.net", UNKNOWN]}) == []
+    # What the provider process really receives at preview: the wire marker decoded to Unknown.
+    assert input_problems({**props, "candidates": Unknown()}) == []
+    assert input_problems({**props, "candidates": [Unknown(), Unknown()]}) == []
 
 
 def test_check_reports_failures_and_sorts_candidates() -> None:

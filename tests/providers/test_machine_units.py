@@ -13,7 +13,6 @@ import pytest
 from pulumi.dynamic import ConfigureRequest
 from pulumi.dynamic.config import Config
 from pulumi.dynamic.dynamic import serialize_provider
-from tests.providers.test_machine_support import REPO, machine_props
 
 from config.models import Vendor
 from providers.machine import (
@@ -33,6 +32,7 @@ from providers.machine import (
     skip_reason,
 )
 from providers.vendor import Box, Claim
+from tests.providers.test_machine_support import REPO, machine_props
 
 TOKEN = "0123456789ab"
 

@@ -18,16 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.providers.test_kube import CA_PEM, FakeKube, serve_fake_kube
-from tests.providers.test_machine_support import (
-    PROJECT,
-    REPO,
-    STACK,
-    Sim,
-    claims_in_state,
-    machine_props,
-    running_sim,
-)
 
 from config.models import Vendor
 from providers.claims import claim_token
@@ -40,6 +30,16 @@ from providers.machine import (
 )
 from providers.ssh.runner import HostKeyMismatchError
 from providers.vendor import Claim
+from tests.providers.test_kube import CA_PEM, FakeKube, serve_fake_kube
+from tests.providers.test_machine_support import (
+    PROJECT,
+    REPO,
+    STACK,
+    Sim,
+    claims_in_state,
+    machine_props,
+    running_sim,
+)
 from vendorsim.boxes import BoxFarm
 
 OVH_BOXES = ["ns1001.ip-203-0-113.net", "ns1002.ip-203-0-113.net", "ns1003.ip-203-0-113.net"]

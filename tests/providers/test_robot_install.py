@@ -1,14 +1,10 @@
 """Robot install on adopt: the pure pieces, and the whole state machine against vendorsim's Robot API
 and real SSH boxes.
 
-vendorsim stands in for Robot's rescue system (reset with rescue armed boots a fresh root box with
-the fleet key and a new host key) but not for two things a real box does, which this test supplies
-at the exact state where they happen, through the provider's own progress log:
-- the rescue system's disks (`lsblk`): at WAIT_RESCUE_SSH the test drops an lsblk that lists an
-  AX42-U's two NVMe disks and a USB stick into the rescue box;
-- booting the installed OS after REBOOT: at WAIT_NEW_HOST_KEY the test reinstalls the sandbox box
-  (fresh disk, new host key, root with the fleet key) with what robot-postinstall.sh leaves
-  (containerd config, /etc/tuist/node-labels), as installimage would have.
+Nothing here plays the hardware: vendorsim's rescue system lists the box's disks from its inventory
+(lsblk), its installimage lays the OS down on the box's disk and runs the post-install script in it,
+which downloads vendorsim's /artifacts pinned the way Pulumi.dev.yaml pins them, and the reset out of
+rescue boots that OS with a new host key. The test only watches the provider's progress log.
 """
 
 from __future__ import annotations
@@ -18,20 +14,30 @@ import json
 import logging
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.providers.test_machine_support import PROJECT, STACK, Sim, claims_in_state, machine_props, running_sim
+import yaml
 
+import tests.providers.test_machine_support as support
 from providers.claims import claim_token
+from providers.machine import MachineInputError, MachineStepError, fleet_key_name
 from providers.robot_install import (
     LSBLK_COMMAND,
     RobotInstallError,
     disks_from_lsblk,
     installimage_script,
 )
-from vendorsim.boxes import BoxFarm
+from tests.providers.test_machine_support import (
+    PROJECT,
+    REPO,
+    STACK,
+    Sim,
+    claims_in_state,
+    machine_props,
+    running_sim,
+)
+from vendorsim import artifacts
 
 AX42_LSBLK = {
     "blockdevices": [
@@ -41,13 +47,9 @@ AX42_LSBLK = {
         {"name": "loop0", "size": 3263422464, "type": "loop"},
     ]
 }
-
-# What robot-postinstall.sh leaves on the installed OS that the join reads.
-POSTINSTALL_LEAVES = {
-    "etc/containerd/config.toml": "version = 3\n",
-    "etc/systemd/system/containerd.service": "[Service]\nExecStart=/usr/local/bin/containerd\n",
-    "etc/tuist/node-labels": "katacontainers.io/kata-runtime=true\n",
-}
+# Where Pulumi.dev.yaml points its artifact URLs: vendorsim's default port.
+DEV_SIM_URL = "http://127.0.0.1:8710"
+INSTALL_STATES = ["RESCUE_BOOT", "RESET", "WAIT_RESCUE_SSH", "INSTALLIMAGE", "REBOOT", "WAIT_NEW_HOST_KEY"]
 
 
 # --- pure ---------------------------------------------------------------------------------------------
@@ -79,6 +81,23 @@ def test_installimage_script_carries_its_inputs_base64_in_a_header() -> None:
 # --- the state machine against vendorsim -------------------------------------------------------------
 
 
+def dev_fleets(sim_url: str) -> list[dict[str, Any]]:
+    """The dev stack's fleets as Pulumi.dev.yaml has them, the artifact URLs moved to this sim's port."""
+    doc = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    fleets: list[dict[str, Any]] = doc["config"][f"{PROJECT}:fleets"]
+    for fleet in fleets:
+        pins = fleet.get("install_artifacts") or {}
+        for key, value in pins.items():
+            if key.endswith("_url"):
+                assert value.startswith(f"{DEV_SIM_URL}/artifacts/"), (key, value)
+                pins[key] = sim_url + value.removeprefix(DEV_SIM_URL)
+    return fleets
+
+
+def pinned_provider(sim: Sim) -> Any:
+    return sim.provider(fleets=json.dumps(dev_fleets(sim.url)))
+
+
 @pytest.fixture(scope="module")
 def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     yield from running_sim(tmp_path_factory.mktemp("robot-sim"))
@@ -90,16 +109,15 @@ def sim(sim_process: Sim) -> Sim:
     return sim_process
 
 
-class Hardware(logging.Handler):
-    """Plays the parts of a real Robot box vendorsim does not (see the module docstring)."""
+class Watcher(logging.Handler):
+    """Reads along with the provider's progress log; it changes nothing on the boxes. When REBOOT
+    starts, the rescue system is still up: it keeps what the rescue system logged then."""
 
     def __init__(self, sim: Sim) -> None:
         super().__init__()
         self.sim = sim
-        self.farm = BoxFarm(sim.state_dir / "boxes")
-        self.rescue_calls: dict[str, list[str]] = {}
-        self.rescue_configs: dict[str, str] = {}
         self.states: list[str] = []
+        self.rescue_calls: dict[str, list[str]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         match = re.match(r"^\S+: (\w+) on robot (?:box (\d+)|fleet \S+) \(budget", record.getMessage())
@@ -107,29 +125,14 @@ class Hardware(logging.Handler):
             return
         state, number = match.groups()
         self.states.append(state)
-        if number is None:
-            return
-        root = self.sim.box_root(f"robot-{number}")
-        if state == "WAIT_RESCUE_SSH":
-            lsblk = root / "usr/local/sbin/lsblk"
-            lsblk.parent.mkdir(parents=True, exist_ok=True)
-            lsblk.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(AX42_LSBLK)}\nEOF\n")
-            lsblk.chmod(0o755)
-        elif state == "WAIT_NEW_HOST_KEY":
-            self.rescue_calls[number] = self.sim.calls(f"robot-{number}")
-            self.rescue_configs[number] = (root / "root/tuist-installimage.conf").read_text()
-            self.farm.reinstall(
-                f"robot-{number}", user="root", authorized_key=self.sim.key.public, sudo_password=None
-            )
-            for rel, text in POSTINSTALL_LEAVES.items():
-                path = root / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+        if state == "REBOOT":
+            log = self.sim.state_dir / "boxes" / f"robot-{number}" / "rescue/root/var/log/sim-calls.log"
+            self.rescue_calls[number] = log.read_text().splitlines()
 
 
 @pytest.fixture
-def hardware(sim: Sim) -> Iterator[Hardware]:
-    handler = Hardware(sim)
+def watcher(sim: Sim) -> Iterator[Watcher]:
+    handler = Watcher(sim)
     logger = logging.getLogger("providers.machine")
     logger.addHandler(handler)
     previous = logger.level
@@ -145,102 +148,191 @@ def robot_writes(sim: Sim, since: int) -> list[tuple[str, str, Any]]:
     return [(e["method"], e["path"], e["body"]) for e in sim.audit(since) if e["vendor"] == "robot"]
 
 
+def test_the_dev_pins_are_the_sums_of_the_artifacts_vendorsim_serves(sim: Sim) -> None:
+    (robot_fleet,) = [f for f in dev_fleets(sim.url) if f["vendor"] == "robot"]
+    pins = robot_fleet["install_artifacts"]
+    assert pins == {
+        "runc_url": f"{sim.url}/artifacts/{artifacts.RUNC}",
+        "runc_sha256": artifacts.sha256_of(artifacts.RUNC),
+        "containerd_url": f"{sim.url}/artifacts/{artifacts.CONTAINERD}",
+        "containerd_sha256": artifacts.sha256_of(artifacts.CONTAINERD),
+        "kata_static_url": f"{sim.url}/artifacts/{artifacts.KATA_STATIC}",
+        "kata_static_sha256": artifacts.sha256_of(artifacts.KATA_STATIC),
+    }
+
+
 def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
-    sim: Sim, hardware: Hardware
+    sim: Sim, watcher: Watcher
 ) -> None:
-    provider = sim.provider()
+    provider = pinned_provider(sim)
     props = machine_props("runners-linux", 0)
     token = claim_token(PROJECT, STACK, "runners-linux-0")
     since = sim.last_audit_id()
     before = sim.box("robot-2345601")["host_key_fingerprint"]
+    root = sim.box_root("robot-2345601")
 
     outs = provider.create(props).outs
 
     assert outs is not None
-    assert hardware.states == [
-        "CLAIMING",
-        "RESCUE_BOOT",
-        "RESET",
-        "WAIT_RESCUE_SSH",
-        "INSTALLIMAGE",
-        "REBOOT",
-        "WAIT_NEW_HOST_KEY",
-        "JOINING",
-    ]
+    assert watcher.states == ["CLAIMING", *INSTALL_STATES, "JOINING"]
     assert (outs["box_id"], outs["provider_id"], outs["public_ipv4"]) == (
         "2345601",
         "hrobot://2345601",
         "203.0.113.51",
     )
-    installed_key = BoxFarm(sim.state_dir / "boxes").info("robot-2345601").host_key_fingerprint
-    assert outs["host_key_fingerprint"] == installed_key != before
+    # The box booted the OS installimage laid down: a host key neither the old OS's nor the rescue's.
+    box = sim.box("robot-2345601")
+    assert (box["state"], box["user"]) == ("installed", "root")
+    assert outs["host_key_fingerprint"] == box["host_key_fingerprint"] != before
     fingerprint = next(k["fingerprint"] for k in sim.state()["robot"]["keys"])
+    fleet_key = sim.key.public.rsplit(" ", 1)[0]
     assert robot_writes(sim, since) == [
         ("POST", "/robot/server/2345601", {"server_name": f"tuist-bm-dev-1~c-{token}"}),
-        ("POST", "/robot/key", {"name": robot_key_name(sim), "data": sim.key.public.rsplit(" ", 1)[0]}),
+        ("POST", "/robot/key", {"name": fleet_key_name(fleet_key), "data": fleet_key}),
         ("POST", "/robot/boot/2345601/rescue", {"os": "linux", "authorized_key": fingerprint}),
         ("POST", "/robot/reset/2345601", {"type": "hw"}),
         ("POST", "/robot/reset/2345601", {"type": "hw"}),
     ]
-    # installimage ran in the rescue system with the RAID 1 config on the NVMe pair.
-    assert (
-        "installimage -a -c /root/tuist-installimage.conf -x /root/tuist-postinstall.sh"
-        in (hardware.rescue_calls["2345601"])
-    )
-    config = hardware.rescue_configs["2345601"]
+    # In the rescue system: lsblk, then installimage with the rendered config and post-install script.
+    rescue = watcher.rescue_calls["2345601"]
+    # (The calls log quotes each argument as bash's printf %q does.)
+    assert rescue[0] == r"lsblk --json --bytes --nodeps --output NAME\,SIZE\,TYPE"
+    assert "installimage -a -c /root/tuist-installimage.conf -x /root/tuist-postinstall.sh" in rescue
+    # On the disk: installimage's config (RAID 1 on the AX42-U's NVMe pair), hostname, fstab on the md
+    # arrays, and root's keys copied from the rescue system.
+    config = (root / "installimage.conf").read_text()
     assert "DRIVE1 /dev/nvme0n1\nDRIVE2 /dev/nvme1n1\nSWRAID 1\nSWRAIDLEVEL 1\n" in config
     assert "HOSTNAME runners-linux-2345601\n" in config
     assert "PART /boot/efi esp 256M\nPART /boot ext4 1024M\nPART / ext4 all\n" in config
+    assert (root / "etc/hostname").read_text() == "runners-linux-2345601\n"
+    assert (root / "etc/fstab").read_text() == (
+        "proc /proc proc defaults 0 0\n"
+        "UUID=SIM-ESP1 /boot/efi vfat umask=0077 0 1\n"
+        "/dev/md0 /boot ext4 defaults 0 2\n"
+        "/dev/md1 / ext4 defaults 0 1\n"
+    )
+    assert (root / "root/.ssh/authorized_keys").read_text() == fleet_key + "\n"
+    # The post-install ran chrooted in the new OS: it fetched the pinned artifacts from vendorsim.
+    calls = sim.calls("robot-2345601")
+    fetched = [c.split()[-1] for c in calls if c.startswith("curl ")]
+    assert fetched[:3] == [f"{sim.url}/artifacts/{name}" for name in artifacts.FILES]
+    assert (root / "usr/local/sbin/runc").read_bytes() == artifacts.artifact(artifacts.RUNC)
+    assert (root / "opt/kata/bin/containerd-shim-kata-v2").exists()
+    assert (root / "etc/tuist/node-labels").read_text() == "katacontainers.io/kata-runtime=true\n"
+    containerd_config = (root / "etc/containerd/config.toml").read_text()
+    assert containerd_config.startswith("version = 3\n") and "kata-qemu" in containerd_config
     # The join: Kata labels and the bare-metal taint, containerd left as the post-install baked it.
-    unit = (sim.box_root("robot-2345601") / "etc/systemd/system/kubelet.service").read_text()
+    unit = (root / "etc/systemd/system/kubelet.service").read_text()
     assert (
         "--node-labels=katacontainers.io/kata-runtime=true,node.cluster.x-k8s.io/pool=runners-linux,"
         "tuist.dev/fleet=runners-linux,tuist.dev/kata-runtime=true" in unit
     )
     assert "--register-with-taints=tuist.dev/runner-tier=bare-metal:NoSchedule" in unit
     assert "--provider-id=hrobot://2345601" in unit
-    assert (sim.box_root("robot-2345601") / "etc/containerd/config.toml").read_text() == "version = 3\n"
+    assert (root / "etc/containerd/config.toml").read_text() == containerd_config
 
-    hardware.states.clear()
+    # A release reinstalls too: without the Kata pin it is refused before anything is written.
     since = sim.last_audit_id()
+    with pytest.raises(MachineInputError) as refused:
+        sim.provider().delete("robot:2345601", outs)
+    assert str(refused.value) == unpinned_message()
+    assert sim.audit(since) == []
+
+    watcher.states.clear()
     provider.delete("robot:2345601", outs)
 
-    assert hardware.states == [
-        "RELEASE_MARKING",
-        "RESCUE_BOOT",
-        "RESET",
-        "WAIT_RESCUE_SSH",
-        "INSTALLIMAGE",
-        "REBOOT",
-        "WAIT_NEW_HOST_KEY",
-        "RELEASE_CLEARING",
-    ]
+    assert watcher.states == ["RELEASE_MARKING", *INSTALL_STATES, "RELEASE_CLEARING"]
     writes = robot_writes(sim, since)
     assert writes[0] == ("POST", "/robot/server/2345601", {"server_name": f"tuist-bm-dev-1~r-{token}"})
     assert writes[-1] == ("POST", "/robot/server/2345601", {"server_name": "tuist-bm-dev-1"})
+    # The fleet key is registered at /key already: no second POST.
     assert [w[1] for w in writes[1:-1]] == [
         "/robot/boot/2345601/rescue",
         "/robot/reset/2345601",
         "/robot/reset/2345601",
     ]
     assert claims_in_state(sim.state())["2345601"] == "tuist-bm-dev-1"
+    # Back in the pool on a fresh install: another new host key, and the joined node's files are gone.
+    released = sim.box("robot-2345601")
+    assert released["state"] == "installed"
+    assert released["host_key_fingerprint"] not in (before, outs["host_key_fingerprint"])
+    assert not (root / "etc/systemd/system/kubelet.service").exists()
+    assert (root / "etc/hostname").read_text() == "runners-linux-2345601\n"
+    assert (root / "opt/kata/bin/containerd-shim-kata-v2").exists()
 
 
-def robot_key_name(sim: Sim) -> str:
-    from providers.machine import fleet_key_name
+def unpinned_message() -> str:
+    return (
+        "runners-linux-0: refusing to install a robot box: "
+        f"{PROJECT}:fleets[name=runners-linux].install_artifacts.kata_static_sha256: required: "
+        "pin the sha256 of kata-static-3.30.0-amd64.tar.zst before a Robot box can be installed"
+    )
 
-    return fleet_key_name(sim.key.public.rsplit(" ", 1)[0])
+
+@pytest.mark.parametrize("fleets", ["dev fleets without install_artifacts", "no fleets config"])
+def test_an_unpinned_kata_is_refused_before_any_vendor_write(sim: Sim, watcher: Watcher, fleets: str) -> None:
+    if fleets == "no fleets config":
+        provider = sim.provider()
+    else:
+        unpinned = [{k: v for k, v in f.items() if k != "install_artifacts"} for f in dev_fleets(sim.url)]
+        provider = sim.provider(fleets=json.dumps(unpinned))
+    since = sim.last_audit_id()
+    before = sim.box("robot-2345601")
+
+    with pytest.raises(MachineInputError) as caught:
+        provider.create(machine_props("runners-linux", 0))
+
+    assert str(caught.value) == unpinned_message()
+    assert watcher.states == []
+    assert sim.audit(since) == []
+    assert claims_in_state(sim.state())["2345601"] == "tuist-bm-dev-1"
+    assert sim.box("robot-2345601") == before
 
 
 def test_lsblk_is_the_command_the_rescue_system_runs() -> None:
     assert LSBLK_COMMAND == "lsblk --json --bytes --nodeps --output NAME,SIZE,TYPE\n"
 
 
-def test_rescue_without_disks_fails_in_installimage_naming_the_box(sim: Sim, tmp_path: Path) -> None:
-    provider = sim.provider()
-    with pytest.raises(Exception) as caught:
-        provider.create(machine_props("runners-linux", 0))
+@pytest.fixture(scope="module")
+def unpaired_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    """A vendorsim whose first dev Robot box has no two disks of one size (an NVMe and a USB stick)."""
+    tmp = tmp_path_factory.mktemp("robot-unpaired")
+    doc = yaml.safe_load(support.DEV_INVENTORY.read_text())
+    first = next(s for s in doc["robot"]["servers"] if s["number"] == 2345601)
+    first["disks"] = [{"name": "nvme0n1", "size": 512110190592}, {"name": "sda", "size": 16008609792}]
+    inventory = tmp / "inventory.unpaired.yaml"
+    inventory.write_text(yaml.safe_dump(doc))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(support, "DEV_INVENTORY", inventory)
+        sim = support.start_sim(tmp)
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+def test_rescue_without_a_disk_pair_fails_in_installimage_naming_the_box(unpaired_sim: Sim) -> None:
+    sim = unpaired_sim
+    before = sim.box("robot-2345601")["host_key_fingerprint"]
+    since = sim.last_audit_id()
+
+    with pytest.raises(MachineStepError) as caught:
+        pinned_provider(sim).create(machine_props("runners-linux", 0))
+
     message = str(caught.value)
-    assert message.startswith("runners-linux-0: INSTALLIMAGE failed on robot box 2345601 after ")
-    assert "RemoteCommandError: lsblk on root@127.0.0.1:" in message
-    assert "failed with exit status 1; last output:\nlsblk: failed to access sysfs directory" in message
+    assert re.fullmatch(
+        r"runners-linux-0: INSTALLIMAGE failed on robot box 2345601 after \d+\.\ds: RobotInstallError: "
+        r"no two disks of the same size to mirror among \['/dev/nvme0n1', '/dev/sda'\]: RAID 1 needs a pair",
+        message,
+    ), message
+    # Stopped before installimage: the box sits in its rescue system, the disk's old OS untouched.
+    paths = [e["path"] for e in sim.audit(since) if e["vendor"] == "robot"]
+    assert paths == [
+        "/robot/server/2345601",
+        "/robot/key",
+        "/robot/boot/2345601/rescue",
+        "/robot/reset/2345601",
+    ]
+    box = sim.box("robot-2345601")
+    assert box["state"] == "rescue" and box["host_key_fingerprint"] != before
+    assert not (sim.box_root("robot-2345601") / "installimage.conf").exists()

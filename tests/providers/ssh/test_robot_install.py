@@ -1,35 +1,96 @@
-"""Robot install inputs: installimage config, RAID pair choice, and the post-install script in a box."""
+"""Robot install inputs: installimage config, RAID pair choice, artifact pins, and the post-install
+script in a real box, downloading vendorsim's artifacts over real HTTP on loopback."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from config.models import InstallArtifacts
 from providers.ssh.robot_install import (
+    PINS_MARKER,
     POSTINSTALL_SCRIPT,
+    ArtifactPins,
     RobotInstallInputError,
     pick_raid_pair,
     render_installimage_config,
+    render_postinstall,
 )
-from providers.ssh.runner import RemoteCommandError, run_script
+from providers.ssh.runner import RemoteCommandError, RunResult, run_script
 from providers.ssh.selfjoin import SelfJoinParams, render_self_join_script, self_join_secrets
 from tests.providers.ssh.conftest import BOOTSTRAP_TOKEN, Box, KeyPair
+from vendorsim import artifacts
 
 REPO = Path(__file__).resolve().parents[3]
-URLS = {
-    "RUNC_SHA256": "https://github.com/opencontainers/runc/releases/download/v1.2.5/runc.amd64",
-    "CONTAINERD_SHA256": "https://github.com/containerd/containerd/releases/download/v2.2.3/"
-    "containerd-2.2.3-linux-amd64.tar.gz",
-    "KATA_STATIC_SHA256": "https://github.com/kata-containers/kata-containers/releases/download/3.30.0/"
-    "kata-static-3.30.0-amd64.tar.zst",
-}
 
 
-def sh(box: Box, fleet_key: KeyPair, script: str, step: str = "script"):
+@dataclass
+class ArtifactServer:
+    """vendorsim's artifact files over plain HTTP, as vendorsim serves them at /artifacts/<file>."""
+
+    url: str
+    requests: list[str] = field(default_factory=list)
+
+    def pins(self) -> ArtifactPins:
+        def sha(name: str) -> str:
+            return hashlib.sha256((artifacts.ARTIFACTS_DIR / name).read_bytes()).hexdigest()
+
+        return ArtifactPins(
+            runc_url=f"{self.url}/artifacts/{artifacts.RUNC}",
+            runc_sha256=sha(artifacts.RUNC),
+            containerd_url=f"{self.url}/artifacts/{artifacts.CONTAINERD}",
+            containerd_sha256=sha(artifacts.CONTAINERD),
+            kata_static_url=f"{self.url}/artifacts/{artifacts.KATA_STATIC}",
+            kata_static_sha256=sha(artifacts.KATA_STATIC),
+        )
+
+
+@pytest.fixture(scope="module")
+def artifact_server() -> Iterator[ArtifactServer]:
+    served = ArtifactServer(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            served.requests.append(f"GET {self.path}")
+            data = artifacts.artifact(self.path.removeprefix("/artifacts/"))
+            if not self.path.startswith("/artifacts/") or data is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet: the test reads .requests
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    served.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def served(artifact_server: ArtifactServer) -> ArtifactServer:
+    artifact_server.requests.clear()
+    return artifact_server
+
+
+def sh(box: Box, fleet_key: KeyPair, script: str, step: str = "script") -> RunResult:
     return run_script(
         box.target,
         script,
@@ -43,65 +104,135 @@ def sh(box: Box, fleet_key: KeyPair, script: str, step: str = "script"):
     )
 
 
-def with_checksums(script: str, checksums: dict[str, str]) -> str:
-    for name, value in checksums.items():
-        script, n = re.subn(rf"^{name}=.*$", f"{name}={value}", script, flags=re.MULTILINE)
-        assert n == 1, name
-    return script
+# --- render_postinstall -------------------------------------------------------------------------------
 
 
-def sim_checksums(box: Box, fleet_key: KeyPair) -> dict[str, str]:
-    """The checksums of the simulator's stand-in artifacts, as the box downloads them."""
-    out = sh(box, fleet_key, "".join(f"curl -fsSL {url} | sha256sum\n" for url in URLS.values())).output_tail
-    sums = [line.split()[0] for line in out.splitlines()]
-    return dict(zip(URLS, sums, strict=True))
-
-
-def test_the_shipped_script_pins_real_checksums_and_refuses_an_unpinned_kata():
+def test_the_shipped_script_carries_no_pins_only_the_marker_they_are_rendered_into() -> None:
     text = POSTINSTALL_SCRIPT.read_text()
-    assert "RUNC_SHA256=fbd851fce6a8e0d67a9d184ea544c2abf67c9fd29b80fcc1adf67dfe9eb036a1\n" in text
-    assert "CONTAINERD_SHA256=ca26ef5138f17b847bbeeec36d4bf5e002b54d25858197a870c125d57f44d32f\n" in text
-    assert "KATA_STATIC_SHA256=\n" in text
+    assert text.count(PINS_MARKER) == 1
+    assert not re.search(r"^(RUNC|CONTAINERD|KATA_STATIC)_(URL|SHA256)=", text, re.MULTILINE)
+    assert not re.search(r"[0-9a-f]{64}", text)
 
 
-def test_unpinned_kata_stops_the_install_before_anything_is_written(
-    make_box: Callable[..., Box], fleet_key: KeyPair
-):
+def test_render_postinstall_puts_each_pin_where_the_marker_was() -> None:
+    pins = ArtifactPins(
+        runc_url="https://example.net/runc.amd64",
+        runc_sha256="1" * 64,
+        containerd_url="https://example.net/containerd.tar.gz",
+        containerd_sha256="2" * 64,
+        kata_static_url="https://example.net/kata-static.tar.zst",
+        kata_static_sha256="3" * 64,
+    )
+    rendered = render_postinstall(pins)
+    assert rendered == POSTINSTALL_SCRIPT.read_text().replace(
+        PINS_MARKER,
+        "RUNC_URL=https://example.net/runc.amd64\n"
+        f"RUNC_SHA256={'1' * 64}\n"
+        "CONTAINERD_URL=https://example.net/containerd.tar.gz\n"
+        f"CONTAINERD_SHA256={'2' * 64}\n"
+        "KATA_STATIC_URL=https://example.net/kata-static.tar.zst\n"
+        f"KATA_STATIC_SHA256={'3' * 64}\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"kata_static_sha256": ""},
+            "install artifact pin kata_static_sha256 '' is not a sha256 (64 lowercase hex digits)",
+        ),
+        (
+            {"runc_sha256": "A" * 64},
+            f"install artifact pin runc_sha256 '{'A' * 64}' is not a sha256 (64 lowercase hex digits)",
+        ),
+        (
+            # Anything a shell would act on never reaches the script.
+            {"containerd_url": "https://example.net/c.tar.gz;reboot"},
+            "install artifact pin containerd_url 'https://example.net/c.tar.gz;reboot' "
+            "is not an http(s) URL of a file",
+        ),
+        (
+            {"kata_static_url": "ftp://example.net/kata.tar.zst"},
+            "install artifact pin kata_static_url 'ftp://example.net/kata.tar.zst' "
+            "is not an http(s) URL of a file",
+        ),
+    ],
+)
+def test_render_postinstall_refuses_a_bad_pin_naming_it(change: dict[str, str], message: str) -> None:
+    defaults = InstallArtifacts(kata_static_sha256="3" * 64)
+    pins = replace(ArtifactPins(**defaults.model_dump()), **change)
+    with pytest.raises(RobotInstallInputError) as err:
+        render_postinstall(pins)
+    assert str(err.value) == message
+
+
+# --- the post-install script in a box -----------------------------------------------------------------
+
+
+def test_the_script_without_its_pins_refuses_before_anything_is_written(
+    make_box: Callable[..., Box], fleet_key: KeyPair, served: ArtifactServer
+) -> None:
     box = make_box(user="root", sudo_password=None)
     with pytest.raises(RemoteCommandError) as err:
         sh(box, fleet_key, POSTINSTALL_SCRIPT.read_text(), step="robot post-install")
     assert err.value.output_tail.endswith(
+        "robot-postinstall: RUNC_URL is not set; render the script with its artifact pins\n"
+    )
+    assert not (box.root / "etc/tuist").exists()
+    assert served.requests == []
+
+
+def test_unpinned_kata_stops_the_install_before_anything_is_written(
+    make_box: Callable[..., Box], fleet_key: KeyPair, served: ArtifactServer
+) -> None:
+    box = make_box(user="root", sudo_password=None)
+    # The script's own guard, behind render_postinstall's: a script whose Kata pin is empty.
+    rendered = render_postinstall(served.pins())
+    script, n = re.subn(r"^KATA_STATIC_SHA256=.*$", "KATA_STATIC_SHA256=", rendered, flags=re.MULTILINE)
+    assert n == 1
+    with pytest.raises(RemoteCommandError) as err:
+        sh(box, fleet_key, script, step="robot post-install")
+    assert err.value.output_tail.endswith(
         "robot-postinstall: KATA_STATIC_SHA256 is not pinned; refusing to install an unchecked Kata\n"
     )
     assert not (box.root / "etc/tuist").exists()
+    assert served.requests == []
 
 
 def test_a_download_that_does_not_match_its_checksum_is_never_installed(
-    make_box: Callable[..., Box], fleet_key: KeyPair
-):
+    make_box: Callable[..., Box], fleet_key: KeyPair, served: ArtifactServer
+) -> None:
     box = make_box(user="root", sudo_password=None)
-    sums = sim_checksums(box, fleet_key)
-    # The real runc checksum against the simulator's stand-in runc: must fail at the check.
-    script = with_checksums(
-        POSTINSTALL_SCRIPT.read_text(),
-        {"CONTAINERD_SHA256": sums["CONTAINERD_SHA256"], "KATA_STATIC_SHA256": sums["KATA_STATIC_SHA256"]},
-    )
+    # The real upstream runc's sum against vendorsim's stand-in runc: the check must stop the install.
+    pins = replace(served.pins(), runc_sha256=InstallArtifacts().runc_sha256)
     with pytest.raises(RemoteCommandError) as err:
-        sh(box, fleet_key, script, step="robot post-install")
+        sh(box, fleet_key, render_postinstall(pins), step="robot post-install")
     assert "sha256sum: WARNING: 1 computed checksum did NOT match" in err.value.output_tail
+    assert served.requests == [f"GET /artifacts/{artifacts.RUNC}"]
     assert not (box.root / "usr/local/sbin/runc").exists()
     assert not (box.root / "usr/local/bin/containerd").exists()
+    assert not (box.root / "opt/kata").exists()
 
 
 def test_post_install_bakes_containerd_2_and_kata_and_the_self_join_keeps_them(
-    make_box: Callable[..., Box], fleet_key: KeyPair
-):
+    make_box: Callable[..., Box], fleet_key: KeyPair, served: ArtifactServer
+) -> None:
     box = make_box(user="root", sudo_password=None)
-    script = with_checksums(POSTINSTALL_SCRIPT.read_text(), sim_checksums(box, fleet_key))
-    out = sh(box, fleet_key, script, step="robot post-install").output_tail
-    assert "robot-postinstall: runc 1.2.5, containerd 2.2.3, kata 3.30.0 installed\n" in out
+    pins = served.pins()
+    out = sh(box, fleet_key, render_postinstall(pins), step="robot post-install").output_tail
+    assert (
+        f"robot-postinstall: runc, containerd and kata installed from {pins.runc_url}, "
+        f"{pins.containerd_url}, {pins.kata_static_url}\n"
+    ) in out
+    assert served.requests == [
+        f"GET /artifacts/{artifacts.RUNC}",
+        f"GET /artifacts/{artifacts.CONTAINERD}",
+        f"GET /artifacts/{artifacts.KATA_STATIC}",
+    ]
 
     root = box.root
+    assert (root / "usr/local/sbin/runc").read_bytes() == artifacts.artifact(artifacts.RUNC)
     assert not (root / "etc/netplan/50-cloud-init.yaml").exists()
     assert (root / "etc/cloud/cloud.cfg.d/99-disable-network-config.cfg").read_text() == (
         "network: {config: disabled}\n"
@@ -165,7 +296,7 @@ def test_post_install_bakes_containerd_2_and_kata_and_the_self_join_keeps_them(
     assert "--provider-id=hrobot://2345678" in unit
 
 
-def test_installimage_config_renders_raid1_on_the_pair():
+def test_installimage_config_renders_raid1_on_the_pair() -> None:
     config = render_installimage_config(
         drive1="/dev/nvme0n1", drive2="/dev/nvme1n1", hostname="tuist-bm-staging-1"
     )
@@ -201,13 +332,13 @@ def test_installimage_config_renders_raid1_on_the_pair():
         ),
     ],
 )
-def test_installimage_config_refuses_bad_inputs(kwargs: dict[str, str], message: str):
+def test_installimage_config_refuses_bad_inputs(kwargs: dict[str, str], message: str) -> None:
     with pytest.raises(RobotInstallInputError) as err:
         render_installimage_config(**kwargs)
     assert str(err.value) == message
 
 
-def test_the_raid_pair_is_the_same_size_group_holding_the_most_capacity():
+def test_the_raid_pair_is_the_same_size_group_holding_the_most_capacity() -> None:
     tb = 10**12
     assert pick_raid_pair(
         {
@@ -226,7 +357,7 @@ def test_the_raid_pair_is_the_same_size_group_holding_the_most_capacity():
     )
 
 
-def test_every_shipped_shell_script_is_shellcheck_clean():
+def test_every_shipped_shell_script_is_shellcheck_clean() -> None:
     scripts = sorted(
         [
             *(REPO / "providers/ssh/scripts").glob("*.sh"),
