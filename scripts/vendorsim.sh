@@ -24,7 +24,13 @@ start)
     done
     echo "vendorsim did not answer on 127.0.0.1:$port within 20s" >&2; exit 1 ;;
 stop)
-    if running; then kill "$(cat "$pidfile")"; fi
+    if running; then
+        pid=$(cat "$pidfile")
+        kill "$pid"
+        # It stops every box's sshd on the way out; wait so nothing outlives this script.
+        for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        if kill -0 "$pid" 2>/dev/null; then echo "vendorsim (pid $pid) did not stop within 30s" >&2; exit 1; fi
+    fi
     rm -f "$pidfile" ;;
 status)
     if running; then echo "running (pid $(cat "$pidfile"))"; else echo "stopped"; exit 1; fi ;;
