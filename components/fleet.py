@@ -44,6 +44,7 @@ def machine_props(args: BareMetalFleetArgs, *, project: str, stack: str) -> dict
         "taints": [{"key": t.key, "value": t.value, "effect": t.effect.value} for t in fleet.taints],
         "datacenter_prefix": fleet.datacenter,
         "ssh_user": fleet.ssh_user,
+        "ssh_port": fleet.ssh_port,
         "os": fleet.os,
         "kubernetes_minor": args.cluster.kubernetes_minor,
         "api_server": args.cluster.api_server,

@@ -219,6 +219,8 @@ class Fleet(Strict):
     datacenter: str | None = None  # OVH prefix match (bhs matches bhs6), Dedibox DC name
     os: str = "ubuntu_24.04"
     ssh_user: str = "ubuntu"
+    # Where every box of the fleet answers SSH on its public IPv4 (vendorsim's boxes: 2222).
+    ssh_port: int = Field(default=22, ge=1, le=65535)
     # Releasing a box reinstalls it. Production Kura fleets may never allow it.
     allow_release: bool = False
     egress_budget_mbps: int | None = Field(default=None, gt=0)

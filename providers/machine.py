@@ -33,7 +33,6 @@ from typing import Any
 
 import pulumi
 import pulumi.dynamic as dyn
-import requests
 from pulumi.dynamic.dynamic import PROVIDER_KEY
 
 from config.models import Environment, Fleet, InstallArtifacts, Vendor, Vendors
@@ -96,8 +95,11 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
 REPLACE_KEYS = ("vendor", "fleet", "marker")
 # Labels and taints change the node in place; the release switches only change what delete may do,
 # but delete reads them from state, so they must reach it through an update.
-UPDATE_KEYS = ("labels", "taints", "node_pool", "allow_release", "allow_production_release")
+# The SSH port only changes where the next SSH session dials: an update that records it, no rejoin.
+UPDATE_KEYS = ("labels", "taints", "node_pool", "allow_release", "allow_production_release", "ssh_port")
 JOIN_KEYS = ("labels", "taints", "node_pool")
+
+DEFAULT_SSH_PORT = 22  # machines created before ssh_port was an input were dialled here
 
 _ENVIRONMENTS = tuple(e.value for e in Environment)
 _SLUG = re.compile(r"[^a-z0-9-]+")
@@ -160,6 +162,7 @@ class MachineSpec:
     taints: Sequence[Mapping[str, str]]
     datacenter_prefix: str | None
     ssh_user: str
+    ssh_port: int
     os: str
     kubernetes_minor: str
     api_server: str | None
@@ -235,6 +238,9 @@ def input_problems(props: Mapping[str, Any]) -> list[tuple[str, str]]:
                 problems.append((f"taints[{i}]", "must be {key, value, effect} with a string key"))
             elif taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
                 problems.append((f"taints[{i}].effect", "must be NoSchedule, PreferNoSchedule or NoExecute"))
+    ssh_port = _port(props.get("ssh_port", DEFAULT_SSH_PORT))
+    if not isinstance(ssh_port, int) or isinstance(ssh_port, bool) or not 1 <= ssh_port <= 65535:
+        problems.append(("ssh_port", f"must be a TCP port (1-65535), got {ssh_port!r}"))
     for key in ("allow_release", "allow_production_release"):
         if not isinstance(props.get(key, False), bool):
             problems.append((key, "must be a boolean"))
@@ -274,6 +280,7 @@ def parse_spec(props: Mapping[str, Any]) -> MachineSpec:
         ],
         datacenter_prefix=props.get("datacenter_prefix"),
         ssh_user=props["ssh_user"],
+        ssh_port=int(_port(props.get("ssh_port", DEFAULT_SSH_PORT))),
         os=props["os"],
         kubernetes_minor=props["kubernetes_minor"],
         api_server=props.get("api_server"),
@@ -524,12 +531,6 @@ class Settings:
             password=self.secret("robotPassword", why="the Robot web service needs it"),
         )
 
-    def vendor_api_url(self, vendor: Vendor) -> str:
-        account = getattr(self.vendors, vendor.value)
-        if account is None:
-            raise NotConfiguredError(f"stack config {PROJECT}:vendors has no {vendor.value} account")
-        return str(account.endpoint if vendor is Vendor.OVH else account.api_url)
-
     def kube_api(self) -> Any:
         return kube.api_client(self.secret("kubeconfig", why="the machine has a cluster to join and leave"))
 
@@ -572,28 +573,12 @@ def _install_artifacts(config: Any) -> dict[str, InstallArtifacts]:
 # --- SSH endpoints ------------------------------------------------------------------------------------
 
 
-_SIM_SUFFIXES = {Vendor.OVH: "/ovh/1.0", Vendor.DEDIBOX: "/dedibox", Vendor.ROBOT: "/robot"}
-
-
-def ssh_target(settings: Settings, spec: MachineSpec, box: Box, user: str) -> SshTarget:
-    """Where the box answers SSH. Real boxes: their public IPv4, port 22. In the dev stack every box is
-    a vendorsim sandbox on a loopback port, which the simulator's admin state names."""
-    if spec.environment != Environment.DEV.value:
-        if not box.public_ipv4:
-            raise MachineError(f"{box.vendor.value} box {box.id} has no public IPv4 to reach over SSH")
-        return SshTarget(box.public_ipv4, 22, user)
-    api_url = settings.vendor_api_url(box.vendor).rstrip("/")
-    suffix = _SIM_SUFFIXES[box.vendor]
-    if not api_url.endswith(suffix):
-        raise MachineError(f"dev stack: {box.vendor.value} api url {api_url!r} is not a vendorsim URL")
-    base = api_url[: -len(suffix)]
-    response = requests.get(f"{base}/_admin/state", timeout=10)
-    response.raise_for_status()
-    vendor_id = box.id.rsplit("/", 1)[-1]
-    for sim_box in response.json().get("boxes", []):
-        if sim_box.get("vendor") == box.vendor.value and str(sim_box.get("vendor_id")) == vendor_id:
-            return SshTarget("127.0.0.1", int(sim_box["ssh_port"]), user)
-    raise MachineError(f"dev stack: vendorsim has no SSH box for {box.vendor.value} {box.id}")
+def ssh_target(spec: MachineSpec, box: Box, user: str) -> SshTarget:
+    """Where the box answers SSH: its public IPv4 at the fleet's SSH port, in every environment (each
+    vendorsim box listens on a loopback address of its own, which its simulated API reports)."""
+    if not box.public_ipv4:
+        raise MachineError(f"{box.vendor.value} box {box.id} has no public IPv4 to reach over SSH")
+    return SshTarget(box.public_ipv4, spec.ssh_port, user)
 
 
 # --- dev placeholder CA -------------------------------------------------------------------------------
@@ -694,7 +679,7 @@ class MachineProvider(dyn.ResourceProvider):
 
     def _target(self, spec: MachineSpec, box: Box) -> SshTarget:
         user = ROBOT_LOGIN if spec.vendor is Vendor.ROBOT else spec.ssh_user
-        return ssh_target(self._config(), spec, box, user)
+        return ssh_target(spec, box, user)
 
     # --- update -----------------------------------------------------------------------------------------
 
@@ -982,14 +967,24 @@ def machine_outputs(
 
 
 def machine_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResult:
-    """vendor / fleet / marker -> replace (another box); labels, taints, pool and the release switches
-    -> update in place; anything else, outputs and __provider included -> no change."""
+    """vendor / fleet / marker -> replace (another box); labels, taints, pool, the release switches and
+    ssh_port -> update in place; anything else, outputs and __provider included -> no change."""
     replaces = [key for key in REPLACE_KEYS if olds.get(key) != news.get(key)]
-    updates = [key for key in UPDATE_KEYS if _norm(olds.get(key)) != _norm(news.get(key))]
+    updates = [key for key in UPDATE_KEYS if _norm(_input(olds, key)) != _norm(_input(news, key))]
     if replaces:
         # Boxes are scarce (no spare box waits for a replacement): release first, then claim.
         return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=True)
     return dyn.DiffResult(changes=bool(updates), replaces=[], delete_before_replace=False)
+
+
+def _input(props: Mapping[str, Any], key: str) -> Any:
+    # State written before ssh_port was an input dialled port 22: the same as an explicit 22.
+    return _port(props.get(key, DEFAULT_SSH_PORT)) if key == "ssh_port" else props.get(key)
+
+
+def _port(value: Any) -> Any:
+    # Numbers cross the Pulumi engine as floats (2222.0): a whole one is the port it names.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _norm(value: Any) -> Any:

@@ -12,7 +12,15 @@ case "${1:-status}" in
 start)
     if running; then exit 0; fi
     mkdir -p "$state"
-    nohup python -m vendorsim --inventory "$TUIST_ROOT/vendorsim/inventory.dev.yaml" \
+    inventory="$TUIST_ROOT/vendorsim/inventory.dev.yaml"
+    # State seeded from another version of the inventory is reseeded, not half-reused.
+    reset=()
+    seeded=$(sha256sum "$inventory" | cut -d' ' -f1)
+    if [ "$(cat "$state/inventory.sha256" 2>/dev/null)" != "$seeded" ]; then
+        reset=(--reset)
+        echo "$seeded" > "$state/inventory.sha256"
+    fi
+    nohup python -m vendorsim --inventory "$inventory" "${reset[@]}" \
         --state "$state" --port "$port" >"$state/vendorsim.log" 2>&1 &
     echo $! > "$pidfile"
     for _ in $(seq 1 100); do

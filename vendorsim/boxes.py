@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import ipaddress
 import os
 import pwd
 import re
@@ -73,6 +74,7 @@ class BoxInfo:
     data_disk: Path  # /data's own filesystem when the box has one
     disk_root: Path  # the installed OS on the box's disk (the same as sandbox_root unless in rescue)
     in_rescue: bool = False
+    ssh_host: str = "127.0.0.1"  # the address sshd listens on: the box's own public IPv4 in vendorsim
 
 
 @dataclass(frozen=True)
@@ -106,14 +108,17 @@ class BoxFarm:
         sudo_password: str | None,
         data_is_separate: bool | None = None,
         disks: Sequence[Disk] | None = None,
+        ssh_host: str = "127.0.0.1",
     ) -> BoxInfo:
-        """Create the box if missing (fresh OS, given key and sudo password) and start its sshd.
+        """Create the box if missing (fresh OS, given key and sudo password) and start its sshd on
+        `ssh_host`:`ssh_port` (a loopback address: vendorsim gives each box one of its own).
 
         An existing box keeps its disk, host key, user and keys: only a reinstall changes those.
         `disks` is hardware: it survives reinstalls and rescue boots.
         """
         box = self._box_dir(box_key)
         _check_port(box_key, ssh_port)
+        _check_host(box_key, ssh_host)
         with self._lock:
             if disks is not None:
                 _write_disks(box_key, box, disks)
@@ -121,9 +126,9 @@ class BoxFarm:
                 self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
             if data_is_separate is not None:
                 self._set_data_separate(box, data_is_separate)
-            if self._running_pid(box) is None or self._configured_port(box) != ssh_port:
+            if self._running_pid(box) is None or self._configured_endpoint(box) != (ssh_host, ssh_port):
                 self._stop(box_key)
-                self._write_sshd_config(box_key, ssh_port)
+                self._write_sshd_config(box_key, ssh_host, ssh_port)
                 self._start(box_key)
             return self._info(box_key)
 
@@ -143,8 +148,8 @@ class BoxFarm:
         install (/etc/sudoers.d/90-cloud-init-users)."""
         box = self._box_dir(box_key)
         with self._lock:
-            port = self._configured_port(box)
-            if port is None:
+            endpoint = self._configured_endpoint(box)
+            if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot reinstall a box that was never created (ensure first)")
             self._stop(box_key)
             separate = (box / "data-is-separate").exists() if data_is_separate is None else data_is_separate
@@ -156,7 +161,7 @@ class BoxFarm:
                 sudoers.write_text(f"# Created by cloud-init\n{user} ALL=(ALL) NOPASSWD:ALL\n")
                 sudoers.chmod(0o440)
             self._set_data_separate(box, separate)
-            self._write_sshd_config(box_key, port)
+            self._write_sshd_config(box_key, *endpoint)
             self._start(box_key)
             return self._info(box_key)
 
@@ -165,8 +170,8 @@ class BoxFarm:
         also in /root/.ssh/authorized_keys for installimage to copy), the disk left as it is."""
         box = self._box_dir(box_key)
         with self._lock:
-            port = self._configured_port(box)
-            if port is None:
+            endpoint = self._configured_endpoint(box)
+            if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot boot a box that was never created (ensure first)")
             key_line = _check_key(box_key, authorized_key)
             self._stop(box_key)
@@ -186,7 +191,7 @@ class BoxFarm:
             ssh_dir.mkdir(parents=True)
             (ssh_dir / "authorized_keys").write_text(key_line + "\n" if key_line else "")
             (box / "boot").write_text("rescue\n")
-            self._write_sshd_config(box_key, port)
+            self._write_sshd_config(box_key, *endpoint)
             self._start(box_key)
             return self._info(box_key)
 
@@ -198,8 +203,8 @@ class BoxFarm:
         key and root's keys from the disk's /root/.ssh/authorized_keys, as installimage copied them."""
         box = self._box_dir(box_key)
         with self._lock:
-            port = self._configured_port(box)
-            if port is None:
+            endpoint = self._configured_endpoint(box)
+            if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot reboot a box that was never created (ensure first)")
             self._stop(box_key)
             was_rescue = self._in_rescue(box)
@@ -218,7 +223,7 @@ class BoxFarm:
                     if item.name != "box.env":
                         shutil.copy2(item, box / "ssh" / item.name)
             _remove(box / "system-ssh")
-            self._write_sshd_config(box_key, port)
+            self._write_sshd_config(box_key, *endpoint)
             self._start(box_key)
             return self._info(box_key)
 
@@ -254,13 +259,15 @@ class BoxFarm:
     def _info(self, box_key: str) -> BoxInfo:
         box = self._box_dir(box_key)
         pub_path = box / "ssh" / "ssh_host_ed25519_key.pub"
-        port = self._configured_port(box)
-        if port is None or not pub_path.exists():
+        endpoint = self._configured_endpoint(box)
+        if endpoint is None or not pub_path.exists():
             raise BoxError(f"box {box_key}: no such box in {self.state_dir}")
+        host, port = endpoint
         public_key = " ".join(pub_path.read_text().split()[:2])
         rescue = self._in_rescue(box)
         return BoxInfo(
             ssh_port=port,
+            ssh_host=host,
             host_key_fingerprint=fingerprint_of(public_key),
             host_public_key=public_key,
             sandbox_root=box / ("rescue" if rescue else "system") / "root",
@@ -275,12 +282,15 @@ class BoxFarm:
         return boot.exists() and boot.read_text().strip() == "rescue"
 
     @staticmethod
-    def _configured_port(box: Path) -> int | None:
+    def _configured_endpoint(box: Path) -> tuple[str, int] | None:
+        """(ListenAddress, Port) of the box's sshd_config; None before the box exists."""
         config = box / "ssh" / "sshd_config"
         if not config.exists():
             return None
-        match = re.search(r"^Port (\d+)$", config.read_text(), re.MULTILINE)
-        return int(match.group(1)) if match else None
+        text = config.read_text()
+        port = re.search(r"^Port (\d+)$", text, re.MULTILINE)
+        host = re.search(r"^ListenAddress (\S+)$", text, re.MULTILINE)
+        return (host.group(1), int(port.group(1))) if port and host else None
 
     @staticmethod
     def _set_data_separate(box: Path, separate: bool) -> None:
@@ -356,7 +366,7 @@ class BoxFarm:
         env_path.write_text(f"SIM_USER={user}\nSIM_SUDO_SALT={salt}\nSIM_SUDO_HASH={digest}\n")
         env_path.chmod(0o600)
 
-    def _write_sshd_config(self, box_key: str, port: int) -> None:
+    def _write_sshd_config(self, box_key: str, host: str, port: int) -> None:
         box = self._box_dir(box_key)
         ssh_dir = box / "ssh"
         user = _read_env(box / "box.env")["SIM_USER"]
@@ -365,7 +375,7 @@ class BoxFarm:
                 [
                     f"# sshd of simulated box {box_key} (vendorsim/boxes.py)",
                     f"Port {port}",
-                    "ListenAddress 127.0.0.1",
+                    f"ListenAddress {host}",
                     f"HostKey {ssh_dir / 'ssh_host_ed25519_key'}",
                     f"PidFile {ssh_dir / 'sshd.pid'}",
                     f"AuthorizedKeysFile {ssh_dir / 'authorized_keys'}",
@@ -397,8 +407,9 @@ class BoxFarm:
     def _start(self, box_key: str) -> None:
         box = self._box_dir(box_key)
         ssh_dir = box / "ssh"
-        port = self._configured_port(box)
-        assert port is not None
+        endpoint = self._configured_endpoint(box)
+        assert endpoint is not None
+        host, port = endpoint
         for binary in (SSHD, NSS_WRAPPER):
             if not binary.exists():
                 raise BoxError(f"{binary} is missing: install Debian's openssh-server and libnss-wrapper")
@@ -435,13 +446,13 @@ class BoxFarm:
             if proc.poll() is not None:
                 tail = (ssh_dir / "sshd.log").read_text(errors="replace")[-1500:]
                 raise BoxError(
-                    f"box {box_key}: sshd exited with status {proc.returncode} on port {port}:\n{tail}"
+                    f"box {box_key}: sshd exited with status {proc.returncode} on {host}:{port}:\n{tail}"
                 )
-            if _answers_ssh(port):
+            if _answers_ssh(host, port):
                 return
             time.sleep(0.02)
         self._stop(box_key)
-        raise BoxError(f"box {box_key}: sshd did not answer on 127.0.0.1:{port} within 10s")
+        raise BoxError(f"box {box_key}: sshd did not answer on {host}:{port} within 10s")
 
     def _running_pid(self, box: Path) -> int | None:
         pid_file = box / "ssh" / "sshd.pid"
@@ -564,9 +575,19 @@ def _check_port(box_key: str, port: int) -> None:
         raise BoxError(f"box {box_key}: ssh_port {port} is not a TCP port")
 
 
-def _answers_ssh(port: int) -> bool:
+def _check_host(box_key: str, host: str) -> None:
+    # Linux routes all of 127.0.0.0/8 to lo, so a loopback address needs no setup on the host.
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+        loopback = ipaddress.IPv4Address(host).is_loopback
+    except ValueError:
+        raise BoxError(f"box {box_key}: ssh_host {host!r} is not an IPv4 address") from None
+    if not loopback:
+        raise BoxError(f"box {box_key}: ssh_host {host} is not a loopback address (127.0.0.0/8)")
+
+
+def _answers_ssh(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5) as sock:
             sock.settimeout(0.5)
             return sock.recv(8).startswith(b"SSH-")
     except OSError:

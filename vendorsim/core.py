@@ -100,9 +100,13 @@ class Sim:
         from vendorsim.boxes import Disk
 
         for box in self.boxes():
+            if "ip" not in box:
+                # Seeded before boxes listened on their own IPs: only a reseed gives them one.
+                raise RuntimeError(f"vendorsim state has no IP for box {box['key']}: restart with --reset")
             disks = box.get("disks")
             info = self.farm.ensure(
                 box["key"],
+                ssh_host=box["ip"],
                 ssh_port=box["ssh_port"],
                 user=box["user"],
                 authorized_key=box["authorized_key"],

@@ -104,6 +104,7 @@ def seed(sim: Sim) -> None:
                 "key": f"dedibox-{s.id}",
                 "vendor": "dedibox",
                 "vendor_id": s.id,
+                "ip": s.ip,
                 "ssh_port": s.ssh_port,
                 "user": s.ssh_user,
                 "authorized_key": inv.prep.fleet_public_key,

@@ -21,6 +21,7 @@ class Farm(Protocol):
         authorized_key: str | None,
         sudo_password: str | None,
         disks: Sequence[Any] | None = None,
+        ssh_host: str = "127.0.0.1",
     ) -> Any: ...
 
     def reinstall(
@@ -54,6 +55,7 @@ class NoSshFarm:
         authorized_key: str | None,
         sudo_password: str | None,
         disks: Sequence[Any] | None = None,
+        ssh_host: str = "127.0.0.1",
     ) -> None:
         return None
 

@@ -287,18 +287,10 @@ class Inventory(_Strict):
     robot: RobotAccount
 
     @model_validator(mode="after")
-    def _unique_ports_and_ips(self) -> Inventory:
-        ports: list[tuple[str, int]] = [
-            (f"ovh.servers[{i}]", s.ssh_port) for i, s in enumerate(self.ovh.servers)
-        ]
-        ports += [(f"dedibox.servers[{i}]", s.ssh_port) for i, s in enumerate(self.dedibox.servers)]
-        ports += [(f"robot.servers[{i}]", s.ssh_port) for i, s in enumerate(self.robot.servers)]
+    def _unique_ips(self) -> Inventory:
+        # Each box's sshd listens on its own IP (ListenAddress), so boxes may share an ssh_port and
+        # unique IPs are all it takes for every SSH endpoint to be unique.
         problems = []
-        seen: dict[int, str] = {}
-        for where, port in ports:
-            if port in seen:
-                problems.append(f"{where}.ssh_port: {port} is already used by {seen[port]}")
-            seen[port] = where
         ips = [s.ip for s in self.ovh.servers] + [s.ip for s in self.dedibox.servers]
         ips += [s.ip for s in self.robot.servers]
         ips += [f.ip for f in self.ovh.failover_ips] + [f.address for f in self.dedibox.failover_ips]

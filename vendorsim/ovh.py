@@ -100,6 +100,7 @@ def seed(sim: Sim) -> None:
                 "key": f"ovh-{s.service_name}",
                 "vendor": "ovh",
                 "vendor_id": s.service_name,
+                "ip": s.ip,
                 "ssh_port": s.ssh_port,
                 "user": s.ssh_user,
                 "authorized_key": inv.prep.fleet_public_key,

@@ -80,6 +80,7 @@ def seed(sim: Sim) -> None:
                 "key": f"robot-{s.number}",
                 "vendor": "robot",
                 "vendor_id": s.number,
+                "ip": s.ip,
                 "ssh_port": s.ssh_port,
                 "user": s.ssh_user,
                 "authorized_key": inv.prep.fleet_public_key,

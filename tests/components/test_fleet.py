@@ -86,6 +86,7 @@ def test_size_machines_named_fleet_index_with_the_fleets_inputs() -> None:
         "taints": [{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}],
         "datacenter_prefix": "bhs",
         "ssh_user": "ubuntu",
+        "ssh_port": 22,
         "os": "ubuntu_24.04",
         "kubernetes_minor": "v1.34",
         "api_server": "https://cp.staging.tuist.dev:6443",
@@ -94,6 +95,11 @@ def test_size_machines_named_fleet_index_with_the_fleets_inputs() -> None:
     }
     assert inputs["resource_name"] == "kura-ovh-0"
     assert input_problems(inputs) == []
+    # The fleet's SSH port reaches every machine (the dev stack's vendorsim boxes answer on 2222).
+    dev_port = BareMetalFleetArgs(
+        fleet=fleet(ssh_port=2222), environment=Environment.STAGING, cluster=CLUSTER
+    )
+    assert {m["ssh_port"] for m in build(dev_port)[0].machines.values()} == {2222}
     assert [m._protect for m in component.machines] == [False, False]
     assert rows == [
         {

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.providers.test_machine_support import fresh_box_range, move_boxes
 from vendorsim.boxes import reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,19 +79,19 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     shutil.copytree(REPO, project, ignore=_IGNORED)
     (project / ".venv").symlink_to(REPO / ".venv")
     port = free_port()
-    # The boxes' SSH ports too: a developer's own dev vendorsim may hold the inventory's.
+    while (ssh_port := free_port()) == port:
+        pass
+    # The boxes move to a loopback range and port of this session's own: a developer's dev vendorsim
+    # may hold the inventory's (127.0.1-3.x:2222). The stack dials them as it dials real boxes.
     inventory_file = project / "vendorsim" / "inventory.dev.yaml"
     inventory = yaml.safe_load(inventory_file.read_text())
-    taken = {port}
-    for vendor in ("ovh", "dedibox", "robot"):
-        for server in inventory[vendor]["servers"]:
-            while (ssh_port := free_port()) in taken:
-                pass
-            taken.add(ssh_port)
-            server["ssh_port"] = ssh_port
+    move_boxes(inventory, fresh_box_range(), ssh_port)
     inventory_file.write_text(yaml.safe_dump(inventory, sort_keys=False))
     stack_file = project / "Pulumi.dev.yaml"
-    stack_file.write_text(stack_file.read_text().replace("127.0.0.1:8710", f"127.0.0.1:{port}"))
+    stack_text = stack_file.read_text()
+    assert stack_text.count("      ssh_port: 2222\n") == 3, "Pulumi.dev.yaml: expected 3 fleets on port 2222"
+    stack_text = stack_text.replace("      ssh_port: 2222\n", f"      ssh_port: {ssh_port}\n")
+    stack_file.write_text(stack_text.replace("127.0.0.1:8710", f"127.0.0.1:{port}"))
 
     env = {
         **os.environ,

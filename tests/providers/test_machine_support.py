@@ -1,6 +1,7 @@
-"""Shared by the machine provider tests: a vendorsim subprocess with real SSH boxes on free loopback
-ports, its own fleet key and sudo password, and a MachineProvider configured the way the dynamic
-provider process configures it (a pulumi.dynamic Config holding the decrypted stack config).
+"""Shared by the machine provider tests: a vendorsim subprocess with real SSH boxes, each on a loopback
+address of its own (a random 127.<a>.<b>.0/24 per simulator) at one shared port, its own fleet key and
+sudo password, and a MachineProvider configured the way the dynamic provider process configures it (a
+pulumi.dynamic Config holding the decrypted stack config).
 
 No tests here; the test_machine_*.py files import it.
 """
@@ -72,6 +73,37 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The SSH port of every simulated box this test process starts (and of machine_props): boxes tell
+# apart by address, as real ones do. Free on 127.0.0.1 means no wildcard listener holds it either.
+SIM_SSH_PORT = free_port()
+_USED_RANGES: set[str] = set()
+
+
+def fresh_box_range() -> str:
+    """A 127.<a>.<b> prefix no other simulator of this process uses; a >= 1 keeps clear of a developer's
+    dev vendorsim (127.0.1-3.x) and of 127.0.0.1."""
+    while (prefix := f"127.{1 + secrets.randbelow(254)}.{secrets.randbelow(256)}") in _USED_RANGES:
+        pass
+    _USED_RANGES.add(prefix)
+    return prefix
+
+
+def move_boxes(doc: dict[str, Any], prefix: str, ssh_port: int) -> None:
+    """Put every box of an inventory document on `prefix`.<its last octet>:`ssh_port` (the dev
+    inventory's last octets are unique across vendors), keeping references to box IPs in step."""
+
+    def moved(ip: str) -> str:
+        return f"{prefix}.{ip.rsplit('.', 1)[1]}"
+
+    for vendor in ("ovh", "dedibox", "robot"):
+        for server in doc[vendor]["servers"]:
+            server["ip"] = moved(server["ip"])
+            server["ssh_port"] = ssh_port
+    for failover in doc["robot"]["failover_ips"]:
+        if failover.get("active_server_ip"):
+            failover["active_server_ip"] = moved(failover["active_server_ip"])
+
+
 @dataclass(frozen=True)
 class FleetKey:
     private: str
@@ -100,6 +132,11 @@ class Sim:
     inventory: dict[str, Any]
     key: FleetKey
     sudo_password: str
+    box_range: str  # 127.<a>.<b>: the boxes' public IPv4s are box_range.<last octet of the dev inventory>
+
+    def ip(self, last_octet: int) -> str:
+        """A box's public IPv4 (and SSH address) in this run, by its last octet in the dev inventory."""
+        return f"{self.box_range}.{last_octet}"
 
     def admin(self, method: str, path: str, body: Any = None) -> Any:
         response = requests.request(method, f"{self.url}/_admin/{path}", json=body, timeout=30)
@@ -185,27 +222,19 @@ class Sim:
 
 
 def start_sim(tmp: Path, *, task_seconds: float = 0.2) -> Sim:
-    """A vendorsim on a free port whose boxes answer SSH on free ports, seeded with a fresh fleet key
-    and sudo password (so no test depends on build/ and every secret is unique to the run)."""
+    """A vendorsim on a free port whose boxes answer SSH on their own addresses in a fresh loopback range
+    at SIM_SSH_PORT, seeded with a fresh fleet key and sudo password (so no test depends on build/ and
+    every secret is unique to the run)."""
     doc = yaml.safe_load(DEV_INVENTORY.read_text())
     key = new_fleet_key()
     sudo_password = "sudo-" + secrets.token_hex(12)
     doc["prep"] = {"fleet_public_key": key.public, "sudo_password": sudo_password}
-    # Distinct ports: a port the kernel just handed out can come back on the next bind.
-    taken: set[int] = set()
-
-    def fresh_port() -> int:
-        while (candidate := free_port()) in taken:
-            pass
-        taken.add(candidate)
-        return candidate
-
-    for vendor in ("ovh", "dedibox", "robot"):
-        for server in doc[vendor]["servers"]:
-            server["ssh_port"] = fresh_port()
+    box_range = fresh_box_range()
+    move_boxes(doc, box_range, SIM_SSH_PORT)
     inventory = tmp / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(doc))
-    port = fresh_port()
+    while (port := free_port()) == SIM_SSH_PORT:
+        pass
     state = tmp / "state"
     log = (tmp / "vendorsim.log").open("wb")
     process = subprocess.Popen(
@@ -243,7 +272,7 @@ def start_sim(tmp: Path, *, task_seconds: float = 0.2) -> Sim:
                 process.kill()
                 raise RuntimeError("vendorsim did not answer within 60s") from None
             time.sleep(0.1)
-    return Sim(url, state, process, doc, key, sudo_password)
+    return Sim(url, state, process, doc, key, sudo_password, box_range)
 
 
 def running_sim(tmp: Path) -> Iterator[Sim]:
@@ -271,6 +300,7 @@ def machine_props(
         "taints": list(spec["taints"]),
         "datacenter_prefix": spec.get("datacenter_prefix"),
         "ssh_user": "ubuntu",
+        "ssh_port": SIM_SSH_PORT,
         "os": "ubuntu_24.04",
         "kubernetes_minor": "v1.34",
         "api_server": None,

@@ -109,7 +109,7 @@ def test_create_claims_the_lowest_free_box_and_joins_it_over_ssh(
         "box_id": box,
         "name": box,
         "datacenter": "bhs6",
-        "public_ipv4": "203.0.113.11",
+        "public_ipv4": sim.ip(11),
         "provider_id": f"ovh://bhs6/{box}",
     }
     assert outs["node_name"] == "kura-ovh-ns1001-ip-203-0-113-net"
@@ -129,7 +129,7 @@ def test_create_claims_the_lowest_free_box_and_joins_it_over_ssh(
     ]
     # The self-join really ran in the box: kubelet unit with the node's identity, labels and taints.
     unit = (sim.box_root(f"ovh-{box}") / "etc/systemd/system/kubelet.service").read_text()
-    assert "--node-ip=203.0.113.11" in unit
+    assert f"--node-ip={sim.ip(11)}" in unit
     assert f"--provider-id=ovh://bhs6/{box}" in unit
     assert "--hostname-override=kura-ovh-ns1001-ip-203-0-113-net" in unit
     assert (
@@ -267,7 +267,7 @@ def test_read_rederives_the_box_and_reports_a_lost_claim_as_gone(sim: Sim) -> No
     assert read.id == f"dedibox:{DEDIBOX_BOXES[0]}"
     assert read.outs is not None
     assert (read.outs["public_ipv4"], read.outs["datacenter"], read.outs["state"]) == (
-        "203.0.113.31",
+        sim.ip(31),
         "DC5",
         "ready",
     )
@@ -311,7 +311,12 @@ def test_host_key_changed_without_a_reinstall_is_refused_on_update(sim: Sim) -> 
         check=True,
     )
     info = farm.ensure(
-        box_key, ssh_port=before["ssh_port"], user="ubuntu", authorized_key=None, sudo_password=None
+        box_key,
+        ssh_port=before["ssh_port"],
+        ssh_host=before["ip"],
+        user="ubuntu",
+        authorized_key=None,
+        sudo_password=None,
     )
     assert info.host_key_fingerprint != outs["host_key_fingerprint"]
 

@@ -178,7 +178,7 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
     assert (outs["box_id"], outs["provider_id"], outs["public_ipv4"]) == (
         "2345601",
         "hrobot://2345601",
-        "203.0.113.51",
+        sim.ip(51),
     )
     # The box booted the OS installimage laid down: a host key neither the old OS's nor the rescue's.
     box = sim.box("robot-2345601")

@@ -123,13 +123,24 @@ def test_audit_redacts_secrets_and_names_the_box(served: Served) -> None:
 def test_state_and_reset(served: Served) -> None:
     state = served.admin("GET", "state").json()
     assert len(state["ovh"]["servers"]) == 7 and len(state["boxes"]) == 21
-    assert {b["ssh_port"] for b in state["boxes"]} >= {22201, 22211, 22221}
+    # Every box answers SSH on its own IP (the one its vendor API reports) at the one dev port.
+    assert {b["ssh_port"] for b in state["boxes"]} == {2222}
+    boxes = {b["key"]: b["ip"] for b in state["boxes"]}
+    assert len(set(boxes.values())) == 21
+    assert (boxes["ovh-ns1001.ip-203-0-113.net"], boxes["dedibox-200101"], boxes["robot-2345601"]) == (
+        "127.0.1.11",
+        "127.0.2.31",
+        "127.0.3.51",
+    )
     assert all(b["sudo_password"] == "<redacted>" for b in state["boxes"])
     robot(served, "POST", "/server/2345602", {"server_name": "renamed"})
     assert served.admin("POST", "reset").json() == {"reset": True}
     assert robot(served, "GET", "/server/2345602").json()["server"]["server_name"] == "tuist-bm-dev-2"
     assert served.admin("GET", "audit").json()["entries"] == []
     assert len(served.farm.reinstalls()) == 21
+    # The reset restarted each box's sshd on the box's own IP.
+    ensured = {c[1]: c[2]["ssh_host"] for c in served.farm.calls if c[0] == "ensure"}
+    assert ensured == boxes
 
 
 def _start(state: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
@@ -206,8 +217,7 @@ def test_cli_state_persists_across_restart_and_tasks_advance_by_wall_time(tmp_pa
 
 def test_cli_rejects_a_bad_inventory_naming_the_path(tmp_path: Path) -> None:
     bad = tmp_path / "inventory.yaml"
-    text = DEV_INVENTORY.read_text().replace("ip: 203.0.113.12,", "ip: 203.0.113.999,", 1)
-    bad.write_text(text.replace("ssh_port: 22213", "ssh_port: 22211", 1))
+    bad.write_text(DEV_INVENTORY.read_text().replace("ip: 127.0.1.12,", "ip: 203.0.113.999,", 1))
     result = subprocess.run(
         [sys.executable, "-m", "vendorsim", "--inventory", str(bad), "--no-ssh", "--state", str(tmp_path)],
         cwd=ROOT,
@@ -224,7 +234,18 @@ def test_inventory_cross_checks(tmp_path: Path) -> None:
     from vendorsim.inventory import InventoryError, load_inventory
 
     bad = tmp_path / "inventory.yaml"
-    bad.write_text(DEV_INVENTORY.read_text().replace("ssh_port: 22213", "ssh_port: 22211", 1))
+    bad.write_text(DEV_INVENTORY.read_text().replace("ip: 127.0.2.33,", "ip: 127.0.2.31,", 1))
     with pytest.raises(InventoryError) as e:
         load_inventory(bad)
-    assert "dedibox.servers[2].ssh_port: 22211 is already used by dedibox.servers[0]" in str(e.value)
+    assert "ip 127.0.2.31 is used twice" in str(e.value)
+
+
+def test_a_state_seeded_before_boxes_had_ips_asks_for_a_reseed(served: Served) -> None:
+    # A box record as older vendorsims stored it: no IP to listen on, so no sshd can start for it.
+    box = served.sim.store.get("box", "robot-2345601")
+    assert box is not None
+    del box["ip"]
+    served.sim.store.put("box", "robot-2345601", box)
+    with pytest.raises(RuntimeError) as e:
+        served.sim.start_boxes()
+    assert str(e.value) == "vendorsim state has no IP for box robot-2345601: restart with --reset"

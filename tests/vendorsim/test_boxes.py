@@ -48,6 +48,7 @@ def ssh(
     user: str = "ubuntu",
     stdin: str = "",
     known_hosts: Path | None = None,
+    host: str = "127.0.0.1",
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
@@ -68,7 +69,7 @@ def ssh(
             "LogLevel=ERROR",
             "-o",
             "ConnectTimeout=5",
-            f"{user}@127.0.0.1",
+            f"{user}@{host}",
             command,
         ],
         input=stdin,
@@ -167,6 +168,39 @@ def test_bad_inputs_are_refused_naming_the_box(farm: BoxFarm, keys):
         farm.ensure("b2", ssh_port=_free_port(), user="ubuntu", authorized_key="hello", sudo_password=None)
     with pytest.raises(BoxError, match=r"^box b3: login user 'Bad User' is not a valid user name$"):
         farm.ensure("b3", ssh_port=_free_port(), user="Bad User", authorized_key=None, sudo_password=None)
+    with pytest.raises(
+        BoxError, match=r"^box b4: ssh_host 203\.0\.113\.9 is not a loopback address \(127\.0\.0\.0/8\)$"
+    ):
+        make(farm, keys, key="b4", ssh_host="203.0.113.9")
+    with pytest.raises(BoxError, match=r"^box b5: ssh_host 'box5\.invalid' is not an IPv4 address$"):
+        make(farm, keys, key="b5", ssh_host="box5.invalid")
+
+
+def test_boxes_share_a_port_each_on_its_own_loopback_address(farm: BoxFarm, keys):
+    # As real boxes do: one port, each box on its own IP, and nothing answers on the others.
+    port = _free_port()
+    first = make(farm, keys, key="first", ssh_port=port, ssh_host="127.77.0.11")
+    second = make(farm, keys, key="second", ssh_port=port, ssh_host="127.77.0.12")
+    assert (first.ssh_host, first.ssh_port, second.ssh_host, second.ssh_port) == (
+        "127.77.0.11",
+        port,
+        "127.77.0.12",
+        port,
+    )
+    for host, name in (("127.77.0.11", "first"), ("127.77.0.12", "second")):
+        out = ssh(port, keys["fleet"][0], "hostname", host=host)
+        assert (out.returncode, out.stdout) == (0, f"{name}\n")
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    # The address survives a reinstall; ensure on another address moves the sshd there.
+    assert farm.reinstall(
+        "first", user="ubuntu", authorized_key=keys["fleet"][1], sudo_password=None
+    ).ssh_host == ("127.77.0.11")
+    moved = make(farm, keys, key="second", ssh_port=port, ssh_host="127.77.0.13")
+    assert moved.ssh_host == "127.77.0.13"
+    assert ssh(port, keys["fleet"][0], "hostname", host="127.77.0.13").stdout == "second\n"
+    with pytest.raises(OSError):
+        socket.create_connection(("127.77.0.12", port), timeout=1).close()
 
 
 def test_a_port_already_taken_is_reported(farm: BoxFarm, keys):
@@ -176,7 +210,7 @@ def test_a_port_already_taken_is_reported(farm: BoxFarm, keys):
         port = taken.getsockname()[1]
         with pytest.raises(BoxError) as err:
             make(farm, keys, ssh_port=port)
-    assert str(err.value).startswith(f"box box1: sshd exited with status 255 on port {port}:")
+    assert str(err.value).startswith(f"box box1: sshd exited with status 255 on 127.0.0.1:{port}:")
     assert "Address already in use" in str(err.value)
 
 
@@ -253,7 +287,7 @@ def test_sudo_needs_the_password_until_nopasswd_is_granted(farm: BoxFarm, keys):
         key,
         "sudo -S -p '' sh -c "
         "\"echo 'ubuntu ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/90-ubuntu "
-        "&& chmod 440 /etc/sudoers.d/90-ubuntu\"",
+        '&& chmod 440 /etc/sudoers.d/90-ubuntu"',
         stdin=SUDO_PASSWORD + "\n",
     )
     assert grant.returncode == 0

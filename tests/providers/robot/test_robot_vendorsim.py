@@ -24,7 +24,7 @@ def make_client(sim, password="dev-robot-password", attempts=12) -> RobotClient:
 
 def exercise(client: RobotClient) -> None:
     boxes = {b.id: b for b in client.list_boxes()}
-    assert boxes[BOX].marker_field == "tuist-bm-dev-2" and boxes[BOX].public_ipv4 == "203.0.113.52"
+    assert boxes[BOX].marker_field == "tuist-bm-dev-2" and boxes[BOX].public_ipv4 == "127.0.3.52"
     assert boxes["2345604"].claim == Claim("tuist-infra/alice-dev/runners-linux-0")
     assert "2345605" not in {b.id for b in client.boxes_with_marker("tuist-bm-dev-")}
     client.set_claim(BOX, Claim("0123456789ab"))
@@ -47,7 +47,7 @@ def test_every_method_against_vendorsim(vendorsim):
         (e["method"], e["path"], e["body"]) for e in vendorsim.admin("GET", "/audit?since=0")["entries"]
     ]
     assert writes[0] == ("POST", f"/robot/server/{BOX}", {"server_name": "tuist-bm-dev-2~c-0123456789ab"})
-    assert writes[1] == ("POST", "/robot/failover/198.51.100.30", {"active_server_ip": "203.0.113.52"})
+    assert writes[1] == ("POST", "/robot/failover/198.51.100.30", {"active_server_ip": "127.0.3.52"})
     assert [w[:2] for w in writes[2:]][-3:] == [
         ("POST", f"/robot/boot/{BOX}/rescue"),
         ("POST", f"/robot/reset/{BOX}"),
