@@ -17,12 +17,12 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import POOL_LABEL, metadata, region_labels
 from config.models import FailoverIP, Fleet, Region, Vendors
+from providers.clients import SECRET_KEYS_BY_VENDOR
 from watcher.mover import (
     DEFAULT_CREDENTIALS_DIR,
     ENV_ACCOUNT,
     ENV_CREDENTIALS_DIR,
     ENV_VENDOR,
-    SECRET_KEYS_BY_VENDOR,
 )
 
 __all__ = [

@@ -7,7 +7,7 @@ Moving an IP that is already where it should be writes nothing. The vendor calls
 OVH POST /ip/{ip}/move + IP task polling, Dedibox failover-ips/attach, Robot POST /failover/{ip}.
 
 The runtime half (move the IP off a box whose node or demux died) is the watcher (watcher/), which
-builds its clients with the same `watcher.mover.vendor_client`.
+builds its clients with the same `providers.clients.vendor_client`.
 
 The provider object holds nothing: dill pickles it into every resource's `__provider`, so
 credentials reach it only through `configure()` (the stack config, decrypted, in the provider
@@ -30,12 +30,12 @@ from pulumi.output import Unknown
 from pulumi.runtime.rpc import UNKNOWN
 
 from config.models import Vendor, Vendors
+from providers.clients import SECRET_KEYS_BY_VENDOR, ClientTiming, VendorConfigError, vendor_client
 from providers.dedibox.models import parse_box_id
 from providers.errors import VendorError, VendorInputError
 from providers.ovh.models import check_service_name
 from providers.robot.models import check_server_number
 from providers.vendor import VendorClient
-from watcher.mover import SECRET_KEYS_BY_VENDOR, ClientTiming, MoverConfigError, vendor_client
 
 __all__ = [
     "CLIENT_TIMING",
@@ -317,7 +317,7 @@ class FailoverIPProvider(dyn.ResourceProvider):
             raise NotConfiguredError("the failover provider was not configured with the stack config")
         try:
             return vendor_client(vendor, credentials.vendors, credentials.secret, CLIENT_TIMING)
-        except MoverConfigError as error:
+        except VendorConfigError as error:
             raise NotConfiguredError(f"stack config {VENDORS_KEY}: {error}") from None
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:

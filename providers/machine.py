@@ -38,6 +38,7 @@ from pulumi.dynamic.dynamic import PROVIDER_KEY
 from config.models import Environment, Fleet, InstallArtifacts, Vendor, Vendors
 from providers import kube
 from providers.claims import claim_token
+from providers.clients import VendorConfigError, vendor_client
 from providers.errors import NotFoundError, TaskAlreadyExistsError, VendorError
 from providers.ssh.robot_install import ArtifactPins
 from providers.ssh.runner import HostKeyMismatchError, RunResult, SshTarget, load_private_key, run_script
@@ -499,37 +500,12 @@ class Settings:
         return self.secret("fleetSudoPassword", why="the self-join and the Dedibox reinstall need it")
 
     def vendor_client(self, vendor: Vendor) -> VendorClient:
-        if vendor is Vendor.OVH:
-            from providers.ovh.client import OvhClient
-
-            if self.vendors.ovh is None:
-                raise NotConfiguredError(f"stack config {PROJECT}:vendors has no ovh account")
-            return OvhClient(
-                endpoint=self.vendors.ovh.endpoint,
-                application_key=self.vendors.ovh.application_key,
-                application_secret=self.secret("ovhApplicationSecret", why="the OVH API signs with it"),
-                consumer_key=self.secret("ovhConsumerKey", why="the OVH API signs with it"),
+        try:
+            return vendor_client(
+                vendor, self.vendors, lambda key: self.secret(key, why=f"the {vendor.value} API needs it")
             )
-        if vendor is Vendor.DEDIBOX:
-            from providers.dedibox.client import DediboxClient
-
-            if self.vendors.dedibox is None:
-                raise NotConfiguredError(f"stack config {PROJECT}:vendors has no dedibox account")
-            return DediboxClient(
-                api_url=self.vendors.dedibox.api_url,
-                secret_key=self.secret("dediboxSecretKey", why="the Dedibox API needs it"),
-                project_id=self.vendors.dedibox.project_id,
-                zones=self.vendors.dedibox.zones,
-            )
-        from providers.robot.client import RobotClient
-
-        if self.vendors.robot is None:
-            raise NotConfiguredError(f"stack config {PROJECT}:vendors has no robot account")
-        return RobotClient(
-            api_url=self.vendors.robot.api_url,
-            username=self.vendors.robot.username,
-            password=self.secret("robotPassword", why="the Robot web service needs it"),
-        )
+        except VendorConfigError as error:
+            raise NotConfiguredError(f"stack config {PROJECT}:{error}") from None
 
     def kube_api(self) -> Any:
         return kube.api_client(self.secret("kubeconfig", why="the machine has a cluster to join and leave"))

@@ -201,6 +201,13 @@ class Sim:
         running = len(phases) - 1
         return min(int(elapsed / self.task_seconds * running), running - 1), False
 
+    def advance(self, task: dict[str, Any], phases: list[str], failed: str) -> tuple[str | None, bool]:
+        """The status wall time puts `task` in (`failed` when it finishes with a fault injected),
+        or None when that is the status it already has; and whether it has finished."""
+        index, finished = self.phase(task["created_at"], phases)
+        status = failed if finished and task["fail"] else phases[index]
+        return (None if status == task["status"] else status), finished
+
 
 def iso(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

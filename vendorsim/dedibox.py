@@ -394,13 +394,9 @@ def settle(sim: Sim) -> None:
     for install in sim.store.all("dedibox_install"):
         if install["status"] not in INSTALL_RUNNING:
             continue
-        index, finished = sim.phase(install["created_at"], INSTALL_PHASES)
-        status = INSTALL_PHASES[index]
-        if finished and install["fail"]:
-            # ServerInstallStatus has no error value: a failed install reads "unknown" and the
-            # server "error".
-            status = "unknown"
-        if status == install["status"]:
+        # ServerInstallStatus has no error value: a failed install reads "unknown", the server "error".
+        status, finished = sim.advance(install, INSTALL_PHASES, failed="unknown")
+        if status is None:
             continue
         install["status"] = status
         if finished:

@@ -246,11 +246,8 @@ def settle(sim: Sim) -> None:
     for task in sim.store.all("ovh_task"):
         if task["status"] not in TASK_RUNNING:
             continue
-        index, finished = sim.phase(task["created_at"], TASK_PHASES)
-        status = TASK_PHASES[index]
-        if finished and task["fail"]:
-            status = "error"
-        if status == task["status"]:
+        status, finished = sim.advance(task, TASK_PHASES, failed="error")
+        if status is None:
             continue
         now = iso_offset(sim.clock())
         task.update(status=status, lastUpdate=now)
@@ -275,11 +272,8 @@ def settle(sim: Sim) -> None:
     for task in sim.store.all("ovh_ip_task"):
         if task["status"] not in TASK_RUNNING:
             continue
-        index, finished = sim.phase(task["created_at"], TASK_PHASES)
-        status = TASK_PHASES[index]
-        if finished and task["fail"]:
-            status = "ovhError"
-        if status == task["status"]:
+        status, finished = sim.advance(task, TASK_PHASES, failed="ovhError")
+        if status is None:
             continue
         now = iso_offset(sim.clock())
         task.update(status=status, lastUpdate=now)

@@ -16,15 +16,19 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from config.models import DediboxAccount, OvhAccount, RobotAccount, Vendor, Vendors
-from providers.retry import DEFAULT_RETRY, DEFAULT_TIMEOUTS, HttpTimeouts, RetryPolicy
+from providers.clients import (
+    SECRET_KEYS_BY_VENDOR,
+    ClientTiming,
+    VendorConfigError,
+    vendor_client,
+)
 from providers.vendor import VendorClient
 
 __all__ = [
@@ -44,12 +48,6 @@ __all__ = [
     "vendor_client",
 ]
 
-# Which stack secrets each vendor's failover API needs.
-SECRET_KEYS_BY_VENDOR: dict[Vendor, tuple[str, ...]] = {
-    Vendor.OVH: ("ovhApplicationSecret", "ovhConsumerKey"),
-    Vendor.DEDIBOX: ("dediboxSecretKey",),
-    Vendor.ROBOT: ("robotPassword",),
-}
 ACCOUNT_MODELS: dict[Vendor, type[BaseModel]] = {
     Vendor.OVH: OvhAccount,
     Vendor.DEDIBOX: DediboxAccount,
@@ -63,21 +61,11 @@ ENV_ACCOUNT = "FAILOVER_VENDOR_ACCOUNT"
 ENV_CREDENTIALS_DIR = "FAILOVER_CREDENTIALS_DIR"
 
 
-class MoverConfigError(Exception):
-    """The mover cannot be built: unknown vendor, bad account settings, a missing credential."""
+# The mover cannot be built: unknown vendor, bad account settings, a missing credential. The same
+# class as the client factory's error, so one except clause covers both.
+MoverConfigError = VendorConfigError
 
 
-@dataclass(frozen=True)
-class ClientTiming:
-    """Retry, timeout and task-wait settings of the clients built here (tests shorten them)."""
-
-    retry: RetryPolicy = DEFAULT_RETRY
-    timeouts: HttpTimeouts = DEFAULT_TIMEOUTS
-    task_poll_interval: float = 5.0
-    task_timeout: float = 600.0
-
-
-SecretLookup = Callable[[str], str]
 
 
 def parse_vendor(vendor: str | Vendor) -> Vendor:
@@ -86,56 +74,6 @@ def parse_vendor(vendor: str | Vendor) -> Vendor:
     except ValueError:
         known = ", ".join(v.value for v in Vendor)
         raise MoverConfigError(f"vendor {vendor!r} is not one of {known}") from None
-
-
-def vendor_client(
-    vendor: Vendor, vendors: Vendors, secret: SecretLookup, timing: ClientTiming | None = None
-) -> VendorClient:
-    """A client for `vendor`'s account in `vendors`; `secret(key)` yields a stack secret by key
-    (and raises when it is unset)."""
-    timing = timing or ClientTiming()
-    if vendor is Vendor.OVH:
-        from providers.ovh.client import OvhClient
-
-        if vendors.ovh is None:
-            raise MoverConfigError("vendors has no ovh account (vendors.ovh)")
-        return OvhClient(
-            endpoint=vendors.ovh.endpoint,
-            application_key=vendors.ovh.application_key,
-            application_secret=secret("ovhApplicationSecret"),
-            consumer_key=secret("ovhConsumerKey"),
-            timeouts=timing.timeouts,
-            retry=timing.retry,
-            task_poll_interval=timing.task_poll_interval,
-            task_timeout=timing.task_timeout,
-        )
-    if vendor is Vendor.DEDIBOX:
-        from providers.dedibox.client import DediboxClient
-
-        if vendors.dedibox is None:
-            raise MoverConfigError("vendors has no dedibox account (vendors.dedibox)")
-        return DediboxClient(
-            api_url=vendors.dedibox.api_url,
-            secret_key=secret("dediboxSecretKey"),
-            project_id=vendors.dedibox.project_id,
-            zones=vendors.dedibox.zones,
-            timeouts=timing.timeouts,
-            retry=timing.retry,
-            task_poll_interval=timing.task_poll_interval,
-            task_timeout=timing.task_timeout,
-        )
-    from providers.robot.client import RobotClient
-
-    if vendors.robot is None:
-        raise MoverConfigError("vendors has no robot account (vendors.robot)")
-    # Robot failover switches are synchronous: no task to wait for.
-    return RobotClient(
-        api_url=vendors.robot.api_url,
-        username=vendors.robot.username,
-        password=secret("robotPassword"),
-        timeouts=timing.timeouts,
-        retry=timing.retry,
-    )
 
 
 def read_credential(directory: Path, key: str) -> str:

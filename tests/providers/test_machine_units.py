@@ -311,7 +311,8 @@ def test_configure_reads_vendors_json_and_secrets_and_reprs_no_secret() -> None:
         "fleet key (pulumi config set --secret fleetSshPrivateKey ...)"
     )
     with pytest.raises(
-        NotConfiguredError, match=r"^stack config tuist-infra:vendors has no dedibox account$"
+        NotConfiguredError,
+        match=r"^stack config tuist-infra:vendors has no dedibox account \(vendors\.dedibox\)$",
     ):
         settings.vendor_client(Vendor.DEDIBOX)
 

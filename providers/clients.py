@@ -1,0 +1,89 @@
+"""Vendor clients built from a stack's accounts and secrets: the one factory the machine and
+failover providers and the in-cluster failover watcher all use. No Pulumi import.
+
+Secret keys are the stack's (ovhApplicationSecret, ovhConsumerKey, dediboxSecretKey, robotPassword),
+so one name means one secret everywhere: in `pulumi config`, in the watcher's mounted files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from config.models import Vendor, Vendors
+from providers.retry import DEFAULT_RETRY, DEFAULT_TIMEOUTS, HttpTimeouts, RetryPolicy
+from providers.vendor import VendorClient
+
+# Which stack secrets each vendor's API needs.
+SECRET_KEYS_BY_VENDOR: dict[Vendor, tuple[str, ...]] = {
+    Vendor.OVH: ("ovhApplicationSecret", "ovhConsumerKey"),
+    Vendor.DEDIBOX: ("dediboxSecretKey",),
+    Vendor.ROBOT: ("robotPassword",),
+}
+
+
+class VendorConfigError(Exception):
+    """A client cannot be built: no account for the vendor, or a credential missing."""
+
+
+@dataclass(frozen=True)
+class ClientTiming:
+    """Retry, timeout and task-wait settings of the clients built here (tests shorten them)."""
+
+    retry: RetryPolicy = DEFAULT_RETRY
+    timeouts: HttpTimeouts = DEFAULT_TIMEOUTS
+    task_poll_interval: float = 5.0
+    task_timeout: float = 600.0
+
+
+SecretLookup = Callable[[str], str]
+
+
+def vendor_client(
+    vendor: Vendor, vendors: Vendors, secret: SecretLookup, timing: ClientTiming | None = None
+) -> VendorClient:
+    """A client for `vendor`'s account in `vendors`; `secret(key)` yields a stack secret by key
+    (and raises when it is unset)."""
+    timing = timing or ClientTiming()
+    if vendor is Vendor.OVH:
+        from providers.ovh.client import OvhClient
+
+        if vendors.ovh is None:
+            raise VendorConfigError("vendors has no ovh account (vendors.ovh)")
+        return OvhClient(
+            endpoint=vendors.ovh.endpoint,
+            application_key=vendors.ovh.application_key,
+            application_secret=secret("ovhApplicationSecret"),
+            consumer_key=secret("ovhConsumerKey"),
+            timeouts=timing.timeouts,
+            retry=timing.retry,
+            task_poll_interval=timing.task_poll_interval,
+            task_timeout=timing.task_timeout,
+        )
+    if vendor is Vendor.DEDIBOX:
+        from providers.dedibox.client import DediboxClient
+
+        if vendors.dedibox is None:
+            raise VendorConfigError("vendors has no dedibox account (vendors.dedibox)")
+        return DediboxClient(
+            api_url=vendors.dedibox.api_url,
+            secret_key=secret("dediboxSecretKey"),
+            project_id=vendors.dedibox.project_id,
+            zones=vendors.dedibox.zones,
+            timeouts=timing.timeouts,
+            retry=timing.retry,
+            task_poll_interval=timing.task_poll_interval,
+            task_timeout=timing.task_timeout,
+        )
+    from providers.robot.client import RobotClient
+
+    if vendors.robot is None:
+        raise VendorConfigError("vendors has no robot account (vendors.robot)")
+    # Robot failover switches are synchronous: no task to wait for.
+    return RobotClient(
+        api_url=vendors.robot.api_url,
+        username=vendors.robot.username,
+        password=secret("robotPassword"),
+        timeouts=timing.timeouts,
+        retry=timing.retry,
+    )
