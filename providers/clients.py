@@ -7,8 +7,10 @@ so one name means one secret everywhere: in `pulumi config`, in the watcher's mo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from config.models import Vendor, Vendors
 from providers.retry import DEFAULT_RETRY, DEFAULT_TIMEOUTS, HttpTimeouts, RetryPolicy
@@ -87,3 +89,17 @@ def vendor_client(
         timeouts=timing.timeouts,
         retry=timing.retry,
     )
+
+
+def vendors_from_config(config: Any, key: str) -> Vendors:
+    """The `vendors` stack key from a dynamic provider's config (structured keys arrive as JSON)."""
+    raw = config.get(key)
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise VendorConfigError(f"stack config {key} is not JSON") from None
+    try:
+        return Vendors.model_validate(raw or {})
+    except Exception as error:
+        raise VendorConfigError(f"stack config {key} is invalid: {error}") from None

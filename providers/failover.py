@@ -17,7 +17,6 @@ process) and a vendor client is built per call.
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,13 @@ from pulumi.output import Unknown
 from pulumi.runtime.rpc import UNKNOWN
 
 from config.models import Vendor, Vendors
-from providers.clients import SECRET_KEYS_BY_VENDOR, ClientTiming, VendorConfigError, vendor_client
+from providers.clients import (
+    SECRET_KEYS_BY_VENDOR,
+    ClientTiming,
+    VendorConfigError,
+    vendor_client,
+    vendors_from_config,
+)
 from providers.dedibox.models import parse_box_id
 from providers.errors import VendorError, VendorInputError
 from providers.ovh.models import check_service_name
@@ -264,16 +269,10 @@ class Credentials:
 
 def credentials_from_config(config: Any) -> Credentials:
     """From a pulumi.dynamic.Config: structured keys arrive as JSON text, secrets decrypted."""
-    raw = config.get(VENDORS_KEY)
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise NotConfiguredError(f"stack config {VENDORS_KEY} is not JSON") from None
     try:
-        vendors = Vendors.model_validate(raw or {})
-    except Exception as error:
-        raise NotConfiguredError(f"stack config {VENDORS_KEY} is invalid: {error}") from None
+        vendors = vendors_from_config(config, VENDORS_KEY)
+    except VendorConfigError as error:
+        raise NotConfiguredError(str(error)) from None
     keys = [key for vendor_keys in SECRET_KEYS_BY_VENDOR.values() for key in vendor_keys]
     secrets = {key: str(config.get(f"{PROJECT}:{key}") or "") for key in keys}
     return Credentials(vendors=vendors, secrets=secrets)

@@ -38,7 +38,7 @@ from pulumi.dynamic.dynamic import PROVIDER_KEY
 from config.models import Environment, Fleet, InstallArtifacts, Vendor, Vendors
 from providers import kube
 from providers.claims import claim_token
-from providers.clients import VendorConfigError, vendor_client
+from providers.clients import VendorConfigError, vendor_client, vendors_from_config
 from providers.errors import NotFoundError, TaskAlreadyExistsError, VendorError
 from providers.ssh.robot_install import ArtifactPins
 from providers.ssh.runner import HostKeyMismatchError, RunResult, SshTarget, load_private_key, run_script
@@ -513,16 +513,10 @@ class Settings:
 
 def settings_from_config(config: Any) -> Settings:
     """Settings from a pulumi.dynamic.Config (or anything with get(key))."""
-    raw = config.get(f"{PROJECT}:{CONFIG_VENDORS}")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise NotConfiguredError(f"stack config {PROJECT}:{CONFIG_VENDORS} is not JSON") from None
     try:
-        vendors = Vendors.model_validate(raw or {})
-    except Exception as error:
-        raise NotConfiguredError(f"stack config {PROJECT}:{CONFIG_VENDORS} is invalid: {error}") from None
+        vendors = vendors_from_config(config, f"{PROJECT}:{CONFIG_VENDORS}")
+    except VendorConfigError as error:
+        raise NotConfiguredError(str(error)) from None
     secrets = {key: str(config.get(f"{PROJECT}:{key}") or "") for key in SECRET_CONFIG_KEYS}
     return Settings(vendors=vendors, secrets=secrets, install_artifacts=_install_artifacts(config))
 
