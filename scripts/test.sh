@@ -4,7 +4,7 @@
 # stack through the real Pulumi engine). Extra arguments go to pytest.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bash "$here/bootstrap.sh" --quiet
+bash "$here/bootstrap.sh"
 # shellcheck source=scripts/env.sh
 source "$here/env.sh"
 cd "$TUIST_ROOT"

@@ -1,0 +1,83 @@
+# shellcheck shell=bash
+# Helpers shared by the set-up scripts (sourced after `set -euo pipefail`): stages that say where they are, and Go
+# module directories that are downloaded when missing (never read off a cache
+# that may be empty on a new machine).
+
+shopt -s inherit_errexit
+
+# stage NAME CMD...: prints the stage's name when it starts and its elapsed time
+# when it ends, so a person watching a long cold build sees it progress.
+stage() {
+    local name=$1 start rc
+    shift
+    start=$(date +%s)
+    printf '==> %s\n' "$name" >&2
+    # A subshell that is not part of an && / || list keeps `set -e` in force inside it.
+    set +e
+    (set -e; "$@")
+    rc=$?
+    set -e
+    if [ "$rc" -eq 0 ]; then
+        printf '<== %s: done in %ss\n' "$name" "$(( $(date +%s) - start ))" >&2
+    else
+        printf '<== %s: FAILED after %ss (exit %s)\n' "$name" "$(( $(date +%s) - start ))" "$rc" >&2
+    fi
+    return "$rc"
+}
+
+die() { printf 'set-up: %s\n' "$*" >&2; exit 1; }
+
+# module_dir GOMODDIR MODULE: the directory of MODULE, at the version GOMODDIR's
+# go.mod requires, downloading it first if this machine does not have it.
+module_dir() {
+    local moddir=$1 module=$2 json dir
+    json=$(cd "$moddir" && go mod download -json "$module" 2>&1) ||
+        die "cannot download Go module $module (needed by $moddir): $(printf '%s' "$json" | tr '\n' ' ' | cut -c1-400)"
+    dir=$(printf '%s' "$json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir",""))' 2>/dev/null || true)
+    if [ -z "$dir" ] || [ ! -d "$dir" ]; then
+        die "Go module $module has no directory after download (go mod download said: $(printf '%s' "$json" | tr '\n' ' ' | cut -c1-400))"
+    fi
+    printf '%s\n' "$dir"
+}
+
+# inputs_key FILE...: a short hash of every input of a build, so a change to any
+# of them builds afresh instead of reusing a stale binary.
+inputs_key() { cat "$@" | sha256sum | cut -c1-16; }
+
+toolchain_cache_root() { printf '%s\n' "${TUIST_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tuist-infra/toolchain}"; }
+
+# cached_build NAME KEY BUILDFN: runs BUILDFN WORKDIR/bin once per KEY into the
+# toolchain cache (outside the work tree, so fresh clones reuse it); prints the
+# cached bin directory.
+cached_build() {
+    local name=$1 key=$2 fn=$3 root dest work rc
+    root=$(toolchain_cache_root)
+    dest="$root/$name-$key"
+    if [ ! -f "$dest/bin/.complete" ]; then
+        mkdir -p "$root"
+        work=$(mktemp -d "$root/.build-$name.XXXXXX")
+        mkdir -p "$work/bin"
+        set +e
+        (set -e; "$fn" "$work") >&2
+        rc=$?
+        set -e
+        if [ "$rc" -ne 0 ]; then
+            rm -rf "$work"
+            die "building $name failed (see above)"
+        fi
+        touch "$work/bin/.complete"
+        rm -rf "$dest"
+        mv "$work" "$dest"
+    fi
+    printf '%s\n' "$dest/bin"
+}
+
+# link_bins DIR: links every executable of DIR into .toolchain/bin.
+link_bins() {
+    local dir=$1 f
+    mkdir -p "$TUIST_ROOT/.toolchain/bin"
+    for f in "$dir"/*; do
+        if [ ! -f "$f" ] || [ ! -x "$f" ]; then continue; fi
+        ln -sfn "$f" "$TUIST_ROOT/.toolchain/bin/$(basename "$f")"
+    done
+}
