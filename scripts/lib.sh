@@ -50,11 +50,17 @@ toolchain_cache_root() { printf '%s\n' "${TUIST_TOOLCHAIN_CACHE:-${XDG_CACHE_HOM
 # toolchain cache (outside the work tree, so fresh clones reuse it); prints the
 # cached bin directory.
 cached_build() {
-    local name=$1 key=$2 fn=$3 root dest work rc
+    local name=$1 key=$2 fn=$3 root dest work rc lock
     root=$(toolchain_cache_root)
     dest="$root/$name-$key"
+    mkdir -p "$root"
+    # Two set-ups at once (a CI run beside a dev shell) wait for one build instead of racing.
+    exec {lock}>"$root/.lock-$name-$key"
+    if [ ! -f "$dest/bin/.complete" ] && ! flock -n "$lock"; then
+        echo "waiting for another set-up that is building $name" >&2
+        flock "$lock"
+    fi
     if [ ! -f "$dest/bin/.complete" ]; then
-        mkdir -p "$root"
         work=$(mktemp -d "$root/.build-$name.XXXXXX")
         mkdir -p "$work/bin"
         set +e
@@ -69,6 +75,7 @@ cached_build() {
         rm -rf "$dest"
         mv "$work" "$dest"
     fi
+    exec {lock}>&-
     printf '%s\n' "$dest/bin"
 }
 
