@@ -26,7 +26,7 @@ stream {
 CONF
 } > "$tmp/nginx.conf"
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
-    miss "nginx" nginx-light
+    miss "nginx" nginx
 elif ! /usr/sbin/nginx -t -q -p "$tmp" -c "$tmp/nginx.conf" >/dev/null 2>&1; then
     miss "nginx stream module with ssl_preread (nginx -t failed on a stream {} config)" libnginx-mod-stream
 fi
