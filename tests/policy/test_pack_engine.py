@@ -210,9 +210,10 @@ def test_fixture_resources_break_the_other_policies_each_with_its_message(tmp_pa
     program = _fixture("breaks", tmp_path)
     result = preview(program, engine_env(tmp_path), "production")
     assert result.returncode != 0
-    by_resource = {
-        (v["policyName"], v["resourceUrn"].rsplit("::", 1)[-1]): v["message"] for v in result.violations
-    }
+    by_resource: dict[tuple[str, str], str] = {}
+    for v in result.violations:
+        key = (v["policyName"], v["resourceUrn"].rsplit("::", 1)[-1])
+        by_resource[key] = by_resource.get(key, "") + v["message"]
     protected = "production-machines-protected"
     assert (
         "kura-dedibox-1 (fleet kura-dedibox) is a production machine without protect=True"
