@@ -94,12 +94,25 @@ def run(stack: str, out: Path) -> int:
 
 # --- the comment ----------------------------------------------------------------------------------
 
-_CHANGE = re.compile(r"^\s+([+~\-]|\+-|-\+|<=|>-?)?\s*(\d+) (to \w+|unchanged)\s*$")
-_POLICY = re.compile(r"^\s+- \[(mandatory|advisory)\]\s+(\S+)")
+_CHANGE = re.compile(r"^\s+(?:[+~\-]|\+-|-\+|<=|>-?)?\s*(\d+) (to \w+|unchanged)\s*$")
+# A violation as the CLI prints it: `- [mandatory]  <policy>  (<type>: <name>)` in the Policies
+# section, or `<pack>@v<version> [advisory]  <policy>  (<type>: <name>)<description>` inline under
+# --diff; the message follows on the next line(s).
+_VIOLATION = re.compile(
+    r"(?:^\s+- |@v\S+ )\[(?P<level>mandatory|advisory)\]\s+(?P<policy>\S+)\s+\((?P<resource>[^)]*)\)"
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    level: str
+    policy: str
+    resource: str  # `<type>: <name>`
+    message: str  # the message's first line
 
 
 def changes(text: str) -> str:
-    """The `Resources:` summary as one line: `+2 ~1 -0 (15 unchanged)`."""
+    """The `Resources:` summary as one line: `3 to update, 1 to delete, 80 unchanged`."""
     lines = text.splitlines()
     try:
         start = next(i for i, line in enumerate(lines) if line.strip() == "Resources:")
@@ -110,30 +123,43 @@ def changes(text: str) -> str:
         m = _CHANGE.match(line)
         if not m:
             break
-        parts.append(f"{m[2]} {m[3]}")
+        parts.append(f"{m[1]} {m[2]}")
     return ", ".join(parts) or "-"
 
 
-def policies(text: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {"mandatory": [], "advisory": []}
-    for line in text.splitlines():
-        m = _POLICY.match(line)
+def violations(text: str) -> list[Violation]:
+    lines = text.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        m = _VIOLATION.search(line)
         if m:
-            found[m[1]].append(m[2])
+            # Under --diff the description ends the match's line; otherwise it is the next line.
+            after = i + 1 if m.group(0).startswith("@") or "@v" in m.group(0) else i + 2
+            message = lines[after].strip() if after < len(lines) else ""
+            found.append(Violation(m["level"], m["policy"], m["resource"], message))
     return found
 
 
-def _status(result: Result, found: dict[str, list[str]]) -> str:
+def _status(result: Result, found: list[Violation]) -> str:
     if result.exit_code == 0:
         return "✅ previewed"
-    if found["mandatory"]:
+    if any(v.level == "mandatory" for v in found):
         return "❌ policy violation"
     return "❌ preview failed"
 
 
-def _policy_cell(found: dict[str, list[str]]) -> str:
-    cells = [f"{len(v)} {level}: {', '.join(sorted(set(v)))}" for level, v in found.items() if v]
+def _policy_cell(found: list[Violation]) -> str:
+    cells = []
+    for level in ("mandatory", "advisory"):
+        names = sorted({v.policy for v in found if v.level == level})
+        count = sum(1 for v in found if v.level == level)
+        if names:
+            cells.append(f"{count} {level}: {', '.join(names)}")
     return "; ".join(cells) or "none"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def comment(results_dir: Path) -> str:
@@ -145,11 +171,18 @@ def comment(results_dir: Path) -> str:
     if not results:
         return "\n".join([*head, "No stack was previewed (see the workflow run)."]) + "\n"
     head += ["| stack | result | changes | policy violations |", "|---|---|---|---|"]
+    listed = []
     for result, text in results:
-        found = policies(text)
+        found = violations(text)
         head.append(
             f"| `{result.stack}` | {_status(result, found)} | {changes(text)} | {_policy_cell(found)} |"
         )
+        listed += [
+            f"- `{result.stack}` **{v.level}** `{v.policy}` on `{v.resource}`: {_cell(v.message)}"
+            for v in found
+        ]
+    if listed:
+        head += ["", *listed]
     unbased = [r.stack for r, _ in results if not r.baseline]
     if unbased:
         head += [

@@ -213,7 +213,9 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
             -3000:
         ]
         assert not s3.keys(LOCKS), "an update left its lock behind"
-        assert s3.keys(".pulumi/stacks/tuist-infra/dev"), "no checkpoint of the stack in the bucket"
+        assert ".pulumi/stacks/tuist-infra/dev.json" in s3.keys(".pulumi/stacks/"), (
+            "no checkpoint in the bucket"
+        )
 
         # Nothing lost: the refused update changed nothing and the first one recorded everything.
         preview = engine.run("preview", "--stack", "dev", "--expect-no-changes")
@@ -254,7 +256,7 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
         comment = _shrink_preview(engine, tmp_path)
         assert comment.startswith("<!-- tuist-infra-preview -->\n")
         row = next(line for line in comment.splitlines() if line.startswith("| `dev` |"))
-        assert "✅ previewed" in row and "1 advisory: fleet-shrinking" in row, row
+        assert "✅ previewed" in row and "1 advisory: fleet-shrinking" in row, comment[:4000]
         assert "fleet kura-ovh shrinks from 3 to 2 machine(s): kura-ovh-2 will be released" in comment
         assert "1 to delete" in row, row
     finally:
@@ -264,4 +266,7 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
     assert not remaining["deployment"].get("resources"), "destroy left resources in state"
     # --preserve-config: the project copy's Pulumi.dev.yaml is the other e2e tests' too.
     engine.run("stack", "rm", "dev", "--yes", "--preserve-config")
-    assert not s3.keys(".pulumi/stacks/tuist-infra/dev"), "stack rm left the checkpoint in the bucket"
+    left = s3.keys(".pulumi/stacks/tuist-infra/dev")
+    assert left == [".pulumi/stacks/tuist-infra/dev.json.bak"], (
+        f"stack rm should leave only its backup: {left}"
+    )
