@@ -1,8 +1,8 @@
 """Composition root: load the stack config, build the components, export the outputs.
 
 Nothing else lives here: every decision is in config/, components/ or providers/.
-The stack outputs are a contract other teams read (docs/outputs.md); bump
-OUTPUTS_VERSION when a field changes meaning or disappears.
+The stack outputs are a contract other teams read (docs/outputs.md); they are built in
+components/outputs.py.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.capacity import capacity_outputs, capacity_problems
+from components.capacity import capacity_problems
 from components.failover_ip import FailoverIP, FailoverIPArgs
 from components.fleet import BareMetalFleet, BareMetalFleetArgs
 from components.kura_region import KuraRegion, KuraRegionArgs
+from components.outputs import export_outputs, stack_outputs
 from components.runners import RunnerPools, RunnerPoolsArgs
 from config.loader import ConfigError, fail, load_from_pulumi
-
-OUTPUTS_VERSION = 1
 
 
 def main() -> None:
@@ -87,39 +86,6 @@ def main() -> None:
         opts=on_cluster,
     )
 
-    pulumi.export("outputs_version", OUTPUTS_VERSION)
-    pulumi.export("environment", cfg.environment.value)
-    pulumi.export(
-        "regions",
-        {
-            rid: {
-                "id": r.id,
-                "cluster_id": r.cluster_id,
-                "host": r.host,
-                "peer_host": r.peer_host,
-                "failover_ip": r.failover_ip,
-                "failover_routed_to": failover[rid].routed_to if rid in failover else None,
-                "node_pool": r.node_pool,
-                "exposed": r.exposed,
-                "gateway_mode": r.gateway_mode,
-            }
-            for rid, r in regions.items()
-        },
-    )
-    pulumi.export("available_regions", sorted(region.id for region in cfg.regions if region.exposed))
-    pulumi.export(
-        "fleets",
-        {
-            name: {
-                "vendor": cfg.fleet(name).vendor.value,
-                "enabled": cfg.fleet(name).enabled,
-                "node_pool": cfg.fleet(name).node_pool,
-                "machines": fleet.machine_outputs,
-            }
-            for name, fleet in fleets.items()
-        },
-    )
-    pulumi.export("capacity", capacity_outputs(cfg))
-
+    export_outputs(stack_outputs(cfg, fleets=fleets, regions=regions, failover=failover))
 
 main()

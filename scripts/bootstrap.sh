@@ -7,6 +7,8 @@
 #   pulumi cli          the pinned CLI and our Python language host, built from Go
 #                       modules when no pulumi of the pinned version is installed
 #   kubernetes plugin   pulumi-resource-kubernetes, built from its Go module
+#   actionlint          the GitHub Actions linter the tests run over .github/workflows,
+#                       built from its Go module (scripts/toolchain/actionlint/go.mod pins it)
 # Builds are cached outside the work tree (~/.cache/tuist-infra/toolchain, one
 # directory per build keyed by a hash of its inputs), so a fresh clone on the
 # same machine links them in about a second; .toolchain/bin links them all.
@@ -120,8 +122,29 @@ kubernetes_plugin() {
     link_bins "$bin"
 }
 
+# --- actionlint ---------------------------------------------------------------------------------
+actionlint_version() { awk '$1 == "require" && $2 == "github.com/rhysd/actionlint" { print $3 }' "$tc/actionlint/go.mod"; }
+
+build_actionlint() {
+    local out=$1/bin
+    (cd "$tc/actionlint" &&
+        CGO_ENABLED=0 go build -trimpath \
+            -ldflags "-s -w -X github.com/rhysd/actionlint.version=$(actionlint_version)" \
+            -o "$out/actionlint" github.com/rhysd/actionlint/cmd/actionlint) || return 1
+}
+
+actionlint_tool() {
+    local bin
+    command -v go >/dev/null || die "no Go toolchain to build actionlint $(actionlint_version)"
+    bin=$(cached_build "actionlint-$(actionlint_version)" \
+        "$(inputs_key "$tc/actionlint/go.mod" "$tc/actionlint/go.sum")" build_actionlint)
+    link_bins "$bin"
+    "$root/.toolchain/bin/actionlint" -version >/dev/null || die "the actionlint binary in $bin does not run"
+}
+
 stage "system packages" system_packages
 stage "python virtualenv" python_venv
 stage "pulumi cli v$PULUMI_VERSION" pulumi_cli
 stage "kubernetes plugin v$KUBERNETES_PROVIDER_VERSION" kubernetes_plugin
+stage "actionlint $(actionlint_version)" actionlint_tool
 printf '==> set-up complete in %ss: %s\n' "$(( $(date +%s) - overall ))" "$("$root/.toolchain/bin/pulumi" version)" >&2

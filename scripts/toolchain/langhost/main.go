@@ -4,9 +4,11 @@
 //
 // It implements what `pulumi up/preview/destroy` of a Python program needs:
 // Handshake, Run (spawn pulumi-language-python-exec under the project's
-// virtualenv), GetPluginInfo, About, and empty dependency/plugin answers
-// (plugins are resolved on demand by the engine). Everything else answers
-// Unimplemented, which the engine treats as "not supported".
+// virtualenv), RunPlugin (a Python policy pack: `pulumi preview --policy-pack`
+// starts packs through the language host whenever one is installed, not through
+// the pulumi-analyzer-policy-python shim), GetPluginInfo, About, and empty
+// dependency/plugin answers (plugins are resolved on demand by the engine).
+// Everything else answers Unimplemented, which the engine treats as "not supported".
 package main
 
 import (
@@ -154,6 +156,55 @@ func pythonFor(info *pulumirpc.ProgramInfo) string {
 		return p
 	}
 	return "python3"
+}
+
+// RunPlugin runs a plugin directory's __main__.py under its virtualenv, as the
+// upstream host does for a bare directory: a policy pack's PolicyPack(...) serves
+// the analyzer and prints its port on stdout, which the engine reads from the stream.
+func (h *pythonHost) RunPlugin(
+	req *pulumirpc.RunPluginRequest, server pulumirpc.LanguageRuntime_RunPluginServer,
+) error {
+	info := req.GetInfo()
+	if info == nil || info.GetProgramDirectory() == "" {
+		return errors.New("RunPlugin: no plugin directory in the request")
+	}
+	python := pythonFor(info)
+	if venv := virtualenvFor(info); venv != "" {
+		if _, err := os.Stat(python); err != nil {
+			return fmt.Errorf("the virtualenv %q named in %s does not exist; run scripts/bootstrap.sh",
+				venv, filepath.Join(info.GetProgramDirectory(), "PulumiPolicy.yaml"))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(info.GetProgramDirectory(), "__main__.py")); err != nil {
+		return fmt.Errorf("plugin %s has no __main__.py to run", info.GetProgramDirectory())
+	}
+
+	closer, stdout, stderr, err := rpcutil.MakeRunPluginStreams(server, false)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+
+	args := append([]string{"-u", info.GetProgramDirectory()}, req.GetArgs()...)
+	cmd := exec.CommandContext(server.Context(), python, args...)
+	cmd.Dir = req.GetPwd()
+	cmd.Env = append(os.Environ(), req.GetEnv()...)
+	if venv := virtualenvFor(info); venv != "" {
+		cmd.Env = append(cmd.Env, "VIRTUAL_ENV="+venv, "PATH="+filepath.Join(venv, "bin")+":"+os.Getenv("PATH"))
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			if status, ok := exitErr.Sys().(syscall.WaitStatus); ok {
+				return server.Send(&pulumirpc.RunPluginResponse{
+					Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: int32(status.ExitStatus())},
+				})
+			}
+		}
+		return fmt.Errorf("could not run the Python plugin in %s: %w", info.GetProgramDirectory(), err)
+	}
+	return closer.Close()
 }
 
 func (h *pythonHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {

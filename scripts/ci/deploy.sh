@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Deploys one real stack from CI: log in to the state backend, then `pulumi up` with the policy pack
+# (a mandatory violation stops the update before it changes anything). The GitHub environment of
+# the stack provides its secrets: the S3 credentials and the stack's passphrase.
+# Usage: bash scripts/ci/deploy.sh staging|canary|production
+set -euo pipefail
+stack=${1:?usage: deploy.sh STACK}
+case $stack in
+    staging | canary | production) ;;
+    *) echo "deploy: '$stack' is not a real stack (staging, canary, production)" >&2; exit 2 ;;
+esac
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/env.sh
+source "$here/../env.sh"
+unset PULUMI_BACKEND_URL  # env.sh points at the local file backend; CI logs in to the real one
+# shellcheck source=scripts/ci/backend.sh
+source "$here/backend.sh"
+: "${PULUMI_CONFIG_PASSPHRASE:?the $stack environment must provide PULUMI_CONFIG_PASSPHRASE}"
+cd "$TUIST_ROOT"
+backend_login
+exec pulumi up --yes --non-interactive --color never --diff --policy-pack policy --stack "$stack"

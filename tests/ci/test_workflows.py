@@ -1,0 +1,103 @@
+"""The GitHub Actions workflows: actionlint (with its shellcheck pass) and the shape the issue asks for.
+
+actionlint is built by scripts/bootstrap.sh from its Go module (scripts/toolchain/actionlint); it runs
+shellcheck over every `run:` script, and the test below shows that pass is really on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = REPO / ".github" / "workflows"
+ACTIONLINT = REPO / ".toolchain" / "bin" / "actionlint"
+REAL_STACKS = sorted(p.name.split(".")[1] for p in REPO.glob("Pulumi.*.yaml") if p.name != "Pulumi.dev.yaml")
+
+
+def actionlint(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    if not ACTIONLINT.exists():
+        pytest.fail("actionlint is not built: run `bash scripts/bootstrap.sh` (scripts/test.sh does)")
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is not installed: run `bash scripts/bootstrap.sh` as root (system packages)")
+    return subprocess.run(
+        [str(ACTIONLINT), "-no-color", "-oneline", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+
+
+def workflow(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((WORKFLOWS / name).read_text())
+    return loaded
+
+
+def test_actionlint_and_shellcheck_find_nothing() -> None:
+    linted = actionlint()
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    assert linted.stdout == ""
+
+
+def test_actionlint_runs_shellcheck_over_run_scripts(tmp_path: Path) -> None:
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(
+        "on: push\njobs:\n  x:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: cp $SOURCE /tmp\n"
+    )
+    linted = actionlint(str(bad), cwd=tmp_path)
+    assert linted.returncode == 1
+    assert "SC2086" in linted.stdout, linted.stdout  # unquoted $SOURCE: shellcheck's finding
+
+
+def _run_steps(doc: dict[str, Any]) -> list[str]:
+    return [step["run"] for job in doc["jobs"].values() for step in job.get("steps", []) if "run" in step]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in WORKFLOWS.glob("*.yml")))
+def test_every_step_calls_a_repository_script(name: str) -> None:
+    for run in _run_steps(workflow(name)):
+        command = run.strip().split()
+        assert command[0] in ("bash", "python3"), run
+        script = REPO / command[1]
+        assert script.is_file() and script.parts[len(REPO.parts)] in ("scripts", ".ci"), run
+    action = yaml.safe_load((REPO / ".github" / "actions" / "setup" / "action.yml").read_text())
+    assert [s["run"] for s in action["runs"]["steps"] if "run" in s] == ["bash scripts/ci/setup.sh"]
+
+
+def test_pull_requests_preview_every_real_stack_into_one_comment() -> None:
+    doc = workflow("pull-request.yml")
+    jobs = doc["jobs"]
+    assert sorted(jobs["preview"]["strategy"]["matrix"]["stack"]) == REAL_STACKS
+    assert "bash .ci/run" in _run_steps({"jobs": {"test": jobs["test"]}})
+    assert jobs["comment"]["needs"] == "preview"
+    assert jobs["comment"]["permissions"]["pull-requests"] == "write"
+    # Nothing else in the workflow may write to the repository or the PR.
+    assert doc["permissions"] == {"contents": "read"}
+
+
+def test_deploys_go_staging_canary_production_each_in_its_environment_never_overlapping() -> None:
+    jobs = workflow("deploy.yml")["jobs"]
+    assert [jobs[s]["needs"] for s in ("staging", "canary", "production")] == ["test", "staging", "canary"]
+    for stack in REAL_STACKS:
+        job = jobs[stack]
+        assert job["environment"] == stack
+        assert job["concurrency"] == {"group": f"deploy-{stack}", "cancel-in-progress": False}
+        assert _run_steps({"jobs": {stack: job}}) == [f"bash scripts/ci/deploy.sh {stack}"]
+
+
+def test_the_watcher_image_is_pushed_by_digest_and_the_digest_is_what_gets_pinned() -> None:
+    jobs = workflow("watcher-image.yml")["jobs"]
+    build = jobs["build"]
+    push = next(s for s in build["steps"] if s.get("id") == "push")
+    assert push["with"]["file"] == "watcher/Dockerfile" and push["with"]["push"] is True
+    assert build["outputs"]["image"] == "ghcr.io/tuist/tuist-infra-watcher@${{ steps.push.outputs.digest }}"
+    assert _run_steps({"jobs": {"pin": jobs["pin"]}}) == [
+        'bash scripts/ci/watcher-pin-pr.sh "${{ needs.build.outputs.image }}"'
+    ]

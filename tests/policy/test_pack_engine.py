@@ -1,0 +1,252 @@
+"""The policy pack run by the real engine: `pulumi preview --policy-pack policy`.
+
+- The dev stack, through the whole program, passes every mandatory policy; an advisory one fires
+  when the baseline says the stack holds more machines than the program now wants.
+- A copy of the dev config that breaks four invariants, previewed as a stack other than dev (so its
+  floating tags count), fails with each policy's own message on the resource that breaks it.
+- A fixture program registering resources with the program's own type tokens breaks the rest.
+- The engine itself refuses to replace a protected machine, which is what the protection policy
+  relies on for "never deleted by a replace".
+
+Policy results are read from the engine's event stream (`--json` with streaming events), not from
+the text rendering. The project is copied to a temporary folder; nothing here needs vendorsim, since
+a preview calls no vendor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from policy.tuist_policy.mandatory import MANDATORY
+from tests.e2e.conftest import DEV_PASSPHRASE
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PULUMI = REPO / ".toolchain" / "bin" / "pulumi"
+_IGNORED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    ".toolchain",
+    ".pulumi-state",
+    "build",
+    "rendered",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
+    "tests",
+)
+
+
+@dataclass
+class Preview:
+    returncode: int
+    events: list[dict[str, Any]]
+    stderr: str
+    violations: list[dict[str, Any]] = field(default_factory=list)
+
+    def of(self, policy: str) -> list[dict[str, Any]]:
+        return [v for v in self.violations if v["policyName"] == policy]
+
+    def diagnostics(self) -> str:
+        return "\n".join(e["diagnosticEvent"]["message"] for e in self.events if "diagnosticEvent" in e)
+
+
+def engine_env(root: Path) -> dict[str, str]:
+    if not PULUMI.exists():
+        pytest.fail("the Pulumi CLI is not built: run `bash scripts/bootstrap.sh` (scripts/test.sh does)")
+    (root / "state").mkdir(exist_ok=True)
+    return {
+        **os.environ,
+        "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+        "PULUMI_HOME": str(root / "pulumi-home"),
+        "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
+        "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
+        "PULUMI_ENABLE_STREAMING_JSON_PREVIEW": "true",
+    }
+
+
+def pulumi(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PULUMI), *args, "--non-interactive"],
+        cwd=project,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def preview(project: Path, env: dict[str, str], stack: str, *extra: str) -> Preview:
+    pulumi(project, env, "stack", "select", stack, "--create")
+    done = pulumi(
+        project, env, "preview", "--stack", stack, "--json", "--policy-pack", str(project / "policy"), *extra
+    )
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    result = Preview(done.returncode, events, done.stderr)
+    result.violations = [e["policyEvent"] for e in events if "policyEvent" in e]
+    return result
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("policy-engine")
+    copy = root / "project"
+    shutil.copytree(REPO, copy, ignore=_IGNORED)
+    (copy / ".venv").symlink_to(REPO / ".venv")
+    return copy
+
+
+def _summaries(result: Preview) -> set[str]:
+    """Every policy the analyzer reports as having run and passed on some resource or the stack."""
+    passed: set[str] = set()
+    for event in result.events:
+        for key in ("policyAnalyzeSummaryEvent", "policyAnalyzeStackSummaryEvent"):
+            if key in event:
+                passed.update(event[key].get("passed") or [])
+    return passed
+
+
+def test_the_dev_stack_passes_and_a_shrinking_fleet_is_flagged_as_advice(
+    project: Path, tmp_path: Path
+) -> None:
+    env = engine_env(project.parent)
+    # What the stack would hold if kura-ovh had a fourth machine deployed: the program wants three.
+    deployed = {"kura-ovh": [f"kura-ovh-{i}" for i in range(4)]}
+    config = tmp_path / "policy-config.json"
+    config.write_text(json.dumps({"fleet-shrinking": {"deployed_machines": deployed}}))
+    result = preview(project, env, "dev", "--policy-pack-config", str(config))
+    assert result.returncode == 0, result.diagnostics()[-4000:] + result.stderr[-2000:]
+    assert [(v["policyName"], v["enforcementLevel"]) for v in result.violations] == [
+        ("fleet-shrinking", "advisory")
+    ]
+    assert (
+        "fleet kura-ovh shrinks from 4 to 3 machine(s): kura-ovh-3 will be released"
+        in result.violations[0]["message"]
+    )
+    # Each mandatory policy ran over the dev stack's resources and passed.
+    assert {p.name for p in MANDATORY} <= _summaries(result)
+
+
+def _broken_dev_config(project: Path, stack: str) -> None:
+    stack_file = yaml.safe_load((project / "Pulumi.dev.yaml").read_text())
+    config = stack_file["config"]
+    # eu-central behind a load balancer (the legacy mode): PROXY protocol on, a LoadBalancer Service.
+    eu = next(r for r in config["tuist-infra:regions"] if r["id"] == "eu-central")
+    eu["gateway"] = "load_balancer"
+    del eu["failover_ip"]
+    config["tuist-infra:failover_ips"] = [
+        f for f in config["tuist-infra:failover_ips"] if f["fleet"] != "kura-dedibox"
+    ]
+    # The peer demux moved off the public peer port.
+    config["tuist-infra:kura"]["peer_port"] = 8443
+    # The runner pool leaves its floor and cooldown to the CRD defaults.
+    config["tuist-infra:runner_pools"][0]["autoscaling"] = {"enabled": True, "max_replicas": 8}
+    (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(stack_file, sort_keys=False))
+
+
+def test_a_config_that_breaks_the_invariants_fails_with_each_policy_s_message(project: Path) -> None:
+    # Not the dev stack: the dev config's floating tags (latest, main) are violations anywhere else.
+    _broken_dev_config(project, "ci")
+    result = preview(project, engine_env(project.parent), "ci")
+    assert result.returncode != 0
+    expected = {
+        "images-pinned": (
+            "ConfigMap kura-controller-ca-east: data.KURA_RUNTIME_IMAGE 'ghcr.io/tuist/kura:latest' "
+            "uses the floating tag 'latest'"
+        ),
+        "bare-metal-gateway-no-proxy-protocol": (
+            "ConfigMap kura-gateway-eu-central: use-proxy-protocol is 'true'"
+        ),
+        "no-load-balancer-on-bare-metal": (
+            "Service kura-gateway-eu-central in region eu-central is type LoadBalancer"
+        ),
+        "peer-demux-sni-passthrough-7443": "the demux listens on 8443, not 7443 (the public peer port)",
+        "runner-pool-autoscaling-explicit": (
+            "RunnerPool linux: spec.autoscaling leaves minWarmPoolFloor, "
+            "scaleDownCooldownSeconds to the CRD default"
+        ),
+    }
+    for policy, message in expected.items():
+        found = result.of(policy)
+        assert any(message in v["message"] for v in found), (policy, [v["message"] for v in found])
+        assert all(v["enforcementLevel"] == "mandatory" for v in found)
+    # Nothing else fired: each break has its own policy.
+    assert {v["policyName"] for v in result.violations} == set(expected)
+    gateway = result.of("bare-metal-gateway-no-proxy-protocol")
+    assert any("the ingress-nginx gateway is not hostNetwork" in v["message"] for v in gateway)
+    assert any(
+        v["resourceUrn"].endswith("kubernetes:apps/v1:Deployment::kura-eu-central-gateway-deployment")
+        for v in gateway
+    ), [v["resourceUrn"] for v in gateway]
+
+
+def _fixture(name: str, root: Path) -> Path:
+    copy = root / name
+    shutil.copytree(FIXTURES / name, copy)
+    text = (copy / "Pulumi.yaml").read_text().replace("../../../../.venv", str(REPO / ".venv"))
+    (copy / "Pulumi.yaml").write_text(text)
+    shutil.copytree(REPO / "policy", copy / "policy", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "policy" / "PulumiPolicy.yaml").write_text(
+        (REPO / "policy" / "PulumiPolicy.yaml").read_text().replace("../.venv", str(REPO / ".venv"))
+    )
+    return copy
+
+
+def test_fixture_resources_break_the_other_policies_each_with_its_message(tmp_path: Path) -> None:
+    program = _fixture("breaks", tmp_path)
+    result = preview(program, engine_env(tmp_path), "production")
+    assert result.returncode != 0
+    by_resource: dict[tuple[str, str], str] = {}
+    for v in result.violations:
+        key = (v["policyName"], v["resourceUrn"].rsplit("::", 1)[-1])
+        by_resource[key] = by_resource.get(key, "") + v["message"]
+    protected = "production-machines-protected"
+    assert (
+        "kura-dedibox-1 (fleet kura-dedibox) is a production machine without protect=True"
+        in by_resource[(protected, "kura-dedibox-1")]
+    )
+    assert (protected, "kura-dedibox-2") in by_resource  # the MachineClaim kind too
+    assert (protected, "kura-dedibox-0") not in by_resource  # protected, as the program registers them
+    failover = [m for (p, _), m in by_resource.items() if p == "failover-ip-routable-vendor"]
+    assert any("is on scaleway_em, which cannot route a failover IP" in m for m in failover), failover
+    assert any("is a ovh IP but fleet kura-dedibox's machines are on dedibox" in m for m in failover), (
+        failover
+    )
+    kata = [m for (p, _), m in by_resource.items() if p == "kata-runner-pools"]
+    assert any("RunnerPool linux: a Linux pool with runtimeClass 'runc'" in m for m in kata), kata
+    demux = by_resource[("peer-demux-sni-passthrough-7443", "demux-terminating-tls")]
+    assert "the demux terminates TLS (ssl_certificate, ssl_certificate_key, listen ... ssl)" in demux
+    assert {p for p, _ in by_resource} == {
+        protected,
+        "failover-ip-routable-vendor",
+        "kata-runner-pools",
+        "peer-demux-sni-passthrough-7443",
+    }
+
+
+def test_the_engine_refuses_to_replace_a_protected_machine(tmp_path: Path) -> None:
+    program = _fixture("protected", tmp_path)
+    env = engine_env(tmp_path)
+    assert pulumi(program, env, "stack", "select", "production", "--create").returncode == 0
+    pulumi(program, env, "config", "set", "marker", "tuist-kura-production")
+    up = pulumi(program, env, "up", "--yes", "--skip-preview", "--policy-pack", str(program / "policy"))
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
+    pulumi(program, env, "config", "set", "marker", "tuist-kura-production-moved")
+    replace = pulumi(program, env, "preview", "--diff")
+    assert replace.returncode != 0
+    assert "unable to replace resource" in replace.stdout + replace.stderr, replace.stdout[-3000:]
+    assert "marked for protection" in replace.stdout + replace.stderr
