@@ -91,7 +91,7 @@ pulumi_cli() {
     else
         command -v go >/dev/null || die "no pulumi v$PULUMI_VERSION on PATH and no Go toolchain to build one"
         bin=$(cached_build "pulumi-v$PULUMI_VERSION" \
-            "$(inputs_key "$tc/versions.env" "$tc/go.mod" "$tc/go.sum" "$tc/langhost/main.go" "$tc"/shims/*)" \
+            "$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum" "$tc/langhost/main.go" "$tc"/shims/*)" \
             build_pulumi)
     fi
     link_bins "$bin"
@@ -117,7 +117,7 @@ build_kubernetes_plugin() {
 kubernetes_plugin() {
     local bin
     bin=$(cached_build "pulumi-kubernetes-v$KUBERNETES_PROVIDER_VERSION" \
-        "$(inputs_key "$tc/versions.env" "$tc/kubernetes/go.mod" "$tc/kubernetes/go.sum" "$tc/kubernetes/main.go")" \
+        "$(inputs_key <(echo "KUBERNETES_PROVIDER_VERSION=$KUBERNETES_PROVIDER_VERSION") "$tc/kubernetes/go.mod" "$tc/kubernetes/go.sum" "$tc/kubernetes/main.go")" \
         build_kubernetes_plugin)
     link_bins "$bin"
 }
