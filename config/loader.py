@@ -22,7 +22,7 @@ import yaml
 from pulumi.runtime import config as pulumi_runtime_config
 from pydantic import ValidationError
 
-from config.models import FailoverIP, Fleet, StackConfig, Vendor
+from config.models import Cluster, FailoverIP, Fleet, StackConfig, Vendor
 from config.problems import SECRETS_SECTION, ConfigError, Problem, from_validation_error, ordered_lines
 from config.rules import View, build_view, cross_field_problems
 
@@ -48,6 +48,8 @@ ROBOT_PASSWORD = "robotPassword"
 FLEET_SSH_PRIVATE_KEY = "fleetSshPrivateKey"
 FLEET_SUDO_PASSWORD = "fleetSudoPassword"
 KUBECONFIG = "kubeconfig"
+TUIST_SERVER_TOKEN = "tuistServerToken"
+CLOUDFLARE_API_TOKEN = "cloudflareApiToken"
 
 # Stable order: the order required_secret_keys reports and docs/config.md lists them.
 SECRET_KEYS = (
@@ -58,6 +60,8 @@ SECRET_KEYS = (
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
     KUBECONFIG,
+    TUIST_SERVER_TOKEN,
+    CLOUDFLARE_API_TOKEN,
 )
 
 # The language host reads 32 as "the program already showed the user an actionable
@@ -76,6 +80,8 @@ class Secrets:
     fleet_ssh_private_key: pulumi.Output[str] | None = None
     fleet_sudo_password: pulumi.Output[str] | None = None
     kubeconfig: pulumi.Output[str] | None = None
+    tuist_server_token: pulumi.Output[str] | None = None
+    cloudflare_api_token: pulumi.Output[str] | None = None
 
 
 _SECRET_FIELDS = {
@@ -86,6 +92,8 @@ _SECRET_FIELDS = {
     FLEET_SSH_PRIVATE_KEY: "fleet_ssh_private_key",
     FLEET_SUDO_PASSWORD: "fleet_sudo_password",
     KUBECONFIG: "kubeconfig",
+    TUIST_SERVER_TOKEN: "tuist_server_token",
+    CLOUDFLARE_API_TOKEN: "cloudflare_api_token",
 }
 
 
@@ -125,13 +133,19 @@ def _required_secret_keys(view: View) -> list[str]:
     return _secrets_needed(
         [f for _, f in view.fleets],
         [f for _, f in view.failover_ips],
-        view.cluster.api_server if view.cluster else None,
+        view.cluster,
+        runner_pools=bool(view.runner_pools),
     )
 
 
 def _secrets_needed(
-    fleets: Sequence[Fleet], failover_ips: Sequence[FailoverIP], api_server: str | None
+    fleets: Sequence[Fleet],
+    failover_ips: Sequence[FailoverIP],
+    cluster: Cluster | None,
+    *,
+    runner_pools: bool = False,
 ) -> list[str]:
+    api_server = cluster.api_server if cluster else None
     vendors = {f.vendor for f in fleets} | {f.vendor for f in failover_ips}
     needed: set[str] = set()
     if Vendor.OVH in vendors:
@@ -144,6 +158,10 @@ def _secrets_needed(
         needed |= {FLEET_SSH_PRIVATE_KEY, FLEET_SUDO_PASSWORD}
     if api_server is not None:
         needed.add(KUBECONFIG)
+    if runner_pools:
+        needed.add(TUIST_SERVER_TOKEN)
+    if cluster is not None and cluster.external_dns_provider == "cloudflare":
+        needed.add(CLOUDFLARE_API_TOKEN)
     return [key for key in SECRET_KEYS if key in needed]
 
 
@@ -151,9 +169,11 @@ def required_secret_keys(cfg: StackConfig) -> list[str]:
     """Which `pulumi config set --secret` keys this stack needs, in SECRET_KEYS order.
 
     OVH keys when any fleet or failover IP is on OVH (likewise Dedibox, Robot); the fleet
-    SSH key and sudo password once any fleet is enabled; kubeconfig once api_server is set.
+    SSH key and sudo password once any fleet is enabled; kubeconfig once api_server is set; the
+    Tuist server token once a runner pool exists; the Cloudflare token when external-dns publishes
+    to Cloudflare.
     """
-    return _secrets_needed(cfg.fleets, cfg.failover_ips, cfg.cluster.api_server)
+    return _secrets_needed(cfg.fleets, cfg.failover_ips, cfg.cluster, runner_pools=bool(cfg.runner_pools))
 
 
 def read_stack_file(path: Path | str) -> dict[str, Any]:
