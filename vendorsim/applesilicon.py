@@ -5,8 +5,9 @@ Shapes follow the SDK's marshalling (scaleway.applesilicon.v1alpha1); errors are
 bodies (see scaleway_common). Facts the simulator holds to, from the API and the reference:
 
 - Only the name is writable among a server's identity fields (`tags` is read-only).
-- `sudo_password` is empty in every answer but the one that created the server; the credentials
-  stay readable in `vnc_url` (vnc://<user>:<password>@<ip>:5900).
+- `sudo_password` comes with a server's GET, PATCH and action answers (terraform-provider-scaleway's
+  recorded interactions), not in lists (the reference found it empty on listed, adopted Macs); the
+  credentials are also in `vnc_url` (vnc://<user>:<password>@<ip>:59010).
 - Apple's licence: a Mac cannot be deleted in its first 24 hours. DELETE before `deletable_at` is
   412 `precondition_failed` ("this server cannot be deleted before <UTC time>").
 - POST .../reinstall moves the server to `reinstalling`, then `ready` after --task-seconds with a new
@@ -62,7 +63,7 @@ REINSTALL_PHASES = ["reinstalling", "ready"]
 REBOOT_PHASES = ["rebooting", "ready"]
 VPC_PHASES = ["vpc_updating", "vpc_enabled"]
 ATTACH_PHASES = ["attaching", "attached"]
-VNC_PORT = 5900
+VNC_PORT = 59010
 SERVERS = "applesilicon_server"
 ATTACHMENTS = "applesilicon_attachment"
 
@@ -230,7 +231,7 @@ def _vpc_status(sim: Sim, server: dict[str, Any]) -> str:
     return VPC_PHASES[sim.phase(vpc["since"], VPC_PHASES)[0]]
 
 
-def _server_view(sim: Sim, server: dict[str, Any]) -> dict[str, Any]:
+def _server_view(sim: Sim, server: dict[str, Any], *, listed: bool = False) -> dict[str, Any]:
     os = _os_by_id(sim, server["os_id"])
     password = server["secret_sudo_password"]
     return {
@@ -242,8 +243,7 @@ def _server_view(sim: Sim, server: dict[str, Any]) -> dict[str, Any]:
         "ip": server["ip"],
         "vnc_url": f"vnc://{server['ssh_user']}:{password}@{server['ip']}:{VNC_PORT}",
         "ssh_username": server["ssh_user"],
-        # Filled only in the answer to the order, which the simulator never serves.
-        "sudo_password": "",
+        "sudo_password": "" if listed else password,
         "vnc_port": VNC_PORT,
         "status": _status(sim, server),
         "deletion_scheduled": server["deletion_scheduled"],
@@ -271,7 +271,7 @@ def _attachment_view(a: dict[str, Any]) -> dict[str, Any]:
         "private_network_id": a["private_network_id"],
         "status": a["status"],
         "ipam_ip_ids": [a["ipam_ip_id"]],
-        "vlan": a["vlan"] if a["status"] == "attached" else None,
+        "vlan": a["vlan"],
         "created_at": iso(a["created_at"]),
         "updated_at": iso(a["created_at"]),
     }
@@ -378,7 +378,7 @@ def list_servers(sim: Sim, call: Call, zone: str) -> Any:
         for s in sim.store.all(SERVERS)
         if s["zone"] == zone and not s["deleted"] and (project is None or s["project_id"] == project)
     ]
-    return page(call, [_server_view(sim, s) for s in order(call, servers)], "servers")
+    return page(call, [_server_view(sim, s, listed=True) for s in order(call, servers)], "servers")
 
 
 def get_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:

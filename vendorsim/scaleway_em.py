@@ -24,7 +24,7 @@ from typing import Any
 from werkzeug.routing import Map, Rule
 
 from vendorsim import dedibox
-from vendorsim.core import Call, Sim, iso
+from vendorsim.core import Call, Sim, VendorError, iso
 from vendorsim.dedibox import bad_method, injected_error, invalid_argument, not_found, route_not_found
 from vendorsim.scaleway_common import (
     PREFIX,
@@ -164,7 +164,7 @@ def _pn_option(offer: Any) -> dict[str, Any]:
         "id": offer.private_network_option_id,
         "name": "Private Network",
         "manageable": True,
-        "private_network": {"bandwidth_in_bps": offer.bandwidth_mbps * 1_000_000},
+        "private_network": {"bandwidth_in_bps": 0},
     }
 
 
@@ -281,6 +281,7 @@ def _server_view(sim: Sim, server: dict[str, Any]) -> dict[str, Any]:
             }
         )
     ip_id = str(uuid.uuid5(uuid.NAMESPACE_URL, server["id"]))
+    installing = server["install"] is not None and server["install"]["status"] in INSTALL_RUNNING
     return {
         "id": server["id"],
         "organization_id": server["organization_id"],
@@ -297,16 +298,16 @@ def _server_view(sim: Sim, server: dict[str, Any]) -> dict[str, Any]:
             {
                 "id": ip_id,
                 "address": server["ip"],
-                "reverse": f"{server['id'][:8]}.rev.poneytelecom.invalid",
+                "reverse": f"{server['id']}.{server['zone']}.baremetal.scw.cloud",
                 "version": "IPv4",
                 "reverse_status": "active",
                 "reverse_status_message": "",
             }
         ],
-        "domain": f"{server['id']}.fr.baremetal.scw.cloud",
+        "domain": f"{server['id']}.{server['zone']}.baremetal.scw.cloud",
         "boot_type": "normal",
         "zone": server["zone"],
-        "ping_status": "ping_status_up",
+        "ping_status": "ping_status_unknown" if installing else "ping_status_up",
         "options": options,
         "protected": False,
         "install": _install_view(server["install"]),
@@ -321,7 +322,8 @@ def _attachment_view(a: dict[str, Any]) -> dict[str, Any]:
         "project_id": a["project_id"],
         "server_id": a["server_id"],
         "private_network_id": a["private_network_id"],
-        "vlan": a["vlan"] if a["status"] == "attached" else None,
+        # Scaleway assigns the VLAN with the attachment, before it reads attached.
+        "vlan": a["vlan"],
         "status": a["status"],
         "created_at": a["created"],
         "updated_at": a["created"],
@@ -376,7 +378,8 @@ def _server(sim: Sim, zone: str, server_id: str) -> dict[str, Any]:
     zone_of(_account(sim).zones, zone)
     server = sim.store.get(SERVERS, server_id)
     if server is None or server["zone"] != zone or server["status"] == "gone":
-        raise not_found("baremetal_server", server_id)
+        # What Elastic Metal answers for an unknown server: no type, no resource.
+        raise VendorError(404, {"message": "Not Found"})
     return server
 
 
