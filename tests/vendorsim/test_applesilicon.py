@@ -11,6 +11,7 @@ reinstall is 409 `transient_state`).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -21,11 +22,13 @@ import pytest
 import requests
 from scaleway import Client
 from scaleway.applesilicon.v1alpha1 import ApplesiliconV1Alpha1API, ApplesiliconV1Alpha1PrivateNetworkAPI
+from scaleway.applesilicon.v1alpha1 import marshalling as applesilicon_m
 from scaleway_core.api import ScalewayException
 from werkzeug.serving import make_server
 
 from tests.vendorsim.conftest import DEV_INVENTORY, FakeClock, Served
 from tests.vendorsim.test_boxes import _free_port, _keypair, ssh
+from tests.vendorsim.test_contract import CONTRACT, _kept_fields, shape_differences
 from vendorsim.app import App
 from vendorsim.boxes import BoxFarm
 from vendorsim.core import Sim
@@ -208,6 +211,27 @@ def test_a_failed_reinstall_leaves_the_server_in_error(served: Served) -> None:
     served.clock.advance(11)
     assert scw(served, "GET", f"{Z}/servers/{MAC1}").json()["status"] == "error"
     assert served.farm.reinstalls() == []
+
+
+def test_server_answers_have_the_recorded_shape(served: Served) -> None:
+    """contract/applesilicon/server.json is an Apple silicon server as terraform-provider-scaleway
+    recorded it (values replaced; `kext_enabled` added, a field of SDK 2.12's Server newer than the
+    recording): GET, PATCH and reboot answers have its keys and types and decode through the SDK."""
+    doc = json.loads((CONTRACT / "applesilicon" / "server.json").read_text())
+    answers = [
+        scw(served, "GET", f"{Z}/servers/{MAC2}").json(),
+        scw(served, "PATCH", f"{Z}/servers/{MAC2}", {"public_bandwidth_bps": 10_000_000_000}).json(),
+        scw(served, "POST", f"{Z}/servers/{MAC2}/reboot", {}).json(),
+        scw(served, "GET", f"{Z}/servers").json()["servers"][0],
+    ]
+    for body in answers:
+        assert shape_differences(doc, body) == []
+    documented = applesilicon_m.unmarshal_Server(doc)
+    for body in answers[:3]:
+        assert _kept_fields(documented, applesilicon_m.unmarshal_Server(body)) == []
+    # Listed, the password is left out, as the reference found.
+    assert answers[3]["sudo_password"] == ""
+    assert answers[2]["status"] == "rebooting"
 
 
 # --- the 24-hour licence floor ---------------------------------------------------------------------------

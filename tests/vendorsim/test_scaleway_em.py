@@ -9,16 +9,19 @@ still `attaching`; the Private Network option reads `option_status_enabling` fir
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 import requests
 from scaleway import Client
 from scaleway.baremetal.v1 import BaremetalV1API, BaremetalV1PrivateNetworkAPI
+from scaleway.baremetal.v1 import marshalling as baremetal_m
 from scaleway.iam.v1alpha1 import IamV1Alpha1API
 from scaleway_core.api import ScalewayException, ValidationError
 
 from tests.vendorsim.conftest import Served
+from tests.vendorsim.test_contract import CONTRACT, _kept_fields, shape_differences
 
 Z = "/baremetal/v1/zones/fr-par-2"
 DEV1 = "e1000000-0000-4000-8000-000000000001"
@@ -414,3 +417,23 @@ def test_the_scaleway_sdk_runs_unchanged(served: Served) -> None:
     with pytest.raises(ScalewayException) as raised:
         api.get_server(server_id="e1000000-0000-4000-8000-00000000dead")
     assert raised.value.status_code == 404
+
+
+# --- contract: the shapes Scaleway answers with ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "unmarshal"),
+    [
+        ("server", f"{Z}/servers/{DEV2}", baremetal_m.unmarshal_Server),
+        ("list_options", f"{Z}/options", baremetal_m.unmarshal_ListOptionsResponse),
+    ],
+)
+def test_answers_have_the_recorded_shape(served: Served, name: str, path: str, unmarshal: Any) -> None:
+    """contract/scaleway_em/*.json hold Elastic Metal answers as terraform-provider-scaleway recorded
+    them (values replaced): vendorsim's answer has the same keys and JSON types, and decodes through
+    the SDK keeping every field the recorded one sets."""
+    doc = json.loads((CONTRACT / "scaleway_em" / f"{name}.json").read_text())
+    body = scw(served, "GET", path).json()
+    assert shape_differences(doc, body) == []
+    assert _kept_fields(unmarshal(doc), unmarshal(body)) == []
