@@ -73,3 +73,13 @@ def test_bad_account_settings_are_named(fields: dict[str, object], where: str) -
         with pytest.raises(ValidationError) as raised:
             model.model_validate(fields)
         assert [".".join(map(str, e["loc"])) for e in raised.value.errors()] == [where]
+
+
+@pytest.mark.parametrize("vendor", ["scaleway_em", "applesilicon"])
+def test_a_failover_ip_on_these_vendors_is_a_named_input_problem(vendor: str) -> None:
+    from providers.failover import input_problems
+
+    props = {"vendor": vendor, "address": "198.51.100.9", "region": "r", "fleet": "f", "candidates": ["x"]}
+    assert input_problems(props) == [
+        ("vendor", f"{vendor} has no failover IPs this program moves (ovh, dedibox, robot)")
+    ]
