@@ -83,3 +83,10 @@ def test_a_failover_ip_on_these_vendors_is_a_named_input_problem(vendor: str) ->
     assert input_problems(props) == [
         ("vendor", f"{vendor} has no failover IPs this program moves (ovh, dedibox, robot)")
     ]
+
+
+def test_the_failover_watcher_refuses_these_vendors_by_name(tmp_path) -> None:
+    from watcher.mover import MoverConfigError, build_mover
+
+    with pytest.raises(MoverConfigError, match="'applesilicon' has no failover IPs to move"):
+        build_mover("applesilicon", account={}, credentials_dir=tmp_path)
