@@ -293,13 +293,16 @@ class Caller:
                 ) from None
             except requests.RequestException as error:
                 raise transport_error(self.vendor, call, error, subject=subject) from None
-            except (TypeError, KeyError) as error:
-                # The SDK's unmarshal functions fail this way on a body of another shape.
+            except TypeError as error:
+                # The SDK's unmarshal functions say "Unmarshalling the type 'X' failed ..." on a body of
+                # another shape; any other TypeError is a bug here and surfaces as one.
+                if not str(error).startswith("Unmarshalling"):
+                    raise
                 raise VendorError(
                     vendor=self.vendor,
                     call=call,
                     subject=subject,
-                    message=f"answer has an unexpected shape ({type(error).__name__})",
+                    message=f"answer has an unexpected shape: {error}",
                 ) from None
 
         return with_retries(self._retry, once, sleep=self._sleep)

@@ -561,3 +561,12 @@ def test_failover_is_refused_clearly(client) -> None:
 
 def test_the_client_offers_no_way_to_delete_a_server(client) -> None:
     assert not [name for name in dir(client) if "delete" in name.lower() or "terminate" in name.lower()]
+
+
+def test_an_answer_of_another_shape_is_a_vendor_error(recorder, client) -> None:
+    recorder.on("GET", SERVER, ["not", "a", "server"])
+    with pytest.raises(VendorError, match="answer has an unexpected shape: Unmarshalling the type 'Server'"):
+        client.get_box(BOX)
+    recorder.on("GET", SERVER, recorder.reply(raw=b"<html>maintenance</html>", status=200))
+    with pytest.raises(VendorError, match="answer is not JSON"):
+        client.get_box(BOX)
