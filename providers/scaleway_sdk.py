@@ -19,6 +19,7 @@ retrying. A 409 `transient_state` is an answer about the resource, not the reque
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import requests
+from scaleway.iam.v1alpha1 import IamV1Alpha1API
 from scaleway_core.api import API, Body, Params
 from scaleway_core.client import Client
 from scaleway_core.validations.string_validation import is_access_key, is_url, is_zone
@@ -36,6 +38,7 @@ from providers.errors import (
     AuthError,
     ConflictError,
     NotFoundError,
+    TaskAlreadyExistsError,
     TransientVendorError,
     VendorError,
     VendorInputError,
@@ -50,7 +53,7 @@ from providers.retry import (
     parse_retry_after,
     with_retries,
 )
-from providers.vendor import single_line_key
+from providers.vendor import MarkerFiltering, single_line_key
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -313,50 +316,139 @@ def key_material(public_key: str) -> list[str]:
     return public_key.split()[:2]
 
 
-def ensure_ssh_key(caller: Caller, iam: Any, *, project_id: str, name: str, public_key: str) -> str:
-    """The IAM id of `public_key` in the project, registering it under `name` if absent.
+@dataclass(frozen=True)
+class Attachment:
+    """A server's attachment to a Private Network. `vlan` is the 802.1Q tag the box brings its
+    interface up with (None until Scaleway assigned it); `ready` once attached with a VLAN."""
 
-    Idempotent by key material. IAM answers 409 to a second registration of the same key: a parallel
-    release may have registered it between our list and our POST, so the list is read again."""
-    if not name:
-        raise VendorInputError("Scaleway ssh key name is empty")
-    key = single_line_key(public_key, where=f"Scaleway ssh key {name!r}")
+    private_network_id: str
+    status: str
+    vlan: int | None
 
-    def find() -> str | None:
-        keys = caller.call(
+    @property
+    def ready(self) -> bool:
+        return self.status == "attached" and bool(self.vlan)
+
+
+class ProjectClient(MarkerFiltering):
+    """What the Elastic Metal and Apple silicon clients share: one project reached with an IAM API
+    key, its zones, the SDK client, IAM's ssh keys and the call runner."""
+
+    VENDOR = ""  # the vendor's name in errors
+    WHAT = ""  # the product's name in messages
+
+    def __init__(
+        self,
+        *,
+        api_url: str,
+        access_key: str,
+        secret_key: str,
+        project_id: str,
+        zones: Sequence[str],
+        timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        where = type(self).__name__
+        if not zones:
+            raise VendorInputError(f"{where}: zones is empty")
+        self._zones = [check_zone(zone, what=self.WHAT) for zone in zones]
+        self._project_id = project_id
+        self._client = make_client(
+            api_url=api_url, access_key=access_key, secret_key=secret_key, project_id=project_id, where=where
+        )
+        self._timeouts = timeouts
+        self._iam = self._api_of(IamV1Alpha1API)
+        self._caller = Caller(vendor=self.VENDOR, secret_key=secret_key, retry=retry, sleep=sleep)
+        self._init_apis()
+
+    def _init_apis(self) -> None:
+        """The product's own SDK APIs (a subclass sets them up with `_api_of`)."""
+
+    def _api_of(self, api_class: type[T]) -> T:
+        return timed(api_class, self._client, self._timeouts)
+
+    def register_ssh_key(self, name: str, public_key: str) -> str:
+        """The project's IAM id for `public_key`, registered under `name` if absent. Idempotent by key
+        material; IAM answers 409 to a second registration of the same key (a parallel release may
+        have registered it between our list and our POST), so the list is read again then."""
+        if not name:
+            raise VendorInputError("Scaleway ssh key name is empty")
+        key = single_line_key(public_key, where=f"Scaleway ssh key {name!r}")
+        found = self._ssh_key_id(key)
+        if found:
+            return found
+        try:
+            created = self._caller.call(
+                "POST /iam/v1alpha1/ssh-keys",
+                lambda: self._iam.create_ssh_key(public_key=key, name=name, project_id=self._project_id),
+                subject=name,
+            )
+        except ConflictError:
+            found = self._ssh_key_id(key)
+            if found:
+                return found
+            raise
+        return str(created.id)
+
+    def _ssh_key_id(self, key: str) -> str | None:
+        keys = self._caller.call(
             "GET /iam/v1alpha1/ssh-keys",
-            lambda: iam.list_ssh_keys_all(project_id=project_id, page_size=PAGE_SIZE),
+            lambda: self._iam.list_ssh_keys_all(project_id=self._project_id, page_size=PAGE_SIZE),
         )
         for existing in keys:
             if key_material(str(existing.public_key or "")) == key_material(key):
                 return str(existing.id)
         return None
 
-    found = find()
-    if found:
-        return found
-    try:
-        created = caller.call(
-            "POST /iam/v1alpha1/ssh-keys",
-            lambda: iam.create_ssh_key(public_key=key, name=name, project_id=project_id),
-            subject=name,
+    def _register_fleet_key(self, public_key: str, *, box_id: str) -> str:
+        """The IAM id of the fleet key, registered under a name derived from the key itself."""
+        key = single_line_key(public_key, where=f"{self.WHAT} reinstall of {box_id}")
+        return self.register_ssh_key("tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12], key)
+
+    def _already_running(self, refused: ConflictError, box_id: str, what: str) -> TaskAlreadyExistsError:
+        return TaskAlreadyExistsError(
+            vendor=self.VENDOR,
+            call=refused.call,
+            status=refused.status,
+            code=refused.code,
+            request_id=refused.request_id,
+            subject=box_id,
+            message=f"{what} already runs ({refused.message})",
         )
-    except ConflictError:
-        found = find()
-        if found:
-            return found
-        raise
-    return str(created.id)
+
+    def _attach(
+        self, pn_api: Any, *, zone: str, server_id: str, private_network_id: str, box_id: str, path: str
+    ) -> Attachment:
+        """The server's attachment to the Private Network, made if missing (POST once, then read)."""
+        attached = self._caller.call(
+            f"GET {path}/zones/{{zone}}/server-private-networks",
+            lambda: pn_api.list_server_private_networks_all(
+                zone=zone, server_id=server_id, project_id=self._project_id, page_size=PAGE_SIZE
+            ),
+            subject=box_id,
+        )
+        for a in attached:
+            if a.private_network_id == private_network_id:
+                return Attachment(private_network_id, str(a.status), a.vlan or None)
+        created = self._caller.call(
+            f"POST {path}/zones/{{zone}}/servers/{{server_id}}/private-networks",
+            lambda: pn_api.add_server_private_network(
+                zone=zone, server_id=server_id, private_network_id=private_network_id
+            ),
+            subject=box_id,
+        )
+        return Attachment(private_network_id, str(created.status), created.vlan or None)
 
 
 __all__ = [
-    "DEFAULT_TIMEOUTS",
     "PAGE_SIZE",
+    "Attachment",
     "Caller",
     "HttpFailure",
+    "ProjectClient",
     "TimedTransport",
     "check_zone",
-    "ensure_ssh_key",
     "error_from",
     "make_client",
     "parse_box_id",

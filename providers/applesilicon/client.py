@@ -12,18 +12,13 @@ key is registered in IAM before every reinstall, and the sudo password is read b
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
-from collections.abc import Callable, Sequence
 
 from scaleway.applesilicon.v1alpha1 import ApplesiliconV1Alpha1API, ApplesiliconV1Alpha1PrivateNetworkAPI
 from scaleway.applesilicon.v1alpha1.types import Server, ServerType
-from scaleway.iam.v1alpha1 import IamV1Alpha1API
 
 from providers.applesilicon.models import (
     VENDOR,
-    Attachment,
     MacLogin,
     box_from_server,
     compose_name,
@@ -33,46 +28,24 @@ from providers.applesilicon.models import (
     parse_name,
     resolve_os,
 )
-from providers.errors import ConflictError, TaskAlreadyExistsError, VendorInputError
-from providers.retry import DEFAULT_RETRY, DEFAULT_TIMEOUTS, HttpTimeouts, RetryPolicy
-from providers.scaleway_sdk import PAGE_SIZE, Caller, check_zone, ensure_ssh_key, make_client, timed
-from providers.vendor import Box, Claim, InstallState, MarkerFiltering, single_line_key
+from providers.errors import ConflictError, VendorInputError
+from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
+from providers.vendor import Box, Claim, InstallState, single_line_key
 
 log = logging.getLogger(__name__)
 
 _SERVER = "/apple-silicon/v1alpha1/zones/{zone}/servers/{server_id}"
 
 
-class AppleSiliconClient(MarkerFiltering):
+class AppleSiliconClient(ProjectClient):
     """One Scaleway project's Apple silicon servers, reached with an IAM API key."""
 
-    def __init__(
-        self,
-        *,
-        api_url: str,
-        access_key: str,
-        secret_key: str,
-        project_id: str,
-        zones: Sequence[str],
-        timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        if not zones:
-            raise VendorInputError("AppleSiliconClient: zones is empty")
-        self._zones = [check_zone(zone, what="Apple silicon") for zone in zones]
-        self._project_id = project_id
-        client = make_client(
-            api_url=api_url,
-            access_key=access_key,
-            secret_key=secret_key,
-            project_id=project_id,
-            where="AppleSiliconClient",
-        )
-        self._api = timed(ApplesiliconV1Alpha1API, client, timeouts)
-        self._pn = timed(ApplesiliconV1Alpha1PrivateNetworkAPI, client, timeouts)
-        self._iam = timed(IamV1Alpha1API, client, timeouts)
-        self._caller = Caller(vendor=VENDOR, secret_key=secret_key, retry=retry, sleep=sleep)
+    VENDOR = VENDOR
+    WHAT = "Apple silicon"
+
+    def _init_apis(self) -> None:
+        self._api = self._api_of(ApplesiliconV1Alpha1API)
+        self._pn = self._api_of(ApplesiliconV1Alpha1PrivateNetworkAPI)
 
     # --- boxes -------------------------------------------------------------------------------------
 
@@ -112,14 +85,7 @@ class AppleSiliconClient(MarkerFiltering):
             subject=box_id,
         )
 
-    # --- ssh keys and login ----------------------------------------------------------------------
-
-    def register_ssh_key(self, name: str, public_key: str) -> str:
-        """The project's IAM id for `public_key`, registered under `name` if absent. Scaleway puts
-        the project's keys on a Mac when it installs macOS."""
-        return ensure_ssh_key(
-            self._caller, self._iam, project_id=self._project_id, name=name, public_key=public_key
-        )
+    # --- login ----------------------------------------------------------------------
 
     def login(self, box_id: str) -> MacLogin:
         """The Mac's login user and the sudo password Scaleway set at its last install (a secret)."""
@@ -149,7 +115,7 @@ class AppleSiliconClient(MarkerFiltering):
         """
         del hostname, user_password  # not settable on Apple silicon (see above)
         zone, server_id = parse_box_id(box_id)
-        key = single_line_key(ssh_public_key, where=f"Apple silicon reinstall of {box_id}")
+        single_line_key(ssh_public_key, where=f"Apple silicon reinstall of {box_id}")
         server = self._server(box_id)
         if server.ssh_username and user_login != server.ssh_username:
             raise VendorInputError(
@@ -163,7 +129,8 @@ class AppleSiliconClient(MarkerFiltering):
             subject=box_id,
         )
         system = resolve_os(os_label, systems, server_type=server_type, box_id=box_id)
-        self.register_ssh_key("tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12], key)
+        # Scaleway puts the project's IAM keys on a Mac when it installs macOS.
+        self._register_fleet_key(ssh_public_key, box_id=box_id)
         try:
             self._caller.call(
                 f"POST {_SERVER}/reinstall",
@@ -175,15 +142,7 @@ class AppleSiliconClient(MarkerFiltering):
             )
         except ConflictError as refused:
             if self.install_state(box_id) is InstallState.RUNNING:
-                raise TaskAlreadyExistsError(
-                    vendor=VENDOR,
-                    call=refused.call,
-                    status=refused.status,
-                    code=refused.code,
-                    request_id=refused.request_id,
-                    subject=box_id,
-                    message=f"a reinstall already runs ({refused.message})",
-                ) from None
+                raise self._already_running(refused, box_id, "a reinstall") from None
             raise
         log.info("Apple silicon reinstall of %s with %s started", box_id, system.name)
 
@@ -210,24 +169,14 @@ class AppleSiliconClient(MarkerFiltering):
             return Attachment(private_network_id, "vpc_updating", None)
         if vpc != "vpc_enabled":
             return Attachment(private_network_id, vpc, None)
-        attached = self._caller.call(
-            "GET /apple-silicon/v1alpha1/zones/{zone}/server-private-networks",
-            lambda: self._pn.list_server_private_networks_all(
-                zone=zone, server_id=server_id, project_id=self._project_id, page_size=PAGE_SIZE
-            ),
-            subject=box_id,
+        return self._attach(
+            self._pn,
+            zone=zone,
+            server_id=server_id,
+            private_network_id=private_network_id,
+            box_id=box_id,
+            path="/apple-silicon/v1alpha1",
         )
-        for a in attached:
-            if a.private_network_id == private_network_id:
-                return Attachment(private_network_id, str(a.status), a.vlan or None)
-        created = self._caller.call(
-            f"POST {_SERVER}/private-networks",
-            lambda: self._pn.add_server_private_network(
-                zone=zone, server_id=server_id, private_network_id=private_network_id
-            ),
-            subject=box_id,
-        )
-        return Attachment(private_network_id, str(created.status), created.vlan or None)
 
     # --- catalogue -------------------------------------------------------------------------------
 

@@ -172,16 +172,3 @@ def login_of(server: Server) -> MacLogin:
         password = urllib.parse.unquote(parsed.password or "")
         user = user or urllib.parse.unquote(parsed.username or "")
     return MacLogin(user=user, sudo_password=password)
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A Mac's attachment to a Private Network; `vlan` is the tag the Mac's VLAN interface uses."""
-
-    private_network_id: str
-    status: str
-    vlan: int | None
-
-    @property
-    def ready(self) -> bool:
-        return self.status == "attached" and bool(self.vlan)

@@ -9,64 +9,31 @@ to order or delete a server.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
-from collections.abc import Callable, Sequence
 
 from scaleway.baremetal.v1 import BaremetalV1API, BaremetalV1PrivateNetworkAPI
 from scaleway.baremetal.v1.types import Offer, Server
-from scaleway.iam.v1alpha1 import IamV1Alpha1API
 
 from providers import claims
-from providers.errors import ConflictError, TaskAlreadyExistsError, VendorError, VendorInputError
-from providers.retry import DEFAULT_RETRY, DEFAULT_TIMEOUTS, HttpTimeouts, RetryPolicy
-from providers.scaleway_em.models import (
-    VENDOR,
-    Attachment,
-    box_from_server,
-    install_state_of,
-    parse_box_id,
-    resolve_os,
-)
-from providers.scaleway_sdk import PAGE_SIZE, Caller, check_zone, ensure_ssh_key, make_client, timed
-from providers.vendor import Box, Claim, InstallState, MarkerFiltering, boxes_with_marker, single_line_key
+from providers.errors import ConflictError, VendorError, VendorInputError
+from providers.scaleway_em.models import VENDOR, box_from_server, install_state_of, parse_box_id, resolve_os
+from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
+from providers.vendor import Box, Claim, InstallState, boxes_with_marker, single_line_key
 
 log = logging.getLogger(__name__)
 
 _SERVER = "/baremetal/v1/zones/{zone}/servers/{server_id}"
 
 
-class ElasticMetalClient(MarkerFiltering):
+class ElasticMetalClient(ProjectClient):
     """One Scaleway project's Elastic Metal servers, reached with an IAM API key."""
 
-    def __init__(
-        self,
-        *,
-        api_url: str,
-        access_key: str,
-        secret_key: str,
-        project_id: str,
-        zones: Sequence[str],
-        timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        if not zones:
-            raise VendorInputError("ElasticMetalClient: zones is empty")
-        self._zones = [check_zone(zone, what="Elastic Metal") for zone in zones]
-        self._project_id = project_id
-        client = make_client(
-            api_url=api_url,
-            access_key=access_key,
-            secret_key=secret_key,
-            project_id=project_id,
-            where="ElasticMetalClient",
-        )
-        self._api = timed(BaremetalV1API, client, timeouts)
-        self._pn = timed(BaremetalV1PrivateNetworkAPI, client, timeouts)
-        self._iam = timed(IamV1Alpha1API, client, timeouts)
-        self._caller = Caller(vendor=VENDOR, secret_key=secret_key, retry=retry, sleep=sleep)
+    VENDOR = VENDOR
+    WHAT = "Elastic Metal"
+
+    def _init_apis(self) -> None:
+        self._api = self._api_of(BaremetalV1API)
+        self._pn = self._api_of(BaremetalV1PrivateNetworkAPI)
 
     # --- boxes -------------------------------------------------------------------------------------
 
@@ -113,14 +80,6 @@ class ElasticMetalClient(MarkerFiltering):
             subject=box_id,
         )
 
-    # --- ssh keys --------------------------------------------------------------------------------
-
-    def register_ssh_key(self, name: str, public_key: str) -> str:
-        """The project's IAM id for `public_key`, registered under `name` if absent."""
-        return ensure_ssh_key(
-            self._caller, self._iam, project_id=self._project_id, name=name, public_key=public_key
-        )
-
     # --- install ---------------------------------------------------------------------------------
 
     def start_reinstall(
@@ -164,8 +123,7 @@ class ElasticMetalClient(MarkerFiltering):
         password = user_password if system.password is not None and system.password.editable else None
         if system.password is not None and system.password.required and not password:
             raise VendorInputError(f"Elastic Metal reinstall of {box_id}: the OS requires a password")
-        key_name = "tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12]
-        key_id = self.register_ssh_key(key_name, key)
+        key_id = self._register_fleet_key(key, box_id=box_id)
         try:
             self._caller.call(
                 f"POST {_SERVER}/install",
@@ -183,15 +141,7 @@ class ElasticMetalClient(MarkerFiltering):
             )
         except ConflictError as refused:
             if self.install_state(box_id) is InstallState.RUNNING:
-                raise TaskAlreadyExistsError(
-                    vendor=VENDOR,
-                    call=refused.call,
-                    status=refused.status,
-                    code=refused.code,
-                    request_id=refused.request_id,
-                    subject=box_id,
-                    message=f"an install already runs ({refused.message})",
-                ) from None
+                raise self._already_running(refused, box_id, "an install") from None
             raise
         log.info("Elastic Metal reinstall of %s with %s %s started", box_id, system.name, system.version)
 
@@ -234,24 +184,14 @@ class ElasticMetalClient(MarkerFiltering):
             return Attachment(private_network_id, "option_enabling", None)
         if str(option.status) != "option_status_enable":
             return Attachment(private_network_id, f"option {option.status}", None)
-        attached = self._caller.call(
-            "GET /baremetal/v1/zones/{zone}/server-private-networks",
-            lambda: self._pn.list_server_private_networks_all(
-                zone=zone, server_id=server_id, project_id=self._project_id, page_size=PAGE_SIZE
-            ),
-            subject=box_id,
+        return self._attach(
+            self._pn,
+            zone=zone,
+            server_id=server_id,
+            private_network_id=private_network_id,
+            box_id=box_id,
+            path="/baremetal/v1",
         )
-        for a in attached:
-            if a.private_network_id == private_network_id:
-                return Attachment(private_network_id, str(a.status), a.vlan or None)
-        created = self._caller.call(
-            f"POST {_SERVER}/private-networks",
-            lambda: self._pn.add_server_private_network(
-                zone=zone, server_id=server_id, private_network_id=private_network_id
-            ),
-            subject=box_id,
-        )
-        return Attachment(private_network_id, str(created.status), created.vlan or None)
 
     # --- catalogue -------------------------------------------------------------------------------
 

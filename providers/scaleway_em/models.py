@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from scaleway.baremetal.v1.types import OS, Server
 
@@ -99,17 +98,3 @@ def resolve_os(label: str, systems: Sequence[OS], *, box_id: str) -> OS:
             return system
     shown = ", ".join(f"{s.name} {s.version}" for s in usable[:12]) or "none"
     raise VendorInputError(f"no Elastic Metal OS matches {label!r} for {box_id}; offered: {shown}")
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A server's attachment to a Private Network. `vlan` is the 802.1Q tag the box must bring up
-    (None until Scaleway has assigned it); `ready` once attached with a VLAN."""
-
-    private_network_id: str
-    status: str
-    vlan: int | None
-
-    @property
-    def ready(self) -> bool:
-        return self.status == "attached" and bool(self.vlan)
