@@ -31,6 +31,7 @@ from vendorsim.core import Call, Reply, Sim, iso
 from vendorsim.dedibox import bad_method, injected_error, invalid_argument, not_found, route_not_found
 from vendorsim.scaleway_common import (
     PREFIX,
+    attachments_page,
     authenticate,
     body_of,
     check_types,
@@ -475,20 +476,7 @@ def delete_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
 
 def list_attachments(sim: Sim, call: Call, zone: str) -> Any:
     zone_of(_account(sim).zones, zone)
-    project = project_filter(call)
-    server_id = call.args.get("server_id")
-    pn_id = call.args.get("private_network_id")
-    found = [
-        a
-        for a in sim.store.all(ATTACHMENTS)
-        if a["zone"] == zone
-        and (project is None or a["project_id"] == project)
-        and (server_id is None or a["server_id"] == server_id)
-        and (pn_id is None or a["private_network_id"] == pn_id)
-    ]
-    found.sort(key=lambda a: (a["created_at"], a["id"]))
-    return page(call, [_attachment_view(a) for a in found], "server_private_networks")
-
+    return attachments_page(sim, call, ATTACHMENTS, zone, _attachment_view)
 
 def get_attachment(sim: Sim, call: Call, zone: str, server_id: str, pn_id: str) -> Any:
     _server(sim, zone, server_id)

@@ -189,3 +189,21 @@ def private_network(sim: Sim, networks: Any, pn_id: str, zone: str) -> Any:
                 )
             return pn
     raise not_found("private_network", pn_id)
+
+
+def attachments_page(sim: Sim, call: Call, table: str, zone: str, view: Any) -> dict[str, Any]:
+    """GET .../server-private-networks: a zone's attachments, filtered by the query's `project_id`,
+    `server_id`, `private_network_id`, oldest first, each shown with `view`."""
+    project = project_filter(call)
+    server_id = call.args.get("server_id")
+    pn_id = call.args.get("private_network_id")
+    found = [
+        a
+        for a in sim.store.all(table)
+        if a["zone"] == zone
+        and (project is None or a["project_id"] == project)
+        and (server_id is None or a["server_id"] == server_id)
+        and (pn_id is None or a["private_network_id"] == pn_id)
+    ]
+    found.sort(key=lambda a: (a["created_at"], a["id"]))
+    return page(call, [view(a) for a in found], "server_private_networks")
