@@ -86,6 +86,8 @@ class Vendor(StrEnum):
     OVH = "ovh"
     DEDIBOX = "dedibox"
     ROBOT = "robot"
+    SCALEWAY_EM = "scaleway_em"  # Scaleway Elastic Metal
+    APPLESILICON = "applesilicon"  # Scaleway Apple silicon (Mac mini)
 
 
 class GatewayMode(StrEnum):
@@ -132,10 +134,38 @@ class RobotAccount(Strict):
     username: str = Field(min_length=1)
 
 
+_SCW_ZONE = r"^[a-z]{2}-[a-z]{3}-[1-9]$"
+_UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+class ScalewayAccount(Strict):
+    """A Scaleway project reached through the scaleway SDK. Secret: scalewaySecretKey (one API key
+    for Elastic Metal and Apple silicon)."""
+
+    api_url: str = "https://api.scaleway.com"
+    # Not a secret (the key's public identifier), but the SDK refuses to run without it.
+    access_key: str = Field(pattern=r"^SCW[A-Z0-9]{17}$")
+    project_id: str = Field(pattern=_UUID)
+
+
+class ElasticMetalAccount(ScalewayAccount):
+    zones: list[Annotated[str, Field(pattern=_SCW_ZONE)]] = Field(
+        default_factory=lambda: ["fr-par-1", "fr-par-2", "nl-ams-1"], min_length=1
+    )
+
+
+class AppleSiliconAccount(ScalewayAccount):
+    zones: list[Annotated[str, Field(pattern=_SCW_ZONE)]] = Field(
+        default_factory=lambda: ["fr-par-1", "fr-par-3"], min_length=1
+    )
+
+
 class Vendors(Strict):
     ovh: OvhAccount | None = None
     dedibox: DediboxAccount | None = None
     robot: RobotAccount | None = None
+    scaleway_em: ElasticMetalAccount | None = None
+    applesilicon: AppleSiliconAccount | None = None
 
 
 # --- fleets -------------------------------------------------------------------

@@ -95,8 +95,8 @@ def move_boxes(doc: dict[str, Any], prefix: str, ssh_port: int) -> None:
     def moved(ip: str) -> str:
         return f"{prefix}.{ip.rsplit('.', 1)[1]}"
 
-    for vendor in ("ovh", "dedibox", "robot"):
-        for server in doc[vendor]["servers"]:
+    for vendor in ("ovh", "dedibox", "robot", "scaleway_em", "applesilicon"):
+        for server in (doc.get(vendor) or {}).get("servers", []):
             server["ip"] = moved(server["ip"])
             server["ssh_port"] = ssh_port
     for failover in doc["robot"]["failover_ips"]:

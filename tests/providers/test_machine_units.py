@@ -236,7 +236,7 @@ def test_check_reports_each_bad_input_by_name() -> None:
     )
     failures = MachineProvider().check({}, props).failures
     assert [(f.property, f.reason) for f in failures] == [
-        ("vendor", "must be one of ovh, dedibox, robot"),
+        ("vendor", "must be one of ovh, dedibox, robot, scaleway_em, applesilicon"),
         ("marker", "'tuist-kura-ovh' does not contain the environment name 'dev'"),
         ("api_server", "must be https://<host>:<port> or null, got 'http://x:6443'"),
         ("taints[0].effect", "must be NoSchedule, PreferNoSchedule or NoExecute"),
