@@ -52,7 +52,7 @@ def skip_reason(
             return f"marked for another environment or fleet ({field_text!r})"
         return f"not marked for this fleet ({field_text!r})"
     if recorded is not None and recorded.token != token:
-        return f"claimed by {recorded} (cluster record)"
+        return f"claimed by {recorded}"
     if box.claim is not None:
         if box.claim.releasing:
             owner = "this machine's own, unfinished" if box.claim.token == token else box.claim.token
@@ -148,10 +148,16 @@ def claim_box(
             try:
                 progress = record.acquire(_new_progress(spec, box, holder))
             except ClaimHeldError as held:
-                skipped.append((box.id, f"claimed by {held.holder} (cluster record) before this claim"))
+                skipped.append((box.id, f"claimed by {held.holder} before this claim was recorded"))
                 continue
-            client.set_claim(box.id, Claim(spec.token))
-            back = client.get_box(box.id)
+            try:
+                client.set_claim(box.id, Claim(spec.token))
+                back = client.get_box(box.id)
+            except BaseException:
+                # Nothing recorded in state: the record must not outlive this create either. (A marker
+                # write that took effect is found again by its token on the next create.)
+                record.release(progress)
+                raise
             if back.claim == Claim(spec.token):
                 log(
                     f"{spec.resource_name}: claimed {spec.vendor.value} box {box.id} "

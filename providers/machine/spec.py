@@ -98,6 +98,7 @@ CLAIM_INPUTS: dict[str, InputRule] = {
         Change.RECORD, "where the claim is recorded: update writes the cluster-side claim"
     ),
     "timeouts": InputRule(Change.RECORD, "release's state budgets"),
+    "install_artifacts": InputRule(Change.RECORD, "a Robot release reinstalls with these pins"),
     "project": InputRule(Change.IGNORE, "identity: the claim keeps the token it was created with"),
     "stack": InputRule(Change.IGNORE, "identity: the claim keeps the token it was created with"),
     "resource_name": InputRule(Change.IGNORE, "identity: the claim keeps the token it was created with"),
@@ -116,6 +117,7 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     "ssh_port": InputRule(Change.RECORD, "the next SSH session dials it"),
     "timeouts": InputRule(Change.RECORD, "the state budgets of later steps (leaving the cluster)"),
     "environment": InputRule(Change.RECORD, "read by delete"),
+    "install_artifacts": InputRule(Change.IGNORE, "the Robot install on adoption only; release uses the claim's"),
     "labels": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
     "taints": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
     "node_pool": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
