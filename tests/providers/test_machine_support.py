@@ -239,9 +239,11 @@ class Sim:
         outputs. Returns (claim outputs, machine outputs)."""
         claim_outs = (claims or self.claims()).create(claim_props(fleet, index, **(claim or {}))).outs
         assert claim_outs is not None
-        machine_outs = (machines or self.machines()).create(
-            machine_props(fleet, index, claim_outs, **(machine or {}))
-        ).outs
+        machine_outs = (
+            (machines or self.machines())
+            .create(machine_props(fleet, index, claim_outs, **(machine or {})))
+            .outs
+        )
         assert machine_outs is not None
         return claim_outs, machine_outs
 
@@ -386,9 +388,17 @@ def machine_props(fleet: str, index: int, claim_outs: dict[str, Any], **override
         "api_server": claim_outs.get("api_server"),
         "install_artifacts": claim_outs.get("install_artifacts"),
         "timeouts": dict(FAST_TIMEOUTS),
-        **{key: claim_outs.get(key) for key in (
-            "box_id", "box_name", "datacenter", "public_ipv4", "provider_id", "claim_token",
-        )},
+        **{
+            key: claim_outs.get(key)
+            for key in (
+                "box_id",
+                "box_name",
+                "datacenter",
+                "public_ipv4",
+                "provider_id",
+                "claim_token",
+            )
+        },
     }
     props.update(overrides)
     return props

@@ -95,7 +95,11 @@ def assert_no_secret(sim: Sim, *texts: str) -> None:
 
 
 def progress_states(caplog: pytest.LogCaptureFixture) -> list[str]:
-    lines = [r.getMessage() for r in caplog.records if r.name == "providers.machine" and "(budget" in r.getMessage()]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "providers.machine" and "(budget" in r.getMessage()
+    ]
     return [line.split(": ")[1].split(" on ")[0] for line in lines]
 
 
@@ -115,7 +119,9 @@ def test_the_claim_takes_the_lowest_free_box_before_the_machine_joins_it(
     assert claimed.id == f"ovh:{box}"
     outs = claimed.outs
     assert outs is not None
-    assert {k: outs[k] for k in ("vendor", "box_id", "box_name", "datacenter", "public_ipv4", "provider_id")} == {
+    assert {
+        k: outs[k] for k in ("vendor", "box_id", "box_name", "datacenter", "public_ipv4", "provider_id")
+    } == {
         "vendor": "ovh",
         "box_id": box,
         "box_name": box,
@@ -165,7 +171,12 @@ def test_the_claim_takes_the_lowest_free_box_before_the_machine_joins_it(
     # The record walked the states and holds the pin for a later rejoin.
     progress = ProcessClaimRecord().get("ovh", box)
     assert progress is not None
-    assert (progress.phase, progress.state, progress.attempt, progress.error_count) == ("Ready", "READY", 1, 0)
+    assert (progress.phase, progress.state, progress.attempt, progress.error_count) == (
+        "Ready",
+        "READY",
+        1,
+        0,
+    )
     assert progress.facts["pin"] == machine["host_key_fingerprint"]
     assert_no_secret(sim, repr(outs), repr(machine), caplog.text)
 
@@ -313,7 +324,9 @@ def test_a_failed_join_leaves_a_claim_that_destroy_releases(sim: Sim) -> None:
 def test_a_failed_claim_leaves_no_claim_behind(sim: Sim) -> None:
     """The claim itself fails (the marker write is refused): nothing is in state, and nothing is held
     at the vendor or in the record, so there is nothing for destroy to find."""
-    sim.faults({"vendor": "ovh", "method": "PUT", "route": "/ovh/1.0/service/*", "error_rate": 1, "status": 403})
+    sim.faults(
+        {"vendor": "ovh", "method": "PUT", "route": "/ovh/1.0/service/*", "error_rate": 1, "status": 403}
+    )
     try:
         with pytest.raises(Exception, match="HTTP 403"):
             sim.claims().create(claim_props("kura-ovh", 0))
@@ -481,7 +494,9 @@ def test_a_machine_killed_mid_join_is_resumed_on_its_claimed_box(sim: Sim) -> No
         text=True,
     )
     assert child.stdin is not None and child.stderr is not None
-    child.stdin.write(json.dumps({"config": sim.stack_config(), "props": machine_props("kura-dedibox", 0, claim)}))
+    child.stdin.write(
+        json.dumps({"config": sim.stack_config(), "props": machine_props("kura-dedibox", 0, claim)})
+    )
     child.stdin.close()
     seen = []
     for line in child.stderr:
@@ -495,7 +510,9 @@ def test_a_machine_killed_mid_join_is_resumed_on_its_claimed_box(sim: Sim) -> No
     child.wait(timeout=10)
     unit = sim.box_root("dedibox-200101") / "etc/systemd/system/kubelet.service"
     assert not unit.exists(), "the join finished before the kill; the test proves nothing"
-    assert claims_in_state(sim.state())[DEDIBOX_BOXES[0]] == f"tuist-kura-dev,tuist-claim:{claim['claim_token']}"
+    assert (
+        claims_in_state(sim.state())[DEDIBOX_BOXES[0]] == f"tuist-kura-dev,tuist-claim:{claim['claim_token']}"
+    )
 
     # A competing slot comes first: it must not get the half-joined, claimed box.
     other, _ = sim.adopt("kura-dedibox", 1)
@@ -552,9 +569,15 @@ def test_no_secret_in_outputs_errors_or_logs(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     claim, machine = sim.adopt("kura-ovh", 0)
-    updated = sim.machines().update(
-        f"ovh:{OVH_BOXES[0]}", machine, {**machine_props("kura-ovh", 0, claim), "kubernetes_minor": "v1.33"}
-    ).outs
+    updated = (
+        sim.machines()
+        .update(
+            f"ovh:{OVH_BOXES[0]}",
+            machine,
+            {**machine_props("kura-ovh", 0, claim), "kubernetes_minor": "v1.33"},
+        )
+        .outs
+    )
     # A failing join (the box refuses this sudo password) puts the box's output in the error.
     wrong = "wrong-" + sim.sudo_password
     with pytest.raises(MachineStepError) as caught:
@@ -641,7 +664,9 @@ def test_the_engine_path_unpickles_configures_and_creates(sim: Sim) -> None:
                 **machine_props("kura-dedibox", 2, claim),
                 "__provider": serialize_provider(MachineProvider()),
             }
-            joined = stub.Create(proto.CreateRequest(urn="urn:y", properties=_struct(machine_in)), timeout=120)
+            joined = stub.Create(
+                proto.CreateRequest(urn="urn:y", properties=_struct(machine_in)), timeout=120
+            )
         machine = rpc.deserialize_properties(joined.properties)
     finally:
         process.kill()
