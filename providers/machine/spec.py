@@ -206,7 +206,7 @@ class Timeouts:
     overrides: Mapping[str, float]
 
     def __call__(self, name: str) -> float:
-        return float(self.overrides.get(name, DEFAULT_TIMEOUTS[name]))
+        return float(self.overrides[name] if name in self.overrides else DEFAULT_TIMEOUTS[name])
 
 
 @dataclass(frozen=True)
