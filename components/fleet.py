@@ -21,6 +21,7 @@ from config.models import Cluster, Environment, Fleet
 from providers.machine import AdoptedMachine, MachineClaim, NodeLabels
 from providers.machine.spec import node_labels, node_taints
 
+FLEET_TYPE = "tuist:fleet:BareMetalFleet"
 CLAIM_TYPE = "pulumi-python:dynamic/machine:MachineClaim"
 MACHINE_TYPE = "pulumi-python:dynamic/machine:AdoptedMachine"
 LABELS_TYPE = "pulumi-python:dynamic/machine:NodeLabels"
@@ -140,10 +141,17 @@ class BareMetalFleet(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: BareMetalFleetArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("tuist:fleet:BareMetalFleet", name, None, opts)
+        super().__init__(FLEET_TYPE, name, None, opts)
         fleet = args.fleet
         production = args.environment is Environment.PRODUCTION
         project, stack = pulumi.get_project(), pulumi.get_stack()
+        # Where the children's progress lines attach. Computed, not taken from self.urn: a child whose
+        # inputs waited on its parent's URN would be a dependency cycle. (A fleet with a parent of its
+        # own has a longer URN: its children's lines then go unattached, to the log only.)
+        own_urn = None if opts and opts.parent else f"urn:pulumi:{stack}::{project}::{FLEET_TYPE}::{name}"
+
+        def urn(child: str, type_: str) -> pulumi.Input[str] | None:
+            return pulumi.create_urn(child, type_, parent=own_urn) if own_urn else None
         shared = machine_props(args, project=project, stack=stack)
         labels = label_props(args)
         self.claims, self.machines, self.node_labels = [], [], []
@@ -153,7 +161,7 @@ class BareMetalFleet(pulumi.ComponentResource):
                 f"{slot}-claim",
                 {
                     **claim_props(args, project=project, stack=stack, slot=slot),
-                    "urn": pulumi.create_urn(f"{slot}-claim", CLAIM_TYPE, parent=self),
+                    "urn": urn(f"{slot}-claim", CLAIM_TYPE),
                 },
                 pulumi.ResourceOptions(
                     parent=self,
@@ -171,7 +179,7 @@ class BareMetalFleet(pulumi.ComponentResource):
                     "public_ipv4": claim.public_ipv4,
                     "provider_id": claim.provider_id,
                     "claim_token": claim.claim_token,
-                    "urn": pulumi.create_urn(slot, MACHINE_TYPE, parent=self),
+                    "urn": urn(slot, MACHINE_TYPE),
                 },
                 pulumi.ResourceOptions(parent=self, protect=production, depends_on=[claim]),
             )
@@ -180,7 +188,7 @@ class BareMetalFleet(pulumi.ComponentResource):
                 {
                     **labels,
                     "node_name": machine.node_name,
-                    "urn": pulumi.create_urn(f"{slot}-labels", LABELS_TYPE, parent=self),
+                    "urn": urn(f"{slot}-labels", LABELS_TYPE),
                 },
                 pulumi.ResourceOptions(parent=self, depends_on=[machine]),
             )

@@ -21,7 +21,14 @@ from pulumi.runtime import rpc
 # The one import of Vendor in this package: it moves to providers.vendor (vendors session).
 from config.models import Vendor as Vendor
 from providers.claims import claim_token
-from providers.constants import ENVIRONMENTS, FLEET_LABEL, POOL_LABEL, PRODUCTION
+from providers.constants import (
+    ENVIRONMENTS,
+    FLEET_LABEL,
+    MARKER_PATTERN,
+    MARKER_RULES,
+    POOL_LABEL,
+    PRODUCTION,
+)
 from providers.machine.errors import MachineInputError
 
 ROBOT_LABELS = {"tuist.dev/kata-runtime": "true", "katacontainers.io/kata-runtime": "true"}
@@ -59,7 +66,7 @@ _ENVIRONMENTS = ENVIRONMENTS
 _VENDORS = tuple(v.value for v in Vendor)
 _SLUG = re.compile(r"[^a-z0-9-]+")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_MARKER = re.compile(r"^[a-z0-9][-a-z0-9]*$")
+_MARKER = re.compile(MARKER_PATTERN)
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _MINOR = re.compile(r"^v1\.[0-9]{2}$")
 
@@ -117,7 +124,9 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     "ssh_port": InputRule(Change.RECORD, "the next SSH session dials it"),
     "timeouts": InputRule(Change.RECORD, "the state budgets of later steps (leaving the cluster)"),
     "environment": InputRule(Change.RECORD, "read by delete"),
-    "install_artifacts": InputRule(Change.IGNORE, "the Robot install on adoption only; release uses the claim's"),
+    "install_artifacts": InputRule(
+        Change.IGNORE, "the Robot install on adoption only; release uses the claim's"
+    ),
     "labels": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
     "taints": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
     "node_pool": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
@@ -399,6 +408,15 @@ def claim_input_problems(props: Mapping[str, Any]) -> Problems:
     """(property, reason) for every problem with a MachineClaim's inputs; empty when they are fine."""
     problems = _common_problems(props)
     _need(problems, props, "marker", _MARKER, "a marker (lowercase letters, digits and '-')")
+    rule = MARKER_RULES.get(str(props.get("vendor")))
+    marker = props.get("marker")
+    if rule is not None and isinstance(marker, str) and len(marker) > rule.marker_max:
+        problems.append(
+            (
+                "marker",
+                f"is {len(marker)} characters; {props['vendor']} markers take at most {rule.marker_max}",
+            )
+        )
     _need(problems, props, "os", re.compile(r"^[a-z0-9][a-z0-9_.-]*$"), "an OS label")
     _need(
         problems,
