@@ -386,7 +386,7 @@ class MachineProvider(_Stateless):
         return dyn.CreateResult(id_=resource_id(spec.vendor, spec.box_id), outs=outs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        spec = parse_machine(news)
+        spec = parse_machine({**news, "node_name": olds.get("node_name")})
         outs = {**{k: v for k, v in olds.items() if k != PROVIDER_KEY}, **_outputs(news)}
         outs.update({key: olds[key] for key in MACHINE_OUTPUTS if key in olds})
         changed = rejoin_needed(olds, news)

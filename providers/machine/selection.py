@@ -173,3 +173,35 @@ def claim_box(
 
 def _new_progress(spec: ClaimSpec, box: Box, holder: Holder) -> Progress:
     return Progress(vendor=spec.vendor.value, box_id=box.id, fleet=spec.fleet, holder=holder, state="CLAIMED")
+
+
+def claim_named_box(
+    client: VendorClient, record: ClaimRecord, spec: ClaimSpec, box_id: str, log: Callable[[str], None]
+) -> tuple[Box, Progress]:
+    """Claim the box `box_id` for `spec` (an operator's import of a box that is already in use): it must
+    carry the fleet marker and be held by nobody else, in the record or the vendor marker."""
+    holder = holder_of(spec)
+    with _claim_lock():
+        box = client.get_box(box_id)
+        recorded = record.held(spec.vendor.value).get(box.id)
+        reason = skip_reason(
+            box,
+            marker=spec.marker,
+            token=spec.token,
+            vendor=spec.vendor,
+            datacenter_prefix=spec.datacenter_prefix,
+            recorded=recorded,
+        )
+        if reason is not None:
+            raise NoAdoptableBoxError(
+                f"fleet {spec.fleet}: {spec.vendor.value} box {box.id} cannot be claimed: {reason}"
+            )
+        progress = record.acquire(_new_progress(spec, box, holder))
+        if box.claim != Claim(spec.token):
+            client.set_claim(box.id, Claim(spec.token))
+            box = client.get_box(box.id)
+            if box.claim != Claim(spec.token):
+                record.release(progress)
+                raise NoAdoptableBoxError(f"{spec.vendor.value} box {box.id}: the claim did not stick")
+        log(f"{spec.resource_name}: claimed {spec.vendor.value} box {box.id} ({spec.token}, {record.where})")
+        return box, progress

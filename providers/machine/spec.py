@@ -275,6 +275,9 @@ class MachineSpec:
     api_server: str | None
     timeout: Timeouts
     urn: str | None = None
+    # The Node's name when the state says so: an imported box that was already a node keeps the name it
+    # registered with. A machine this program joined is <fleet>-<box id>.
+    registered_name: str | None = None
 
     @property
     def login(self) -> str:
@@ -282,7 +285,7 @@ class MachineSpec:
 
     @property
     def node_name(self) -> str:
-        return node_name_for(self.fleet, self.box_id)
+        return self.registered_name or node_name_for(self.fleet, self.box_id)
 
     def node_labels(self) -> dict[str, str]:
         return node_labels(self.vendor, self.fleet, self.node_pool, self.labels)
@@ -519,6 +522,7 @@ def parse_machine(props: Mapping[str, Any]) -> MachineSpec:
         api_server=props.get("api_server"),
         timeout=Timeouts(dict(props.get("timeouts") or {})),
         urn=_urn(props.get("urn")),
+        registered_name=props.get("node_name") if isinstance(props.get("node_name"), str) else None,
     )
 
 
