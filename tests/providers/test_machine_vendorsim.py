@@ -675,3 +675,69 @@ def test_the_engine_path_unpickles_configures_and_creates(sim: Sim) -> None:
     assert machine["provider_id"] == f"dedibox://{DEDIBOX_BOXES[0]}" and machine["state"] == "ready"
     assert machine["__provider"] == machine_in["__provider"]
     assert_no_secret(sim, json.dumps(machine, default=str), json.dumps(claim, default=str))
+
+
+# --- import -------------------------------------------------------------------------------------------
+
+
+def test_an_import_claims_the_named_box_and_what_it_records_reads_back_unchanged(sim: Sim) -> None:
+    """providers/machine/importing.py: the import file's outputs are what read() says of the box, so a
+    `pulumi refresh` after `pulumi import` finds nothing to change; the box is claimed like any other."""
+    from providers.machine.importing import slot_resources
+
+    claims, machines = sim.claims(), sim.machines()
+    machine_in = {k: v for k, v in machine_props("kura-ovh", 3, {}).items() if v is not None}
+    since = sim.last_audit_id()
+    document = slot_resources(
+        settings=claims._config(),
+        stack=STACK,
+        claim_inputs=claim_props("kura-ovh", 3),
+        machine_inputs=machine_in,
+        label_inputs={"labels": {"a": "b"}, "taints": [], "api_server": None},
+        slot="kura-ovh-3",
+        box_id=OVH_BOXES[1],
+        log=lambda line: None,
+    )
+    claim, machine, labels = document["resources"]
+    assert [r["name"] for r in document["resources"]] == [
+        "kura-ovh-3-claim",
+        "kura-ovh-3",
+        "kura-ovh-3-labels",
+    ]
+    assert claim["id"] == machine["id"] == f"ovh:{OVH_BOXES[1]}"
+    assert document["nameTable"] == {
+        "fleet": "urn:pulumi:dev::tuist-infra::tuist:fleet:BareMetalFleet::fleet-kura-ovh"
+    }
+    assert claim["inputs"]["__provider"] == claim["outputs"]["__provider"]
+    # Claimed at the vendor (the only write), recorded as ready, and the pin is the box's key.
+    assert claims_in_state(sim.state())[OVH_BOXES[1]] == f"tuist-kura-dev-ovh-2 claim:{token('kura-ovh-3')}"
+    assert [e["method"] for e in sim.audit(since)] == ["PUT"]
+    assert (
+        machine["outputs"]["host_key_fingerprint"] == sim.box(f"ovh-{OVH_BOXES[1]}")["host_key_fingerprint"]
+    )
+    progress = ProcessClaimRecord().get("ovh", OVH_BOXES[1])
+    assert progress is not None and progress.phase == "Ready"
+    for provider, resource in ((claims, claim), (machines, machine)):
+        outputs = {k: v for k, v in resource["outputs"].items() if k != "__provider"}
+        assert provider.read(resource["id"], outputs).outs == outputs
+    assert (
+        labels["inputs"]["node_name"] == machine["outputs"]["node_name"] == "kura-ovh-ns1002-ip-203-0-113-net"
+    )
+    # The engine will diff the program's inputs against these: the same inputs are no change.
+    assert claims.diff(claim["id"], claim["outputs"], claim["inputs"]).changes is False
+    assert machines.diff(machine["id"], machine["outputs"], machine["inputs"]).changes is False
+    assert_no_secret(sim, json.dumps(document))
+
+    # A box someone else holds is refused, naming the holder; nothing is written.
+    since = sim.last_audit_id()
+    with pytest.raises(NoAdoptableBoxError, match="claimed by tuist-infra/alice-dev/kura-us-east-0"):
+        slot_resources(
+            settings=claims._config(),
+            stack=STACK,
+            claim_inputs=claim_props("kura-ovh", 4),
+            machine_inputs=machine_in,
+            label_inputs={"labels": {}, "taints": [], "api_server": None},
+            slot="kura-ovh-4",
+            box_id="ns1004.ip-203-0-113.net",
+        )
+    assert sim.audit(since) == []
