@@ -25,7 +25,7 @@ from pulumi.dynamic.dynamic import PROVIDER_KEY
 
 from providers.machine import engine_link
 from providers.machine.provider import _Stateless
-from providers.machine.spec import TAINT_EFFECTS, Change, InputRule, table_diff
+from providers.machine.spec import TAINT_EFFECTS, Change, InputRule, table_diff, unknown
 
 NODE_LABELS_INPUTS: dict[str, InputRule] = {
     "node_name": InputRule(Change.REPLACE, "another Node"),
@@ -44,7 +44,7 @@ class NodeLabelsError(Exception):
 
 def problems(props: Mapping[str, Any]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    if not isinstance(props.get("node_name"), str) and props.get("node_name") is not None:
+    if not isinstance(props.get("node_name"), str) and not unknown(props.get("node_name")):
         found.append(("node_name", "must be a string"))
     labels = props.get("labels")
     if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):

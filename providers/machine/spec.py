@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi.dynamic as dyn
+from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
 # The one import of Vendor in this package: it moves to providers.vendor (vendors session).
@@ -153,18 +154,19 @@ def table_diff(
 
 def _changed(key: str, olds: Mapping[str, Any], news: Mapping[str, Any]) -> bool:
     new = news.get(key)
-    if _unknown(new):
+    if unknown(new):
         return True
     return bool(_norm(key, olds.get(key)) != _norm(key, new))
 
 
-def _unknown(value: Any) -> bool:
-    if isinstance(value, str) and value == rpc.UNKNOWN:
+def unknown(value: Any) -> bool:
+    """A value the engine does not know yet (a preview): the SDK's Unknown, or its wire sentinel."""
+    if isinstance(value, Unknown) or (isinstance(value, str) and value == rpc.UNKNOWN):
         return True
     if isinstance(value, Mapping):
-        return any(_unknown(v) for v in value.values())
+        return any(unknown(v) for v in value.values())
     if isinstance(value, list):
-        return any(_unknown(v) for v in value)
+        return any(unknown(v) for v in value)
     return False
 
 
@@ -184,7 +186,7 @@ def claim_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResu
     no longer matches it."""
     found = table_diff(CLAIM_INPUTS, olds, news)
     replaces = found[Change.REPLACE]
-    if "datacenter_prefix" in replaces and not _unknown(news.get("datacenter_prefix")):
+    if "datacenter_prefix" in replaces and not unknown(news.get("datacenter_prefix")):
         prefix = news.get("datacenter_prefix")
         datacenter = str(olds.get("datacenter") or "")
         if not prefix or datacenter.lower().startswith(str(prefix).lower()):
@@ -443,7 +445,7 @@ def machine_input_problems(props: Mapping[str, Any]) -> Problems:
     problems = _common_problems(props)
     for key in ("box_id", "public_ipv4", "provider_id", "claim_token"):
         value = props.get(key)
-        if value is not None and not _unknown(value) and not isinstance(value, str):
+        if value is not None and not unknown(value) and not isinstance(value, str):
             problems.append((key, f"must be a string, got {_short(value)}"))
     _need(problems, props, "node_pool", _NAME, "a DNS label")
     _need(problems, props, "kubernetes_minor", _MINOR, "a Kubernetes minor (v1.NN)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
 from providers.machine.spec import (
@@ -153,6 +154,10 @@ def test_unknown_values_in_a_preview_count_as_changes() -> None:
     olds = joined()
     news = {**olds, "box_id": rpc.UNKNOWN}
     assert machine_diff(olds, news).replaces == ["box_id"]
+    # As the dynamic provider process hands them over (the SDK's Unknown), and in the checks too.
+    news = {**olds, "box_id": Unknown(), "public_ipv4": Unknown()}
+    assert machine_diff(olds, news).replaces == ["box_id"]
+    assert machine_input_problems(news) == []
     assert claim_diff(claimed(), {**claim_props("kura-ovh", 0), "marker": rpc.UNKNOWN}).replaces == ["marker"]
 
 
