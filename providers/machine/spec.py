@@ -205,6 +205,13 @@ def machine_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffRe
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
 
 
+def diff_table_markdown(table: Mapping[str, InputRule]) -> str:
+    """A diff table as docs/machines.md prints it (a test holds the two together)."""
+    lines = ["| input | a change does | why |", "|---|---|---|"]
+    lines += [f"| `{key}` | {rule.change.value} | {rule.why} |" for key, rule in table.items()]
+    return "\n".join(lines)
+
+
 def rejoin_needed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
     return table_diff(MACHINE_INPUTS, olds, news)[Change.REJOIN]
 

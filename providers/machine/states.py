@@ -5,9 +5,7 @@ rejoin  (AdoptedMachine update)   JOINING, with the pinned host key
 leave   (AdoptedMachine delete)   CORDONING, DRAINING, DELETING_NODE, DELETING_LOCAL_PVCS (with a cluster)
 release (MachineClaim delete)     providers/machine/release.py
 
-| state | budget | success | retryable error | permanent failure | retries |
-|---|---|---|---|---|---|
-| see `table_rows()`: docs/machines.md prints it and a test holds the two together |
+The table itself: `markdown_table()`, printed in docs/machines.md.
 
 Each row's handler does one step and returns Continue / Complete / Error / Failed
 (providers/machine/fsm.py). No Pulumi import here.
@@ -138,13 +136,31 @@ def leave_table() -> dict[str, Row]:
 
 
 def table_rows() -> list[tuple[str, str, Row]]:
-    """(flow, vendors, row) of every flow: what docs/machines.md prints."""
+    """(flow, vendors, row) of every flow, in the order the rows run."""
     rows: list[tuple[str, str, Row]] = []
     rows += [("adopt", "robot", r) for r in adopt_table(Vendor.ROBOT).values() if r.state != "JOINING"]
-    rows += [("adopt", "all", adopt_table(Vendor.OVH)["JOINING"])]
-    rows += [("leave", "all (with a cluster)", r) for r in leave_table().values()]
-    robot = release_table(Vendor.ROBOT)
-    for state, row in release_table(Vendor.OVH).items():
-        rows.append(("release", "all" if state in robot else "ovh, dedibox", row))
-    rows += [("release", "robot", r) for s, r in robot.items() if s not in release_table(Vendor.OVH)]
+    rows += [("adopt, rejoin", "all", adopt_table(Vendor.OVH)["JOINING"])]
+    rows += [("leave", "all, with a cluster", r) for r in leave_table().values()]
+    for vendors, vendor in (("ovh, dedibox", Vendor.OVH), ("robot", Vendor.ROBOT)):
+        table = release_table(vendor)
+        order = ["RELEASE_MARKING", *(s for s in table if s not in ("RELEASE_MARKING", "RELEASE_CLEARING"))]
+        rows += [("release", vendors, table[state]) for state in [*order, "RELEASE_CLEARING"]]
     return rows
+
+
+def markdown_table() -> str:
+    """The state table as docs/machines.md prints it (a test holds the two together)."""
+    from providers.machine.spec import DEFAULT_TIMEOUTS
+
+    lines = [
+        "| flow | vendors | state | budget | on success | on a retryable error | on a permanent failure |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for flow, vendors, row in table_rows():
+        times = "time" if row.retries == 1 else "times"
+        retry = f"{row.on_error} (up to {row.retries} {times})" if row.on_error == row.state else row.on_error
+        lines.append(
+            f"| {flow} | {vendors} | `{row.state}` | {DEFAULT_TIMEOUTS[row.budget]:g} s | {row.on_success} "
+            f"| {retry} | {row.on_failure} |"
+        )
+    return "\n".join(lines)

@@ -23,6 +23,7 @@ from providers.machine.spec import (
     Vendor,
     claim_diff,
     claim_input_problems,
+    diff_table_markdown,
     machine_diff,
     machine_input_problems,
     node_labels,
@@ -252,3 +253,14 @@ def test_robot_nodes_carry_the_kata_labels_and_the_runner_taint_once() -> None:
     assert node_taints(Vendor.ROBOT, [taint]) == [taint]
     assert node_taints(Vendor.OVH, []) == []
     assert Change.REJOIN.value == "update, rerun the self-join"
+
+
+def test_docs_print_the_tables_the_code_uses() -> None:
+    from providers.machine.node_labels import NODE_LABELS_INPUTS
+    from providers.machine.states import markdown_table
+    from tests.providers.test_machine_support import REPO
+
+    text = (REPO / "docs" / "machines.md").read_text()
+    for table in (CLAIM_INPUTS, MACHINE_INPUTS, NODE_LABELS_INPUTS):
+        assert diff_table_markdown(table) in text
+    assert markdown_table() in text
