@@ -55,7 +55,7 @@ def fleet_key_name(public_key: str) -> str:
 # not stated by the vendors' references we hold (../shared/reference/vendor-apis.md): 64 characters is
 # assumed for OVH's displayName and Robot's server_name, and a marker is kept well inside it so the
 # box's own suffix ("-1") and the longest claim suffix still fit. config/ refuses a longer marker;
-# vendorsim enforces the field limits with the same numbers.
+# vendorsim's field limits are to be these same numbers (one table for both).
 
 MARKER_PATTERN = r"^[a-z0-9][a-z0-9-]*$"  # lowercase letters, digits and '-'
 
