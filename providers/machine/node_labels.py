@@ -24,6 +24,7 @@ import pulumi.dynamic as dyn
 from pulumi.dynamic.dynamic import PROVIDER_KEY
 
 from providers.machine import engine_link
+from providers.machine.errors import MachineError
 from providers.machine.provider import _Stateless
 from providers.machine.spec import TAINT_EFFECTS, Change, InputRule, table_diff, unknown
 
@@ -38,7 +39,7 @@ NODE_LABELS_INPUTS: dict[str, InputRule] = {
 ATTEMPTS = 5
 
 
-class NodeLabelsError(Exception):
+class NodeLabelsError(MachineError):
     """The Node could not be relabelled; the message names it."""
 
 

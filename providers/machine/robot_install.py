@@ -22,6 +22,7 @@ import json
 from typing import TYPE_CHECKING, Any, cast
 
 from providers.constants import fleet_key_name
+from providers.machine.errors import MachineError
 from providers.machine.fsm import FAILED, Complete, Continue, Failed, Result, Row, Run
 from providers.ssh.robot_install import (
     INSTALLIMAGE_RUNNER,
@@ -45,7 +46,7 @@ RESCUE = "rescue_host_key"
 INSTALLED = "installed_host_key"
 
 
-class RobotInstallError(RuntimeError):
+class RobotInstallError(MachineError):
     """The rescue system's answers cannot drive an install (no disks, unreadable lsblk)."""
 
 

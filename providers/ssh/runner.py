@@ -167,24 +167,6 @@ def fetch_host_key(target: SshTarget, timeout: float = 30) -> str:
     return host_key.fingerprint
 
 
-def wait_for_new_host_key(
-    target: SshTarget, old_fingerprint: str, timeout: float, poll_interval: float = 5
-) -> str:
-    """After a reinstall and reboot: poll until the box answers with a host key other than the old one."""
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SshTimeoutError(target, "waiting for the reinstalled box's new host key", timeout)
-        try:
-            seen = fetch_host_key(target, timeout=min(remaining, 30))
-            if seen != old_fingerprint:
-                return seen
-        except SshError:
-            pass  # still rebooting
-        time.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
-
-
 def close_all_sessions() -> int:
     """Close every SSH transport this process has open; returns how many there were."""
     with _OPEN_LOCK:
