@@ -30,6 +30,9 @@ from typing import Any
 from providers.ssh.runner import close_all_sessions
 
 log = logging.getLogger("providers.machine")
+# Lines reach the engine through Log below; without a handler of its own, Python's last-resort handler
+# would print warnings to stderr too, and the engine repeats a plugin's stderr under Diagnostics.
+log.addHandler(logging.NullHandler())
 
 _ADDRESS = re.compile(r"^(?P<host>127\.0\.0\.1|localhost|\[::1\]|[0-9.]+):(?P<port>[0-9]{1,5})$")
 EXIT_ENGINE_GONE = 75  # EX_TEMPFAIL: nothing failed here, the caller went away
