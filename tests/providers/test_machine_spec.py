@@ -190,7 +190,7 @@ def test_claim_checks_report_each_bad_input_by_name() -> None:
         os="Ubuntu 24.04",
     )
     assert claim_input_problems(props) == [
-        ("vendor", "must be one of ovh, dedibox, robot"),
+        ("vendor", "must be one of ovh, dedibox, robot, scaleway_em, applesilicon"),
         ("ssh_user", "' ubuntu' has leading or trailing whitespace"),
         ("api_server", "must be https://<host>:<port> or null, got 'http://x:6443'"),
         ("ssh_port", "must be a TCP port (1-65535), got 0"),
