@@ -11,6 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity import capacity_problems
+from components.claims_crd import MachineClaimsCRD
 from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.failover_ip import FailoverIP, FailoverIPArgs
 from components.fleet import BareMetalFleet, BareMetalFleetArgs
@@ -40,6 +41,12 @@ def main() -> None:
         cluster = k8s.Provider("cluster", kubeconfig=secrets.kubeconfig)
     on_cluster = pulumi.ResourceOptions(providers=[cluster])
 
+    # Claims are recorded in the cluster (MachineClaim objects) when the stack has one.
+    claims_crd = (
+        MachineClaimsCRD("machine-claims", opts=on_cluster)
+        if any(fleet.enabled and fleet.size for fleet in cfg.fleets)
+        else None
+    )
     fleets = {
         fleet.name: BareMetalFleet(
             f"fleet-{fleet.name}",
@@ -48,6 +55,7 @@ def main() -> None:
                 environment=cfg.environment,
                 cluster=cfg.cluster,
                 allow_production_release=cfg.allow_production_release,
+                claims_crd=claims_crd,
             ),
         )
         for fleet in cfg.fleets

@@ -21,22 +21,27 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from providers.machine import MachineProvider
-from tests.providers.test_machine_support import machine_props, start_sim
+from providers.machine import record
+from tests.providers.test_machine_support import Sim, resource_id, start_sim
 
 ENGINE_WORKERS = 4  # grpc.server(futures.ThreadPoolExecutor(max_workers=4)) in pulumi.dynamic
 
 
-def _adopt(provider: MachineProvider, fleet: str, count: int, workers: int) -> tuple[float, list[Any]]:
+def _adopt(sim: Sim, fleet: str, count: int, workers: int) -> tuple[float, list[Any]]:
+    """Each slot's claim then its machine, `workers` slots at a time (the engine runs a slot's machine
+    as soon as its claim is done)."""
+    claims, machines = sim.claims(), sim.machines()
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        outs = list(pool.map(lambda i: provider.create(machine_props(fleet, i)).outs, range(count)))
-    return time.perf_counter() - start, outs
+        slots = list(pool.map(lambda i: sim.adopt(fleet, i, claims=claims, machines=machines), range(count)))
+    return time.perf_counter() - start, slots
 
 
-def _release(provider: MachineProvider, outs: list[Any]) -> None:
+def _release(sim: Sim, slots: list[Any]) -> None:
+    claims = sim.claims()
     with ThreadPoolExecutor(max_workers=ENGINE_WORKERS) as pool:
-        list(pool.map(lambda o: provider.delete(f"{o['vendor']}:{o['box_id']}", o), outs))
+        list(pool.map(lambda slot: claims.delete(resource_id(slot[0]), slot[0]), slots))
+    record._PROCESS_STORE.clear()
 
 
 def main() -> None:
@@ -48,15 +53,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-adoption-") as tmp:
         sim = start_sim(Path(tmp))
         try:
-            provider = sim.provider()
             serial, parallel = [], []
             for _ in range(args.rounds):
-                seconds, outs = _adopt(provider, "kura-dedibox", args.machines, workers=1)
+                seconds, slots = _adopt(sim, "kura-dedibox", args.machines, workers=1)
                 serial.append(seconds)
-                _release(provider, outs)
-                seconds, outs = _adopt(provider, "kura-dedibox", args.machines, workers=ENGINE_WORKERS)
+                _release(sim, slots)
+                seconds, slots = _adopt(sim, "kura-dedibox", args.machines, workers=ENGINE_WORKERS)
                 parallel.append(seconds)
-                _release(provider, outs)
+                _release(sim, slots)
         finally:
             sim.stop()
 

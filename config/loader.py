@@ -11,6 +11,7 @@ Secrets are never part of StackConfig: they are read as pulumi secrets into
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,21 @@ from config.models import Cluster, FailoverIP, Fleet, StackConfig, Vendor
 from config.problems import SECRETS_SECTION, ConfigError, Problem, from_validation_error, ordered_lines
 from config.rules import View, build_view, cross_field_problems
 
+# One home for the project name and the secret keys (in the order required_secret_keys reports).
+from providers.constants import (
+    CLOUDFLARE_API_TOKEN,
+    DEDIBOX_SECRET_KEY,
+    FLEET_SSH_PRIVATE_KEY,
+    FLEET_SUDO_PASSWORD,
+    KUBECONFIG,
+    OVH_APPLICATION_SECRET,
+    OVH_CONSUMER_KEY,
+    PROJECT,
+    ROBOT_PASSWORD,
+    SECRET_KEYS,
+    TUIST_SERVER_TOKEN,
+)
+
 __all__ = [
     "PROJECT",
     "SECRET_KEYS",
@@ -39,30 +55,6 @@ __all__ = [
     "required_secret_keys",
 ]
 
-PROJECT = "tuist-infra"
-
-OVH_APPLICATION_SECRET = "ovhApplicationSecret"
-OVH_CONSUMER_KEY = "ovhConsumerKey"
-DEDIBOX_SECRET_KEY = "dediboxSecretKey"
-ROBOT_PASSWORD = "robotPassword"
-FLEET_SSH_PRIVATE_KEY = "fleetSshPrivateKey"
-FLEET_SUDO_PASSWORD = "fleetSudoPassword"
-KUBECONFIG = "kubeconfig"
-TUIST_SERVER_TOKEN = "tuistServerToken"
-CLOUDFLARE_API_TOKEN = "cloudflareApiToken"
-
-# Stable order: the order required_secret_keys reports and docs/config.md lists them.
-SECRET_KEYS = (
-    OVH_APPLICATION_SECRET,
-    OVH_CONSUMER_KEY,
-    DEDIBOX_SECRET_KEY,
-    ROBOT_PASSWORD,
-    FLEET_SSH_PRIVATE_KEY,
-    FLEET_SUDO_PASSWORD,
-    KUBECONFIG,
-    TUIST_SERVER_TOKEN,
-    CLOUDFLARE_API_TOKEN,
-)
 
 # The language host reads 32 as "the program already showed the user an actionable
 # message": it bails without adding "Program exited with non-zero exit code".
@@ -176,13 +168,27 @@ def required_secret_keys(cfg: StackConfig) -> list[str]:
     return _secrets_needed(cfg.fleets, cfg.failover_ips, cfg.cluster, runner_pools=bool(cfg.runner_pools))
 
 
+class Yaml12Loader(yaml.SafeLoader):
+    """YAML as Pulumi reads a stack file (YAML 1.2): only true and false are booleans; yes, no, on and
+    off stay strings, so `enabled: yes` is refused here as the engine's value would be."""
+
+
+Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
 def read_stack_file(path: Path | str) -> dict[str, Any]:
     """A Pulumi.<stack>.yaml's `tuist-infra:*` values, prefix stripped, secure values left out.
 
     For tools and tests that read a stack without the engine; the program itself reads
     pulumi.Config. Plain-text values of secret keys are kept, so the loader flags them.
     """
-    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    doc = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Yaml12Loader) or {}
     if not isinstance(doc, Mapping):
         raise ConfigError([f"{path}: must be a mapping with a 'config' key"])
     entries = doc.get("config") or {}

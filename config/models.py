@@ -11,9 +11,20 @@ import ipaddress
 import re
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+)
+
+from config.text import quote
+from providers.constants import MARKER_PATTERN
 
 # --- domain types -------------------------------------------------------------
 
@@ -31,37 +42,66 @@ _DIGEST_IMAGE = re.compile(r"^[a-z0-9.\-/:_]+@sha256:[0-9a-f]{64}$")
 
 def _dns_label(v: str) -> str:
     if not _DNS_LABEL.match(v):
-        raise ValueError(f"'{v}' is not a DNS label (lowercase letters, digits and '-', at most 63)")
+        raise ValueError(f"{quote(v)} is not a DNS label (lowercase letters, digits and '-', at most 63)")
     return v
 
 
 def _dns_name(v: str) -> str:
     if not _DNS_NAME.match(v):
-        raise ValueError(f"'{v}' is not a DNS name")
+        raise ValueError(f"{quote(v)} is not a DNS name")
     return v
 
 
 def _label_key(v: str) -> str:
-    if not _LABEL_KEY.match(v):
-        raise ValueError(f"'{v}' is not a Kubernetes label key")
+    prefix, _, _name = v.rpartition("/")
+    if not _LABEL_KEY.match(v) or len(prefix) > 253:
+        raise ValueError(
+            f"{quote(v)} is not a Kubernetes label key ([prefix/]name: a DNS prefix of at most 253, a name "
+            "of at most 63 letters, digits, '-', '_' or '.')"
+        )
     return v
+
+
+def _pattern(pattern: str, what: str) -> AfterValidator:
+    compiled = re.compile(pattern)
+
+    def check(v: str) -> str:
+        if not compiled.match(v):
+            raise ValueError(f"{quote(v)} is not {what}")
+        return v
+
+    return AfterValidator(check)
 
 
 def _public_ipv4(v: str) -> str:
     try:
         ip = ipaddress.IPv4Address(v)
     except ValueError:
-        raise ValueError(f"'{v}' is not an IPv4 address") from None
+        raise ValueError(f"{quote(v)} is not an IPv4 address") from None
     return str(ip)
 
 
 def _digest_image(v: str) -> str:
     if not _DIGEST_IMAGE.match(v):
-        raise ValueError(f"'{v}' is not pinned by digest (expected <repo>@sha256:<64 hex>)")
+        raise ValueError(f"{quote(v)} is not pinned by digest (expected <repo>@sha256:<64 hex>)")
     return v
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+# A fleet marker: its longest form per vendor is a cross-field rule (providers/constants.MARKER_RULES).
+Marker = Annotated[
+    str,
+    Field(min_length=3, max_length=63),
+    _pattern(MARKER_PATTERN, "a marker (lowercase letters, digits and '-')"),
+]
+# A login the vendors' installers and Linux accept (useradd's portable set).
+LoginName = Annotated[
+    str, _pattern(r"^[a-z_][a-z0-9_-]{0,31}$", "a login name (a-z, 0-9, '_', '-'; at most 32)")
+]
+OsLabel = Annotated[str, _pattern(r"^[a-z0-9][a-z0-9_.-]{0,63}$", "an OS label (e.g. ubuntu_24.04)")]
+Datacenter = Annotated[
+    str, _pattern(r"^[A-Za-z0-9][A-Za-z0-9-]{0,15}$", "a datacenter (e.g. bhs, DC5, FSN1)")
+]
 DnsName = Annotated[str, AfterValidator(_dns_name)]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 IPv4 = Annotated[str, AfterValidator(_public_ipv4)]
@@ -69,7 +109,34 @@ DigestImage = Annotated[str, AfterValidator(_digest_image)]
 
 
 class Strict(BaseModel):
+    """Every config model: unknown keys refused, frozen, and no string with surrounding whitespace
+    (' kura-ovh' would be a different fleet, marker or account than the one meant)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_surrounding_whitespace(cls, value: object, info: ValidationInfo) -> object:
+        if _holds_a_model(cls.model_fields[info.field_name or ""].annotation):
+            return value  # that model checks its own fields, and names them
+        items: list[object]
+        if isinstance(value, dict):
+            items = [*value.keys(), *value.values()]
+        elif isinstance(value, list):
+            items = list(value)
+        else:
+            items = [value]
+        for item in items:
+            if isinstance(item, str) and item != item.strip():
+                raise ValueError(f"{quote(item)} has leading or trailing whitespace")
+        return value
+
+
+def _holds_a_model(annotation: object) -> bool:
+    """Whether a field's type is, or contains, a config model (list[Fleet], Vendors | None, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_a_model(arg) for arg in get_args(annotation))
 
 
 # --- enums --------------------------------------------------------------------
@@ -86,6 +153,8 @@ class Vendor(StrEnum):
     OVH = "ovh"
     DEDIBOX = "dedibox"
     ROBOT = "robot"
+    SCALEWAY_EM = "scaleway_em"  # Scaleway Elastic Metal
+    APPLESILICON = "applesilicon"  # Scaleway Apple silicon (Mac mini)
 
 
 class GatewayMode(StrEnum):
@@ -132,10 +201,38 @@ class RobotAccount(Strict):
     username: str = Field(min_length=1)
 
 
+_SCW_ZONE = r"^[a-z]{2}-[a-z]{3}-[1-9]$"
+_UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+class ScalewayAccount(Strict):
+    """A Scaleway project reached through the scaleway SDK. Secret: scalewaySecretKey (one API key
+    for Elastic Metal and Apple silicon)."""
+
+    api_url: str = "https://api.scaleway.com"
+    # Not a secret (the key's public identifier), but the SDK refuses to run without it.
+    access_key: str = Field(pattern=r"^SCW[A-Z0-9]{17}$")
+    project_id: str = Field(pattern=_UUID)
+
+
+class ElasticMetalAccount(ScalewayAccount):
+    zones: list[Annotated[str, Field(pattern=_SCW_ZONE)]] = Field(
+        default_factory=lambda: ["fr-par-1", "fr-par-2", "nl-ams-1"], min_length=1
+    )
+
+
+class AppleSiliconAccount(ScalewayAccount):
+    zones: list[Annotated[str, Field(pattern=_SCW_ZONE)]] = Field(
+        default_factory=lambda: ["fr-par-1", "fr-par-3"], min_length=1
+    )
+
+
 class Vendors(Strict):
     ovh: OvhAccount | None = None
     dedibox: DediboxAccount | None = None
     robot: RobotAccount | None = None
+    scaleway_em: ElasticMetalAccount | None = None
+    applesilicon: AppleSiliconAccount | None = None
 
 
 # --- fleets -------------------------------------------------------------------
@@ -167,13 +264,13 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 def _sha256(v: str) -> str:
     if not _SHA256.match(v):
-        raise ValueError(f"'{v}' is not a sha256 (64 lowercase hex digits)")
+        raise ValueError(f"{quote(v)} is not a sha256 (64 lowercase hex digits)")
     return v
 
 
 def _artifact_url(v: str) -> str:
     if not re.match(r"^https?://[^\s/]+/\S+$", v):
-        raise ValueError(f"'{v}' is not an http(s) URL of a file")
+        raise ValueError(f"{quote(v)} is not an http(s) URL of a file")
     return v
 
 
@@ -191,9 +288,7 @@ class InstallArtifacts(Strict):
     runc_url: ArtifactUrl = "https://github.com/opencontainers/runc/releases/download/v1.2.5/runc.amd64"
     runc_sha256: Sha256 = "fbd851fce6a8e0d67a9d184ea544c2abf67c9fd29b80fcc1adf67dfe9eb036a1"
     # Ubuntu's containerd 1.7 cannot parse the `version = 3` config syntax: containerd 2.x from upstream.
-    containerd_url: ArtifactUrl = (
-        "https://github.com/containerd/containerd/releases/download/v2.2.3/containerd-2.2.3-linux-amd64.tar.gz"
-    )
+    containerd_url: ArtifactUrl = "https://github.com/containerd/containerd/releases/download/v2.2.3/containerd-2.2.3-linux-amd64.tar.gz"
     containerd_sha256: Sha256 = "ca26ef5138f17b847bbeeec36d4bf5e002b54d25858197a870c125d57f44d32f"
     kata_static_url: ArtifactUrl = (
         "https://github.com/kata-containers/kata-containers/releases/download/3.30.0/"
@@ -207,22 +302,22 @@ class Fleet(Strict):
     vendor: Vendor
     # Per-box adoption marker at the vendor: OVH displayName prefix, Dedibox tag,
     # Robot server_name prefix. It is the environment boundary.
-    marker: str = Field(min_length=3)
+    marker: Marker
     size: int = Field(ge=0)
     # Parked fleets exist in config and outputs but adopt nothing.
-    enabled: bool = True
+    enabled: StrictBool = True
     node_pool: DnsLabel
     labels: dict[LabelKey, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     hardware: Hardware
     pricing: Pricing | None = None
-    datacenter: str | None = None  # OVH prefix match (bhs matches bhs6), Dedibox DC name
-    os: str = "ubuntu_24.04"
-    ssh_user: str = "ubuntu"
+    datacenter: Datacenter | None = None  # OVH prefix match (bhs matches bhs6), Dedibox DC name
+    os: OsLabel = "ubuntu_24.04"
+    ssh_user: LoginName = "ubuntu"
     # Where every box of the fleet answers SSH on its public IPv4 (vendorsim's boxes: 2222).
     ssh_port: int = Field(default=22, ge=1, le=65535)
     # Releasing a box reinstalls it. Production Kura fleets may never allow it.
-    allow_release: bool = False
+    allow_release: StrictBool = False
     egress_budget_mbps: int | None = Field(default=None, gt=0)
     # Robot fleets only (their boxes are installed by the program); None: the defaults.
     install_artifacts: InstallArtifacts | None = None
@@ -268,7 +363,7 @@ class Region(Strict):
     # plane is peer.<host> and *.peer.<host>.
     host: DnsName
     failover_ip: str | None = None  # name of a failover_ips entry
-    exposed: bool = True
+    exposed: StrictBool = True
 
 
 class Kura(Strict):
@@ -306,7 +401,7 @@ class Kura(Strict):
 
 class Autoscaling(Strict):
     # None means "the CRD default"; an explicit 0 must survive to the object.
-    enabled: bool = True
+    enabled: StrictBool = True
     min_warm_pool_floor: int | None = Field(default=None, ge=0)
     max_replicas: int | None = Field(default=None, ge=0)
     scale_down_cooldown_seconds: int | None = Field(default=None, ge=0)
@@ -366,7 +461,7 @@ class StackConfig(Strict):
     kura: Kura
     cluster: Cluster
     # Production release of Kura boxes needs this switch as well as allow_release.
-    allow_production_release: bool = False
+    allow_production_release: StrictBool = False
 
     def fleet(self, name: str) -> Fleet:
         return next(f for f in self.fleets if f.name == name)

@@ -93,7 +93,8 @@ def _walk(loc: Loc) -> tuple[str, tuple[int, ...], Any]:
         elif origin is dict:
             key.append(0)
             tp = get_args(tp)[1]
-            text += f"[{str(step)!r}]"
+            name = str(step) if len(str(step)) <= 60 else str(step)[:57] + "..."  # a key is a value too
+            text += f"[{name!r}]"
         else:
             key.append(step if isinstance(step, int) else 0)
             tp = Any

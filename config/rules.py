@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, StrictBool, TypeAdapter, ValidationError
 
 from config.models import (
     Cluster,
@@ -39,6 +39,8 @@ from config.models import (
     Vendor,
 )
 from config.problems import Loc, Problem
+from config.text import quote
+from providers.constants import MARKER_RULES
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 
 KURA_ZONE = "kura.tuist.dev"
@@ -135,7 +137,7 @@ def build_view(raw: Mapping[str, Any]) -> View:
     view.kura = _one(raw.get("kura"), Kura)
     view.cluster = _one(raw.get("cluster"), Cluster)
     try:
-        view.allow_production_release = TypeAdapter(bool).validate_python(
+        view.allow_production_release = TypeAdapter(StrictBool).validate_python(
             raw.get("allow_production_release", False)
         )
     except ValidationError:
@@ -185,13 +187,13 @@ def image_pin_problem(image: str) -> str | None:
         digest = image.split("@", 1)[1]
         if re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
             return None
-        return f"'{image}' has a malformed digest (expected @sha256:<64 hex>)"
+        return f"{quote(image)} has a malformed digest (expected @sha256:<64 hex>)"
     last = image.rsplit("/", 1)[-1]
     if ":" not in last:
-        return f"'{image}' has no tag; pin a release tag or a digest outside dev"
+        return f"{quote(image)} has no tag; pin a release tag or a digest outside dev"
     tag = last.rsplit(":", 1)[1]
     if tag.strip().lower() in FLOATING_TAGS or not tag.strip():
-        return f"'{image}' uses the floating tag '{tag}'; pin a release tag or a digest outside dev"
+        return f"{quote(image)} uses the floating tag {quote(tag)}; pin a release tag or a digest outside dev"
     return None
 
 
@@ -210,14 +212,14 @@ def _vendor_url_problem(url: str, env: Environment, what: str) -> str | None:
     if env is Environment.DEV:
         if not (loopback and scheme in ("http", "https")):
             return (
-                f"'{url}' is not a loopback URL; the dev stack talks only to the local simulator "
+                f"{quote(url)} is not a loopback URL; the dev stack talks only to the local simulator "
                 "(http://127.0.0.1:<port>/...)"
             )
         return None
     if loopback:
-        return f"'{url}' is a loopback URL (the dev simulator); {env.value} must use the real {what}"
+        return f"{quote(url)} is a loopback URL (the dev simulator); {env.value} must use the real {what}"
     if scheme != "https":
-        return f"'{url}' must be an https:// URL"
+        return f"{quote(url)} must be an https:// URL"
     return None
 
 
@@ -234,7 +236,7 @@ def vendor_rules(view: View) -> Iterator[Problem]:
         elif env is not Environment.DEV and "://" not in endpoint:
             yield Problem(
                 loc,
-                f"'{endpoint}' is not an OVH endpoint ({', '.join(OVH_ENDPOINT_KEYS)}, "
+                f"{quote(endpoint)} is not an OVH endpoint ({', '.join(OVH_ENDPOINT_KEYS)}, "
                 "or an https:// URL ending in /1.0)",
             )
         else:
@@ -242,7 +244,7 @@ def vendor_rules(view: View) -> Iterator[Problem]:
             if problem:
                 yield Problem(loc, problem)
             elif not endpoint.rstrip("/").endswith("/1.0"):
-                yield Problem(loc, f"'{endpoint}' must end in /1.0 (the OVH API version)")
+                yield Problem(loc, f"{quote(endpoint)} must end in /1.0 (the OVH API version)")
     for vendor, account in view.accounts.items():
         if isinstance(account, DediboxAccount | RobotAccount):
             what = "Scaleway Dedibox API" if vendor is Vendor.DEDIBOX else "Hetzner Robot API"
@@ -255,7 +257,7 @@ def fleet_rules(view: View) -> Iterator[Problem]:
     env = view.environment
     fleets = view.fleets
     for i, name, j in _duplicates(fleets, lambda f: f.name):
-        yield Problem(("fleets", i, "name"), f"duplicate fleet name '{name}' (also fleets[{j}])")
+        yield Problem(("fleets", i, "name"), f"duplicate fleet name {quote(name)} (also fleets[{j}])")
     for i, fleet in fleets:
         if fleet.vendor not in view.present_accounts and not view.vendors_unknown:
             yield Problem(
@@ -267,20 +269,29 @@ def fleet_rules(view: View) -> Iterator[Problem]:
             if env.value not in tokens:
                 yield Problem(
                     ("fleets", i, "marker"),
-                    f"'{fleet.marker}' does not contain the environment name '{env.value}' "
+                    f"{quote(fleet.marker)} does not contain the environment name {quote(env.value)} "
                     "(the marker is the environment boundary at the vendor)",
                 )
             others = [e.value for e in Environment if e is not env and e.value in tokens]
             if others:
                 yield Problem(
                     ("fleets", i, "marker"),
-                    f"'{fleet.marker}' also names environment '{others[0]}'; "
+                    f"{quote(fleet.marker)} also names environment {quote(others[0])}; "
                     "a marker names only its own environment",
                 )
+    for i, fleet in fleets:
+        rule = MARKER_RULES[fleet.vendor.value]
+        if len(fleet.marker) > rule.marker_max:
+            yield Problem(
+                ("fleets", i, "marker"),
+                f"{quote(fleet.marker)} is {len(fleet.marker)} characters; {fleet.vendor.value} markers "
+                f"take at most {rule.marker_max} (the {rule.field} also holds the box's own name and the "
+                "claim)",
+            )
     for i, marker, j in _duplicates(fleets, lambda f: f.marker):
         yield Problem(
             ("fleets", i, "marker"),
-            f"duplicate marker '{marker}' (also fleets[{j}]); both fleets would claim the same boxes",
+            f"duplicate marker {quote(marker)} (also fleets[{j}]); both fleets would claim the same boxes",
         )
     for a, (i, fleet) in enumerate(fleets):
         for j, other in fleets[:a]:
@@ -293,12 +304,12 @@ def fleet_rules(view: View) -> Iterator[Problem]:
                 short, long_ = sorted((fleet.marker, other.marker), key=len)
                 yield Problem(
                     ("fleets", i, "marker"),
-                    f"'{short}' is a prefix of '{long_}' (fleets[{j}]); "
+                    f"{quote(short)} is a prefix of {quote(long_)} (fleets[{j}]); "
                     f"{fleet.vendor.value} markers match name prefixes, "
                     "so both fleets would claim the same boxes",
                 )
     for i, pool, j in _duplicates(fleets, lambda f: f.node_pool):
-        yield Problem(("fleets", i, "node_pool"), f"duplicate node pool '{pool}' (also fleets[{j}])")
+        yield Problem(("fleets", i, "node_pool"), f"duplicate node pool {quote(pool)} (also fleets[{j}])")
     for i, fleet in fleets:
         for key, value in fleet.labels.items():
             if not _LABEL_VALUE.match(value):
@@ -338,13 +349,13 @@ def _install_artifact_rules(view: View) -> Iterator[Problem]:
             if not url.startswith("https://"):
                 yield Problem(
                     ("fleets", i, "install_artifacts", attr),
-                    f"'{url}' must be an https:// URL outside dev",
+                    f"{quote(url)} must be an https:// URL outside dev",
                 )
 
 
 def _label_value_problem(value: str) -> str:
     return (
-        f"'{value}' is not a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.', "
+        f"{quote(value)} is not a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.', "
         "beginning and ending with a letter or digit)"
     )
 
@@ -360,13 +371,13 @@ def _ovh_datacenter_rules(view: View) -> Iterator[Problem]:
         if us_site and ovh.endpoint != "ovh-us":
             yield Problem(
                 ("fleets", i, "datacenter"),
-                f"'{fleet.datacenter}' is an OVHcloud US datacenter, reachable only through the ovh-us "
-                f"endpoint (vendors.ovh.endpoint is '{ovh.endpoint}')",
+                f"{quote(fleet.datacenter)} is an OVHcloud US datacenter, reachable only through the ovh-us "
+                f"endpoint (vendors.ovh.endpoint is {quote(ovh.endpoint)})",
             )
         elif not us_site and ovh.endpoint == "ovh-us":
             yield Problem(
                 ("fleets", i, "datacenter"),
-                f"'{fleet.datacenter}' is not an OVHcloud US datacenter, but vendors.ovh.endpoint is "
+                f"{quote(fleet.datacenter)} is not an OVHcloud US datacenter, but vendors.ovh.endpoint is "
                 f"'ovh-us' (OVHcloud US has only {' and '.join(OVH_US_DATACENTERS)})",
             )
 
@@ -380,8 +391,10 @@ def _release_rules(view: View) -> Iterator[Problem]:
         if not fleet.allow_release:
             continue
         served = [r.id for _, r in view.regions if r.fleet == fleet.name]
-        what = f"Kura fleet '{fleet.name}' (region {', '.join(served)}; its cache is wiped)" if served else (
-            f"fleet '{fleet.name}'"
+        what = (
+            f"Kura fleet {quote(fleet.name)} (region {', '.join(served)}; its cache is wiped)"
+            if served
+            else f"fleet {quote(fleet.name)}"
         )
         yield Problem(
             ("fleets", i, "allow_release"),
@@ -398,7 +411,7 @@ def failover_ip_rules(view: View) -> Iterator[Problem]:
     ips = view.failover_ips
     for i, name, j in _duplicates(ips, lambda f: f.name):
         yield Problem(
-            ("failover_ips", i, "name"), f"duplicate failover IP name '{name}' (also failover_ips[{j}])"
+            ("failover_ips", i, "name"), f"duplicate failover IP name {quote(name)} (also failover_ips[{j}])"
         )
     for i, address, j in _duplicates(ips, _address):
         yield Problem(("failover_ips", i, "address"), f"duplicate address {address} (also failover_ips[{j}])")
@@ -412,12 +425,12 @@ def failover_ip_rules(view: View) -> Iterator[Problem]:
         fleet = view.fleet(fip.fleet)
         if fleet is None and fip.fleet not in view.fleet_names:
             yield Problem(
-                ("failover_ips", i, "fleet"), f"unknown fleet '{fip.fleet}' (known: {_known(known)})"
+                ("failover_ips", i, "fleet"), f"unknown fleet {quote(fip.fleet)} (known: {_known(known)})"
             )
         elif fleet is not None and fleet.vendor is not fip.vendor:
             yield Problem(
                 ("failover_ips", i, "vendor"),
-                f"'{fip.vendor.value}' but fleet '{fleet.name}' is on {fleet.vendor.value}; "
+                f"{quote(fip.vendor.value)} but fleet {quote(fleet.name)} is on {fleet.vendor.value}; "
                 "a failover IP routes only to boxes of its own vendor",
             )
         if (
@@ -438,14 +451,14 @@ def region_rules(view: View) -> Iterator[Problem]:
         ("ingress_class", "ingress class"),
     ):
         for i, value, j in _duplicates(regions, operator.attrgetter(attr)):
-            yield Problem(("regions", i, attr), f"duplicate {what} '{value}' (also regions[{j}])")
+            yield Problem(("regions", i, attr), f"duplicate {what} {quote(value)} (also regions[{j}])")
     for i, region in regions:
         for j, shorter in regions:
             if region.id.endswith(f"-{shorter.id}"):
                 # The demux reads the account back from kura-<account>-<region>-peer (demux/routes.py).
                 yield Problem(
                     ("regions", i, "id"),
-                    f"'{region.id}' ends with '-{shorter.id}' (regions[{j}]): the peer Service "
+                    f"{quote(region.id)} ends with '-{shorter.id}' (regions[{j}]): the peer Service "
                     f"kura-<account>-{region.id}-peer would also read as an account of {shorter.id}",
                 )
     fleets = [f.name for _, f in view.fleets]
@@ -458,19 +471,20 @@ def region_rules(view: View) -> Iterator[Problem]:
         if m is None or m.group("region") != region.id:
             yield Problem(
                 ("regions", i, "cluster_id"),
-                f"'{region.cluster_id}' should be the region id and a number, e.g. '{region.id}-1'",
+                f"{quote(region.cluster_id)} should be the region id and a number, e.g. '{region.id}-1'",
             )
         fleet = view.fleet(region.fleet)
         if fleet is None and region.fleet not in view.fleet_names:
             yield Problem(
-                ("regions", i, "fleet"), f"unknown fleet '{region.fleet}' (known: {_known(fleets)})"
+                ("regions", i, "fleet"), f"unknown fleet {quote(region.fleet)} (known: {_known(fleets)})"
             )
         if region.gateway is GatewayMode.HOST_NETWORK:
             if region.fleet in host_network_fleets:
                 j, other = host_network_fleets[region.fleet]
                 yield Problem(
                     ("regions", i, "fleet"),
-                    f"fleet '{region.fleet}' already serves regions[{j}] ({other}); a host_network region "
+                    f"fleet {quote(region.fleet)} already serves regions[{j}] ({other}); "
+                    "a host_network region "
                     "needs boxes of its own (ports 80, 443 and the peer port)",
                 )
             else:
@@ -492,18 +506,19 @@ def region_rules(view: View) -> Iterator[Problem]:
             if fip is None and region.failover_ip not in view.failover_ip_names:
                 yield Problem(
                     ("regions", i, "failover_ip"),
-                    f"unknown failover IP '{region.failover_ip}' (known: {_known(fips)})",
+                    f"unknown failover IP {quote(region.failover_ip)} (known: {_known(fips)})",
                 )
             elif fip is not None and fip.fleet != region.fleet and region.fleet in view.fleet_names:
                 yield Problem(
                     ("regions", i, "failover_ip"),
-                    f"'{fip.name}' routes to fleet '{fip.fleet}', not the region's fleet '{region.fleet}'",
+                    f"{quote(fip.name)} routes to fleet {quote(fip.fleet)}, "
+                    f"not the region's fleet {quote(region.fleet)}",
                 )
             if region.failover_ip in used_fips:
                 j, other = used_fips[region.failover_ip]
                 yield Problem(
                     ("regions", i, "failover_ip"),
-                    f"'{region.failover_ip}' is already used by regions[{j}] ({other})",
+                    f"{quote(region.failover_ip)} is already used by regions[{j}] ({other})",
                 )
             else:
                 used_fips[region.failover_ip] = (i, region.id)
@@ -526,12 +541,14 @@ def region_rules(view: View) -> Iterator[Problem]:
                     if env is Environment.PRODUCTION
                     else f"<region>.<env>.{KURA_ZONE} outside production"
                 )
-                yield Problem(("regions", i, "host"), f"'{region.host}' should be '{want}' ({rule})")
+                yield Problem(
+                    ("regions", i, "host"), f"{quote(region.host)} should be {quote(want)} ({rule})"
+                )
         if region.exposed and fleet is not None and (not fleet.enabled or fleet.size == 0):
             why = "is parked (enabled: false)" if not fleet.enabled else "has size 0"
             yield Problem(
                 ("regions", i, "exposed"),
-                f"fleet '{fleet.name}' {why}, so the region has no boxes; "
+                f"fleet {quote(fleet.name)} {why}, so the region has no boxes; "
                 "set exposed: false until the fleet has boxes",
             )
 
@@ -540,12 +557,12 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
     pools = view.runner_pools
     for i, name, j in _duplicates(pools, lambda p: p.name):
         yield Problem(
-            ("runner_pools", i, "name"), f"duplicate runner pool name '{name}' (also runner_pools[{j}])"
+            ("runner_pools", i, "name"), f"duplicate runner pool name {quote(name)} (also runner_pools[{j}])"
         )
     for i, (fleet_name, label), j in _duplicates(pools, lambda p: (p.fleet, p.dispatch_label)):
         yield Problem(
             ("runner_pools", i, "dispatch_label"),
-            f"'{label}' is already used by runner_pools[{j}] on fleet '{fleet_name}' "
+            f"{quote(label)} is already used by runner_pools[{j}] on fleet {quote(fleet_name)} "
             "(dispatch labels are unique per fleet)",
         )
     known = [f.name for _, f in view.fleets]
@@ -554,26 +571,27 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
         if fleet is None:
             if pool.fleet not in view.fleet_names:
                 yield Problem(
-                    ("runner_pools", i, "fleet"), f"unknown fleet '{pool.fleet}' (known: {_known(known)})"
+                    ("runner_pools", i, "fleet"),
+                    f"unknown fleet {quote(pool.fleet)} (known: {_known(known)})",
                 )
         else:
             if pool.os is RunnerOS.LINUX and fleet.vendor is not Vendor.ROBOT:
                 yield Problem(
                     ("runner_pools", i, "fleet"),
-                    f"linux pools run Kata microVMs on Hetzner Robot boxes, but fleet '{fleet.name}' "
+                    f"linux pools run Kata microVMs on Hetzner Robot boxes, but fleet {quote(fleet.name)} "
                     f"is on {fleet.vendor.value}",
                 )
             served = [r.id for _, r in view.regions if r.fleet == fleet.name]
             if served:
                 yield Problem(
                     ("runner_pools", i, "fleet"),
-                    f"fleet '{fleet.name}' serves Kura region {', '.join(served)}; "
+                    f"fleet {quote(fleet.name)} serves Kura region {', '.join(served)}; "
                     "runners need a fleet of their own",
                 )
         scaling = pool.autoscaling
         if (
             scaling.min_warm_pool_floor is not None
-            and scaling.max_replicas  # 0 and None both mean "no ceiling to compare with"
+            and scaling.max_replicas is not None  # an explicit 0 is a ceiling of 0 (docs/config.md)
             and scaling.min_warm_pool_floor > scaling.max_replicas
         ):
             yield Problem(
@@ -592,7 +610,7 @@ def kura_rules(view: View) -> Iterator[Problem]:
         if tag.strip().lower() in FLOATING_TAGS or not tag.strip():
             yield Problem(
                 ("kura", "runtime_image_tag"),
-                f"'{tag}' is a floating tag; pin a release (e.g. 0.10.5) outside dev",
+                f"{quote(tag)} is a floating tag; pin a release (e.g. 0.10.5) outside dev",
             )
         problem = image_pin_problem(kura.controller_image)
         if problem:
@@ -623,14 +641,15 @@ def cluster_rules(view: View) -> Iterator[Problem]:
             if not _is_loopback(url):
                 yield Problem(
                     ("cluster", "api_server"),
-                    f"'{url}' is not a loopback URL; the dev stack never reaches a real cluster",
+                    f"{quote(url)} is not a loopback URL; the dev stack never reaches a real cluster",
                 )
         elif _is_loopback(url):
             yield Problem(
-                ("cluster", "api_server"), f"'{url}' is a loopback URL; {env.value} needs its real cluster"
+                ("cluster", "api_server"),
+                f"{quote(url)} is a loopback URL; {env.value} needs its real cluster",
             )
         elif urlsplit(url).scheme != "https" or not urlsplit(url).hostname:
-            yield Problem(("cluster", "api_server"), f"'{url}' must be an https:// URL (https://host:6443)")
+            yield Problem(("cluster", "api_server"), f"{quote(url)} must be an https:// URL (https://host:6443)")
     elif env is not Environment.DEV:
         yield Problem(("cluster", "api_server"), f"required in {env.value} (the cluster the fleets join)")
     if cluster.render_dir is not None:

@@ -1,8 +1,9 @@
 """Vendor clients built from a stack's accounts and secrets: the one factory the machine and
 failover providers and the in-cluster failover watcher all use. No Pulumi import.
 
-Secret keys are the stack's (ovhApplicationSecret, ovhConsumerKey, dediboxSecretKey, robotPassword),
-so one name means one secret everywhere: in `pulumi config`, in the watcher's mounted files.
+Secret keys are the stack's (ovhApplicationSecret, ovhConsumerKey, dediboxSecretKey, robotPassword,
+scalewaySecretKey), so one name means one secret everywhere: in `pulumi config`, in the watcher's
+mounted files. Elastic Metal and Apple silicon share scalewaySecretKey: one Scaleway API key.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ SECRET_KEYS_BY_VENDOR: dict[Vendor, tuple[str, ...]] = {
     Vendor.OVH: ("ovhApplicationSecret", "ovhConsumerKey"),
     Vendor.DEDIBOX: ("dediboxSecretKey",),
     Vendor.ROBOT: ("robotPassword",),
+    Vendor.SCALEWAY_EM: ("scalewaySecretKey",),
+    Vendor.APPLESILICON: ("scalewaySecretKey",),
 }
 
 
@@ -76,6 +79,34 @@ def vendor_client(
             retry=timing.retry,
             task_poll_interval=timing.task_poll_interval,
             task_timeout=timing.task_timeout,
+        )
+    if vendor is Vendor.SCALEWAY_EM:
+        from providers.scaleway_em.client import ElasticMetalClient
+
+        if vendors.scaleway_em is None:
+            raise VendorConfigError("vendors has no Elastic Metal account (vendors.scaleway_em)")
+        return ElasticMetalClient(
+            api_url=vendors.scaleway_em.api_url,
+            access_key=vendors.scaleway_em.access_key,
+            secret_key=secret("scalewaySecretKey"),
+            project_id=vendors.scaleway_em.project_id,
+            zones=vendors.scaleway_em.zones,
+            timeouts=timing.timeouts,
+            retry=timing.retry,
+        )
+    if vendor is Vendor.APPLESILICON:
+        from providers.applesilicon.client import AppleSiliconClient
+
+        if vendors.applesilicon is None:
+            raise VendorConfigError("vendors has no Apple silicon account (vendors.applesilicon)")
+        return AppleSiliconClient(
+            api_url=vendors.applesilicon.api_url,
+            access_key=vendors.applesilicon.access_key,
+            secret_key=secret("scalewaySecretKey"),
+            project_id=vendors.applesilicon.project_id,
+            zones=vendors.applesilicon.zones,
+            timeouts=timing.timeouts,
+            retry=timing.retry,
         )
     from providers.robot.client import RobotClient
 

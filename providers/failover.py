@@ -140,6 +140,10 @@ def input_problems(props: Mapping[str, Any]) -> list[tuple[str, str]]:
         except ValueError:
             known = ", ".join(v.value for v in Vendor)
             problems.append(("vendor", f"{raw_vendor!r} is not one of {known}"))
+        if vendor is not None and vendor not in _BOX_ID_CHECKS:
+            movable = ", ".join(v.value for v in _BOX_ID_CHECKS)
+            problems.append(("vendor", f"{vendor.value} has no failover IPs this program moves ({movable})"))
+            vendor = None
     address = props.get("address")
     if not _unknown(address):
         try:

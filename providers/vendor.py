@@ -45,13 +45,18 @@ class DiskGroup:
         return self.disk_count * self.disk_size_mb
 
 
+# Vendors whose fleet marker is a server tag rather than a name prefix.
+TAG_MARKED_VENDORS = frozenset({Vendor.DEDIBOX, Vendor.SCALEWAY_EM})
+
+
 @dataclass(frozen=True)
 class Box:
     """One bare-metal server as the adoption logic sees it.
 
     `marker_field` is the text of the vendor field the fleet marker lives in, with any claim
-    removed: the OVH displayName, the Robot server_name, the Dedibox tags joined by ",".
-    `tags` is the Dedibox tag list (claim tags removed), empty elsewhere.
+    removed: the OVH displayName, the Robot server_name, the Apple silicon server name, the Dedibox
+    and Elastic Metal tags joined by ",".
+    `tags` is the Dedibox / Elastic Metal tag list (claim tags removed), empty elsewhere.
     """
 
     vendor: Vendor
@@ -67,12 +72,12 @@ class Box:
     tags: tuple[str, ...] = field(default=())
 
     def has_marker(self, marker: str) -> bool:
-        """Whether the box belongs to the fleet `marker` names: a displayName / server_name prefix
-        on OVH and Robot, a tag on Dedibox."""
+        """Whether the box belongs to the fleet `marker` names: a displayName / server_name / name
+        prefix on OVH, Robot and Apple silicon, a tag on Dedibox and Elastic Metal."""
         if not marker:
             # An empty marker would match every box of the account, other environments included.
             raise VendorInputError("fleet marker is empty: it would match boxes of every environment")
-        if self.vendor is Vendor.DEDIBOX:
+        if self.vendor in TAG_MARKED_VENDORS:
             return marker in self.tags
         return self.marker_field.startswith(marker)
 

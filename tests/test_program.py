@@ -20,8 +20,7 @@ import yaml
 
 from config.loader import required_secret_keys
 from config.models import StackConfig, Vendor
-from providers.machine import node_name_for, provider_id_for
-from providers.vendor import Box
+from providers.machine.spec import node_name_for, provider_id_for
 from tests.support.k8s_schema import ManifestRecorder, validate_manifest
 from watcher.decision import box_id_from_provider_id
 
@@ -47,14 +46,13 @@ class ProgramMocks(ManifestRecorder):
                 Vendor.DEDIBOX: (f"fr-par-2/2001{n:02d}", "DC5"),
                 Vendor.ROBOT: (f"23456{n:02d}", "FSN1-DC14"),
             }[vendor]
-            box = Box(vendor, box_id, args.name, datacenter, None, "installed", "offer", "", None, True)
             outs = {
                 **inputs,
                 "box_id": box_id,
                 "name": args.name,
                 "datacenter": datacenter,
                 "public_ipv4": f"203.0.113.{n + 10}",
-                "provider_id": provider_id_for(box),
+                "provider_id": provider_id_for(vendor, box_id, datacenter),
                 "node_name": node_name_for(inputs["fleet"], box_id),
             }
             self.machines.append(outs)

@@ -14,21 +14,33 @@ from urllib.parse import parse_qs
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.wrappers import Request, Response
 
-from vendorsim import artifacts, dedibox, ovh, robot
+from vendorsim import applesilicon, artifacts, dedibox, ovh, robot, scaleway_em
 from vendorsim.core import Call, Reply, Sim, VendorError, redact
 from vendorsim.faults import FaultSpecError
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _RULE_ARG = re.compile(r"<(?:\w+:)?(\w+)>")
 
-VENDORS: dict[str, ModuleType] = {"ovh": ovh, "dedibox": dedibox, "robot": robot}
+VENDORS: dict[str, ModuleType] = {
+    "ovh": ovh,
+    "dedibox": dedibox,
+    "robot": robot,
+    "scaleway_em": scaleway_em,
+    "applesilicon": applesilicon,
+}
+# Vendors whose JSON lists carry total_count, mirrored in an X-Total-Count header (Scaleway's APIs).
+TOTAL_COUNT_HEADER = frozenset({"dedibox", "scaleway_em", "applesilicon"})
 
 
 def _vendor_of(path: str) -> tuple[str, str] | None:
     for name, module in VENDORS.items():
         prefix: str = module.PREFIX
         if path == prefix or path.startswith(prefix + "/"):
-            return name, path[len(prefix) :] or "/"
+            subpath = path[len(prefix) :] or "/"
+            # Modules sharing one mount (Scaleway's one api_url) each answer their own API's paths.
+            owns: tuple[str, ...] | None = getattr(module, "OWNS", None)
+            if owns is None or subpath.startswith(owns):
+                return name, subpath
     return None
 
 
@@ -55,7 +67,7 @@ class App:
                 404,
                 {
                     "message": f"no simulated vendor at {request.path}; "
-                    "use /ovh/1.0, /dedibox, /robot or /_admin"
+                    "use /ovh/1.0, /dedibox, /robot, /scaleway or /_admin"
                 },
             )
         vendor, subpath = found
@@ -82,7 +94,8 @@ class App:
                 )
             self.sim.store.commit()
         headers.update(more)
-        if vendor == "dedibox" and status == 200 and isinstance(body, dict) and "total_count" in body:
+        listed = status == 200 and isinstance(body, dict) and "total_count" in body
+        if vendor in TOTAL_COUNT_HEADER and listed:
             headers["X-Total-Count"] = str(body["total_count"])
         return _json(status, body, headers)
 
@@ -115,6 +128,8 @@ class App:
     def _settle(self) -> None:
         ovh.settle(self.sim)
         dedibox.settle(self.sim)
+        scaleway_em.settle(self.sim)
+        applesilicon.settle(self.sim)
 
     # --- /_admin ------------------------------------------------------------------
 
@@ -173,6 +188,14 @@ class App:
                     "servers": store.all("robot_server"),
                     "keys": store.all("robot_key"),
                     "failover_ips": store.all("robot_failover"),
+                },
+                "scaleway_em": {
+                    "servers": _public(store.all(scaleway_em.SERVERS)),
+                    "private_networks": store.all(scaleway_em.ATTACHMENTS),
+                },
+                "applesilicon": {
+                    "servers": _public(store.all(applesilicon.SERVERS)),
+                    "private_networks": store.all(applesilicon.ATTACHMENTS),
                 },
                 "boxes": store.all("box"),
             }
@@ -234,12 +257,14 @@ def _parse_body(module: ModuleType, call: Call) -> None:
 def _id_headers(vendor: str) -> dict[str, str]:
     if vendor == "ovh":
         return {"X-OVH-QUERYID": f"CA.ext-1.{uuid.uuid4().hex[:8]}.{uuid.uuid4()}"}
-    if vendor == "dedibox":
+    if vendor in ("dedibox", "scaleway_em", "applesilicon"):
         return {"x-request-id": str(uuid.uuid4())}
     return {}
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    if status == 204:
+        return Response(status=204, headers=headers or {})
     return Response(
         json.dumps(body), status=status, headers=headers or {}, content_type="application/json; charset=utf-8"
     )

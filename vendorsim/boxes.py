@@ -41,9 +41,11 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from vendorsim import macos_disk
 
 SANDBOX_DIR = Path(__file__).resolve().parent / "sandbox"
 LOGIN_WRAPPER = SANDBOX_DIR / "login.sh"
@@ -109,12 +111,14 @@ class BoxFarm:
         data_is_separate: bool | None = None,
         disks: Sequence[Disk] | None = None,
         ssh_host: str = "127.0.0.1",
+        platform: Mapping[str, object] | None = None,
     ) -> BoxInfo:
         """Create the box if missing (fresh OS, given key and sudo password) and start its sshd on
         `ssh_host`:`ssh_port` (a loopback address: vendorsim gives each box one of its own).
 
         An existing box keeps its disk, host key, user and keys: only a reinstall changes those.
-        `disks` is hardware: it survives reinstalls and rescue boots.
+        `disks` is hardware: it survives reinstalls and rescue boots. `platform` (vendorsim/macos_disk.py)
+        makes the box a Mac: macOS laid down on its disk, macOS tools on its PATH.
         """
         box = self._box_dir(box_key)
         _check_port(box_key, ssh_port)
@@ -122,6 +126,8 @@ class BoxFarm:
         with self._lock:
             if disks is not None:
                 _write_disks(box_key, box, disks)
+            if platform is not None:
+                macos_disk.write_platform(box, platform)
             if not (box / "ssh" / "ssh_host_ed25519_key").exists():
                 self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
             if data_is_separate is not None:
@@ -141,17 +147,21 @@ class BoxFarm:
         sudo_password: str | None,
         data_is_separate: bool | None = None,
         nopasswd_sudo: bool = False,
+        platform: Mapping[str, object] | None = None,
     ) -> BoxInfo:
         """Wipe the box's disk, give it a new host key, the fleet key and the sudo password; restart sshd.
 
         `nopasswd_sudo` grants the login user passwordless sudo as cloud-init does on an OVH Ubuntu
-        install (/etc/sudoers.d/90-cloud-init-users)."""
+        install (/etc/sudoers.d/90-cloud-init-users). `platform`, when given, is the image installed
+        now (a Mac reinstalled with another macOS)."""
         box = self._box_dir(box_key)
         with self._lock:
             endpoint = self._configured_endpoint(box)
             if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot reinstall a box that was never created (ensure first)")
             self._stop(box_key)
+            if platform is not None:
+                macos_disk.write_platform(box, platform)
             separate = (box / "data-is-separate").exists() if data_is_separate is None else data_is_separate
             for part in (*_OS_PARTS, "disks", "data-is-separate"):
                 _remove(box / part)
@@ -313,7 +323,14 @@ class BoxFarm:
         self._write_identity(
             box_key, user=user, key_line=key_line, sudo_password=sudo_password, new_host_key=True
         )
-        _seed_os(box / "system" / "root", box_key)
+        if macos_disk.is_macos(box):
+            try:
+                platform = macos_disk.read_platform(box)
+                macos_disk.lay_down(box / "system" / "root", box_key=box_key, user=user, platform=platform)
+            except RuntimeError as e:
+                raise BoxError(f"box {box_key}: {e}") from None
+        else:
+            _seed_os(box / "system" / "root", box_key)
 
     def _write_identity(
         self, box_key: str, *, user: str, key_line: str, sudo_password: str | None, new_host_key: bool

@@ -21,7 +21,9 @@ from vendorsim.store import Store
 Clock = Callable[[], float]
 
 # Request-body keys whose values never reach the audit log or /_admin/state.
-SECRET_KEYS = frozenset({"user_password", "root_password", "panel_password", "password", "sudo_password"})
+SECRET_KEYS = frozenset(
+    {"user_password", "root_password", "panel_password", "password", "sudo_password", "service_password"}
+)
 REDACTED = "<redacted>"
 
 
@@ -80,13 +82,15 @@ class Sim:
             self.seed()
 
     def seed(self) -> None:
-        from vendorsim import dedibox, ovh, robot
+        from vendorsim import applesilicon, dedibox, ovh, robot, scaleway_em
 
         with self.lock:
             self.store.wipe()
             ovh.seed(self)
             dedibox.seed(self)
             robot.seed(self)
+            scaleway_em.seed(self)
+            applesilicon.seed(self)
             self.store.set_meta("seeded", iso(self.clock()))
             self.store.commit()
             self.robot_hits.clear()
@@ -104,6 +108,8 @@ class Sim:
                 # Seeded before boxes listened on their own IPs: only a reseed gives them one.
                 raise RuntimeError(f"vendorsim state has no IP for box {box['key']}: restart with --reset")
             disks = box.get("disks")
+            # A Mac (applesilicon) says which macOS it runs; Linux boxes pass nothing.
+            platform = {"platform": box["platform"]} if box.get("platform") else {}
             info = self.farm.ensure(
                 box["key"],
                 ssh_host=box["ip"],
@@ -112,6 +118,7 @@ class Sim:
                 authorized_key=box["authorized_key"],
                 sudo_password=box["sudo_password"],
                 disks=None if disks is None else [Disk(d["name"], int(d["size"])) for d in disks],
+                **platform,
             )
             self._record_box(box, info)
         self.store.commit()
@@ -126,6 +133,7 @@ class Sim:
                 user=box["user"],
                 authorized_key=prep.fleet_public_key,
                 sudo_password=prep.sudo_password,
+                platform=box.get("platform"),
             )
         self.store.commit()
 
@@ -138,18 +146,24 @@ class Sim:
         sudo_password: str | None,
         state: str = "installed",
         nopasswd_sudo: bool = False,
+        platform: dict[str, Any] | None = None,
     ) -> None:
         box = self.store.get("box", key)
         if box is None:
             raise KeyError(f"no box {key}")
         box.update(user=user, authorized_key=authorized_key, sudo_password=sudo_password, state=state)
         box["generation"] = box.get("generation", 0) + 1
+        extra: dict[str, Any] = {}
+        if platform is not None:
+            box["platform"] = platform
+            extra["platform"] = platform
         info = self.farm.reinstall(
             key,
             user=user,
             authorized_key=authorized_key,
             sudo_password=sudo_password,
             nopasswd_sudo=nopasswd_sudo,
+            **extra,
         )
         self._record_box(box, info)
 

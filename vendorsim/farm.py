@@ -6,7 +6,7 @@ starts nothing, so the HTTP side runs (and is tested) without OpenSSH.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ class Farm(Protocol):
         sudo_password: str | None,
         disks: Sequence[Any] | None = None,
         ssh_host: str = "127.0.0.1",
+        platform: Mapping[str, object] | None = None,
     ) -> Any: ...
 
     def reinstall(
@@ -32,6 +33,7 @@ class Farm(Protocol):
         authorized_key: str | None,
         sudo_password: str | None,
         nopasswd_sudo: bool = False,
+        platform: Mapping[str, object] | None = None,
     ) -> Any: ...
 
     def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> Any: ...
@@ -56,6 +58,7 @@ class NoSshFarm:
         sudo_password: str | None,
         disks: Sequence[Any] | None = None,
         ssh_host: str = "127.0.0.1",
+        platform: Mapping[str, object] | None = None,
     ) -> None:
         return None
 
@@ -67,6 +70,7 @@ class NoSshFarm:
         authorized_key: str | None,
         sudo_password: str | None,
         nopasswd_sudo: bool = False,
+        platform: Mapping[str, object] | None = None,
     ) -> None:
         return None
 

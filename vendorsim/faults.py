@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-VENDORS = ("ovh", "dedibox", "robot")
+VENDORS = ("ovh", "dedibox", "robot", "scaleway_em", "applesilicon")
 
 
 class FaultSpecError(ValueError):

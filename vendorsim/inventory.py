@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from vendorsim.scaleway_inventory import AppleSiliconAccount, ElasticMetalAccount, ScalewayCredentials
+
 
 class InventoryError(ValueError):
     pass
@@ -61,6 +63,7 @@ class Credentials(_Strict):
     ovh: OvhCredentials
     dedibox: DediboxCredentials
     robot: RobotCredentials
+    scaleway: ScalewayCredentials | None = None  # Elastic Metal and Apple silicon
 
 
 class Prep(_Strict):
@@ -285,6 +288,18 @@ class Inventory(_Strict):
     ovh: OvhAccount
     dedibox: DediboxAccount
     robot: RobotAccount
+    scaleway_em: ElasticMetalAccount | None = None
+    applesilicon: AppleSiliconAccount | None = None
+
+    @model_validator(mode="after")
+    def _scaleway_credentials(self) -> Inventory:
+        scaleway = self.credentials.scaleway
+        if (self.scaleway_em or self.applesilicon) and scaleway is None:
+            raise ValueError("credentials.scaleway: required by scaleway_em / applesilicon")
+        if scaleway is not None and scaleway.organization_id != self.credentials.dedibox.organization_id:
+            # One Scaleway organization, one IAM: the ssh keys both mounts serve are the same store.
+            raise ValueError("credentials.scaleway.organization_id: must be the Dedibox organization's")
+        return self
 
     @model_validator(mode="after")
     def _unique_ips(self) -> Inventory:
@@ -295,6 +310,8 @@ class Inventory(_Strict):
         ips += [s.ip for s in self.robot.servers]
         ips += [f.ip for f in self.ovh.failover_ips] + [f.address for f in self.dedibox.failover_ips]
         ips += [f.ip for f in self.robot.failover_ips]
+        ips += [s.ip for s in self.scaleway_em.servers] if self.scaleway_em else []
+        ips += [s.ip for s in self.applesilicon.servers] if self.applesilicon else []
         problems += [f"ip {ip} is used twice" for ip in _dupes(ips)]
         if problems:
             raise ValueError("; ".join(problems))

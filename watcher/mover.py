@@ -157,7 +157,10 @@ def build_mover(
             account = json.loads(account)
         except ValueError:
             raise MoverConfigError(f"{source}: not JSON") from None
-    model = ACCOUNT_MODELS[parsed_vendor]
+    model = ACCOUNT_MODELS.get(parsed_vendor)
+    if model is None:
+        movable = ", ".join(v.value for v in ACCOUNT_MODELS)
+        raise MoverConfigError(f"vendor {parsed_vendor.value!r} has no failover IPs to move (only {movable})")
     try:
         settings = model.model_validate(account)
     except ValidationError as error:

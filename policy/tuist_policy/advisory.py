@@ -19,7 +19,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from .resources import MACHINE_TYPE_PREFIX, Report, get, stack_of
+from .resources import ADOPTED_MACHINE_TYPE, Report, get, stack_of
 
 PRODUCTION = "production"
 
@@ -41,7 +41,7 @@ def _stack(args: StackValidationArgs) -> str | None:
 def _current_machines(args: StackValidationArgs) -> dict[str, list[str]]:
     fleets: dict[str, list[str]] = {}
     for r in args.resources:
-        if r.resource_type.startswith(MACHINE_TYPE_PREFIX):
+        if r.resource_type == ADOPTED_MACHINE_TYPE:
             fleet = get(r.props, "fleet")
             fleets.setdefault(fleet if isinstance(fleet, str) else "?", []).append(r.name)
     return fleets
@@ -84,7 +84,7 @@ def _production_release(args: StackValidationArgs, report: Report) -> None:
     if _stack(args) != PRODUCTION:
         args.not_applicable("not the production stack")
     for r in args.resources:
-        if not r.resource_type.startswith(MACHINE_TYPE_PREFIX):
+        if r.resource_type != ADOPTED_MACHINE_TYPE:
             continue
         if get(r.props, "allow_release") is True and get(r.props, "allow_production_release") is True:
             report(

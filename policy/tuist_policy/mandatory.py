@@ -24,6 +24,7 @@ from pulumi_policy import (
 from .images import floating_reason
 from .nginx import read_nginx
 from .resources import (
+    BOX_HOLDING_TYPES,
     FAILOVER_TYPE_PREFIX,
     MACHINE_TYPE_PREFIX,
     UNKNOWN,
@@ -61,7 +62,7 @@ def is_production_machine(args: ResourceValidationArgs) -> bool:
 
 
 def _machines_protected(args: ResourceValidationArgs, report: Report) -> None:
-    if not args.resource_type.startswith(MACHINE_TYPE_PREFIX) or not is_production_machine(args):
+    if args.resource_type not in BOX_HOLDING_TYPES or not is_production_machine(args):
         return
     if not args.opts.protect:
         fleet = known(lambda: args.props.get("fleet"))

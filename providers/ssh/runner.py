@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,11 @@ _SECRET_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _KEY_TYPES: tuple[type[paramiko.PKey], ...] = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
 
 T = TypeVar("T")
+
+# Every transport this process has open, so a provider whose engine went away can hang them all up
+# (the remote scripts get SIGHUP) before it exits.
+_OPEN: set[paramiko.Transport] = set()
+_OPEN_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -161,22 +167,14 @@ def fetch_host_key(target: SshTarget, timeout: float = 30) -> str:
     return host_key.fingerprint
 
 
-def wait_for_new_host_key(
-    target: SshTarget, old_fingerprint: str, timeout: float, poll_interval: float = 5
-) -> str:
-    """After a reinstall and reboot: poll until the box answers with a host key other than the old one."""
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SshTimeoutError(target, "waiting for the reinstalled box's new host key", timeout)
-        try:
-            seen = fetch_host_key(target, timeout=min(remaining, 30))
-            if seen != old_fingerprint:
-                return seen
-        except SshError:
-            pass  # still rebooting
-        time.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
+def close_all_sessions() -> int:
+    """Close every SSH transport this process has open; returns how many there were."""
+    with _OPEN_LOCK:
+        transports = list(_OPEN)
+        _OPEN.clear()
+    for transport in transports:
+        transport.close()
+    return len(transports)
 
 
 def scrub(text: str, secrets: list[str]) -> str:
@@ -207,7 +205,7 @@ def _is_timeout(e: BaseException) -> bool:
 def _handshake(target: SshTarget, timeout: float) -> tuple[paramiko.Transport, paramiko.PKey]:
     """Key exchange only: the transport and the server's host key, before any authentication."""
     sock = _open_socket(target, timeout)
-    transport = paramiko.Transport(sock)
+    transport = _Transport(sock)
     transport.banner_timeout = timeout
     transport.handshake_timeout = timeout
     transport.auth_timeout = timeout
@@ -220,6 +218,20 @@ def _handshake(target: SshTarget, timeout: float) -> tuple[paramiko.Transport, p
         if _is_timeout(e) or str(e) == "No existing session":
             raise SshTimeoutError(target, "ssh handshake", timeout) from None
         raise SshConnectError(f"ssh handshake with {target} failed: {e}") from None
+
+
+class _Transport(paramiko.Transport):
+    """A Transport that is in the process-wide registry from its start until it is closed."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        with _OPEN_LOCK:
+            _OPEN.add(self)
+
+    def close(self) -> None:
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
+        super().close()
 
 
 def _connect(

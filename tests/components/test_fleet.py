@@ -1,5 +1,6 @@
-"""BareMetalFleet under Pulumi's mocks: how many machines, with which inputs and options, and what
-the fleet exports. (The machines' own behaviour is tested against vendorsim in tests/providers.)"""
+"""BareMetalFleet under Pulumi's mocks: per slot a claim, a machine on the claim's box and its
+NodeLabels, with which inputs, options and dependencies, and what the fleet exports. (The resources'
+own behaviour is tested against vendorsim in tests/providers.)"""
 
 from __future__ import annotations
 
@@ -8,27 +9,41 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.fleet import BareMetalFleet, BareMetalFleetArgs, machine_props
-from config.models import Cluster, Environment, Fleet, Hardware, Taint, TaintEffect, Vendor
-from providers.machine import input_problems
+from components.fleet import BareMetalFleet, BareMetalFleetArgs, claim_props
+from config.models import Cluster, Environment, Fleet, Hardware, InstallArtifacts, Taint, TaintEffect, Vendor
+from providers.machine.spec import claim_input_problems, machine_input_problems
+
+CLAIM = "pulumi-python:dynamic/machine:MachineClaim"
+MACHINE = "pulumi-python:dynamic/machine:AdoptedMachine"
+LABELS = "pulumi-python:dynamic/machine:NodeLabels"
 
 
 class Recorder(pulumi.runtime.Mocks):
     def __init__(self) -> None:
-        self.machines: dict[str, dict[str, Any]] = {}
+        self.inputs: dict[str, dict[str, dict[str, Any]]] = {CLAIM: {}, MACHINE: {}, LABELS: {}}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
-        if args.typ == "pulumi-python:dynamic/machine:AdoptedMachine":
-            self.machines[args.name] = dict(args.inputs)
-            box = f"ns{len(self.machines)}"
+        if args.typ == CLAIM:
+            self.inputs[CLAIM][args.name] = dict(args.inputs)
+            n = len(self.inputs[CLAIM])
+            box = f"ns{n}"
             return f"ovh:{box}", {
                 **args.inputs,
                 "box_id": box,
+                "box_name": box,
                 "datacenter": "bhs6",
-                "public_ipv4": f"203.0.113.{len(self.machines)}",
+                "public_ipv4": f"203.0.113.{n}",
                 "provider_id": f"ovh://bhs6/{box}",
-                "node_name": f"kura-ovh-{box}",
+                "claim_token": f"{n:012x}",
             }
+        if args.typ == MACHINE:
+            self.inputs[MACHINE][args.name] = dict(args.inputs)
+            return f"ovh:{args.inputs['box_id']}", {
+                **args.inputs,
+                "node_name": f"kura-ovh-{args.inputs['box_id']}",
+            }
+        if args.typ == LABELS:
+            self.inputs[LABELS][args.name] = dict(args.inputs)
         return f"{args.name}-id", dict(args.inputs)
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
@@ -54,6 +69,10 @@ def fleet(**overrides: Any) -> Fleet:
 CLUSTER = Cluster(api_server="https://cp.staging.tuist.dev:6443", runners_controller_image="ghcr.io/t/r:1")
 
 
+def fleet_args(**overrides: Any) -> BareMetalFleetArgs:
+    return BareMetalFleetArgs(fleet=fleet(**overrides), environment=Environment.STAGING, cluster=CLUSTER)
+
+
 def build(args: BareMetalFleetArgs) -> tuple[Recorder, BareMetalFleet, list[dict[str, Any]]]:
     recorder = Recorder()
     pulumi.runtime.set_mocks(recorder, project="tuist-infra", stack="staging", preview=False)
@@ -69,75 +88,109 @@ def build(args: BareMetalFleetArgs) -> tuple[Recorder, BareMetalFleet, list[dict
     return recorder, holder["component"], holder["rows"]
 
 
-def test_size_machines_named_fleet_index_with_the_fleets_inputs() -> None:
-    args = BareMetalFleetArgs(fleet=fleet(), environment=Environment.STAGING, cluster=CLUSTER)
-    recorder, component, rows = build(args)
-    assert sorted(recorder.machines) == ["kura-ovh-0", "kura-ovh-1"]
-    inputs = recorder.machines["kura-ovh-0"]
-    assert {k: inputs[k] for k in machine_props(args, project="tuist-infra", stack="staging")} == {
+def test_each_slot_is_a_claim_a_machine_on_its_box_and_node_labels() -> None:
+    args = fleet_args()
+    recorder, _, rows = build(args)
+    assert sorted(recorder.inputs[CLAIM]) == ["kura-ovh-0-claim", "kura-ovh-1-claim"]
+    assert sorted(recorder.inputs[MACHINE]) == ["kura-ovh-0", "kura-ovh-1"]  # the names state already has
+    assert sorted(recorder.inputs[LABELS]) == ["kura-ovh-0-labels", "kura-ovh-1-labels"]
+    claim = recorder.inputs[CLAIM]["kura-ovh-0-claim"]
+    assert {k: claim.get(k) for k in claim_props(args, project="tuist-infra", stack="staging", slot="x")} == {
         "project": "tuist-infra",
         "stack": "staging",
+        # The slot's name: the claim token is the one the machine held before claims were resources.
+        "resource_name": "kura-ovh-0",
         "environment": "staging",
         "fleet": "kura-ovh",
         "vendor": "ovh",
         "marker": "tuist-kura-staging-ovh",
-        "node_pool": "kura-ovh",
-        "labels": {"tuist.dev/region": "ca-east"},
-        "taints": [{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}],
         "datacenter_prefix": "bhs",
+        "os": "ubuntu_24.04",
         "ssh_user": "ubuntu",
         "ssh_port": 22,
-        "os": "ubuntu_24.04",
-        "kubernetes_minor": "v1.34",
         "api_server": "https://cp.staging.tuist.dev:6443",
         "allow_release": False,
         "allow_production_release": False,
+        "install_artifacts": None,
     }
-    assert inputs["resource_name"] == "kura-ovh-0"
-    assert input_problems(inputs) == []
-    # The fleet's SSH port reaches every machine (the dev stack's vendorsim boxes answer on 2222).
-    dev_port = BareMetalFleetArgs(
-        fleet=fleet(ssh_port=2222), environment=Environment.STAGING, cluster=CLUSTER
+    assert claim["urn"] == (
+        "urn:pulumi:staging::tuist-infra::tuist:fleet:BareMetalFleet$" + CLAIM + "::kura-ovh-0-claim"
     )
-    assert {m["ssh_port"] for m in build(dev_port)[0].machines.values()} == {2222}
-    assert [m._protect for m in component.machines] == [False, False]
+    assert claim_input_problems(claim) == []
+    machine = recorder.inputs[MACHINE]["kura-ovh-0"]
+    # The machine is on its claim's box: the claim's outputs are its inputs.
+    assert {k: machine[k] for k in ("box_id", "public_ipv4", "provider_id", "claim_token")} == {
+        "box_id": "ns1",
+        "public_ipv4": "203.0.113.1",
+        "provider_id": "ovh://bhs6/ns1",
+        "claim_token": "000000000001",
+    }
+    assert (machine["resource_name"], machine["labels"], machine["kubernetes_minor"]) == (
+        "kura-ovh-0",
+        {"tuist.dev/region": "ca-east"},
+        "v1.34",
+    )
+    assert machine_input_problems(machine) == []
+    labels = recorder.inputs[LABELS]["kura-ovh-0-labels"]
+    assert labels["node_name"] == "kura-ovh-ns1"
+    assert labels["labels"] == {
+        "node.cluster.x-k8s.io/pool": "kura-ovh",
+        "tuist.dev/fleet": "kura-ovh",
+        "tuist.dev/region": "ca-east",
+    }
+    assert labels["taints"] == [{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}]
+    # The fleet's SSH port reaches every claim and machine (the dev stack's boxes answer on 2222).
+    dev = build(fleet_args(ssh_port=2222))[0]
+    assert {m["ssh_port"] for kind in (CLAIM, MACHINE) for m in dev.inputs[kind].values()} == {2222}
     assert rows == [
         {
-            "name": "kura-ovh-0",
+            "name": f"kura-ovh-{i}",
             "vendor": "ovh",
-            "box_id": "ns1",
+            "box_id": f"ns{i + 1}",
             "datacenter": "bhs6",
-            "public_ipv4": "203.0.113.1",
-            "provider_id": "ovh://bhs6/ns1",
-            "node_name": "kura-ovh-ns1",
-        },
-        {
-            "name": "kura-ovh-1",
-            "vendor": "ovh",
-            "box_id": "ns2",
-            "datacenter": "bhs6",
-            "public_ipv4": "203.0.113.2",
-            "provider_id": "ovh://bhs6/ns2",
-            "node_name": "kura-ovh-ns2",
-        },
+            "public_ipv4": f"203.0.113.{i + 1}",
+            "provider_id": f"ovh://bhs6/ns{i + 1}",
+            "node_name": f"kura-ovh-ns{i + 1}",
+        }
+        for i in range(2)
+    ]
+
+
+def test_robot_claims_and_machines_carry_the_install_pins() -> None:
+    robot = fleet(
+        name="runners",
+        vendor=Vendor.ROBOT,
+        marker="tuist-bm-staging-",
+        node_pool="runners",
+        labels={},
+        taints=[],
+        datacenter=None,
+        install_artifacts=InstallArtifacts(kata_static_sha256="0" * 64),
+    )
+    recorder, _, _ = build(BareMetalFleetArgs(fleet=robot, environment=Environment.STAGING, cluster=CLUSTER))
+    claim = recorder.inputs[CLAIM]["runners-0-claim"]
+    assert claim["install_artifacts"] == robot.artifacts.model_dump()
+    assert recorder.inputs[MACHINE]["runners-0"]["install_artifacts"] == robot.artifacts.model_dump()
+    assert recorder.inputs[LABELS]["runners-0-labels"]["taints"] == [
+        {"key": "tuist.dev/runner-tier", "value": "bare-metal", "effect": "NoSchedule"}
     ]
 
 
 def test_a_parked_fleet_adopts_nothing() -> None:
-    args = BareMetalFleetArgs(fleet=fleet(enabled=False), environment=Environment.STAGING, cluster=CLUSTER)
-    recorder, component, rows = build(args)
-    assert recorder.machines == {}
-    assert component.machines == [] and rows == []
+    recorder, component, rows = build(fleet_args(enabled=False))
+    assert recorder.inputs == {CLAIM: {}, MACHINE: {}, LABELS: {}}
+    assert component.machines == [] and component.claims == [] and rows == []
 
 
 @pytest.mark.parametrize(
     ("environment", "protected"), [(Environment.PRODUCTION, True), (Environment.CANARY, False)]
 )
-def test_production_machines_are_protected(environment: Environment, protected: bool) -> None:
+def test_production_claims_and_machines_are_protected(environment: Environment, protected: bool) -> None:
     marker = f"tuist-kura-{environment.value}-ovh"
     args = BareMetalFleetArgs(
         fleet=fleet(marker=marker), environment=environment, cluster=CLUSTER, allow_production_release=True
     )
     recorder, component, _ = build(args)
     assert [m._protect for m in component.machines] == [protected, protected]
-    assert recorder.machines["kura-ovh-1"]["allow_production_release"] is True
+    assert [c._protect for c in component.claims] == [protected, protected]
+    assert recorder.inputs[CLAIM]["kura-ovh-1-claim"]["allow_production_release"] is True

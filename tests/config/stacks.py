@@ -62,12 +62,16 @@ class BadCase:
 
 def load_case(path: Path) -> BadCase:
     spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    unknown = set(spec) - {"why", "base", "set", "delete", "append", "expected"}
+    unknown = set(spec) - {"why", "base", "set", "repeat", "delete", "append", "expected"}
     assert not unknown, f"{path.name}: unknown corpus keys {sorted(unknown)}"
     raw = copy.deepcopy(stack_raw(spec["base"]))
     for target, value in (spec.get("set") or {}).items():
         node, last = _parent(raw, target)
         node[last] = value
+    for target, (text, times) in (spec.get("repeat") or {}).items():
+        # A long value without a long file: `repeat: {path: [text, times]}`.
+        node, last = _parent(raw, target)
+        node[last] = text * times
     for target in spec.get("delete") or []:
         node, last = _parent(raw, target)
         del node[last]

@@ -9,13 +9,14 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 from pulumi.runtime.sync_await import _sync_await
 
-from config.loader import SECRET_KEYS, ConfigError, load_from_pulumi, load_stack_config
+from config.loader import SECRET_KEYS, ConfigError, load_from_pulumi, load_stack_config, read_stack_file
 from config.models import StackConfig
 from config.problems import Problem, format_loc, ordered_lines
 from tests.config.stacks import REPO, stack_raw
@@ -253,3 +254,18 @@ def test_get_object_falls_back_to_the_plain_string_for_pydantic_to_judge() -> No
         load_from_pulumi()
     assert err.value.problems[0] == "fleets: must be a list (got 'kura-dedibox')"
     assert isinstance(load_stack_config(stack_raw("staging")), StackConfig)
+
+
+def test_stack_files_are_read_as_yaml_1_2_like_pulumi_reads_them(tmp_path: Path) -> None:
+    """yes / no / on / off are strings in YAML 1.2 (Pulumi's reading): a switch written `yes` must be
+    refused, not read as true the way YAML 1.1 would."""
+    stack = tmp_path / "Pulumi.x.yaml"
+    stack.write_text("config:\n  tuist-infra:allow_production_release: yes\n  tuist-infra:a: true\n")
+    assert read_stack_file(stack) == {"allow_production_release": "yes", "a": True}
+
+
+def test_the_environment_names_have_one_spelling() -> None:
+    from config.models import Environment
+    from providers.constants import ENVIRONMENTS
+
+    assert tuple(e.value for e in Environment) == ENVIRONMENTS

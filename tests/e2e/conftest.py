@@ -68,6 +68,19 @@ class Engine:
         with urllib.request.urlopen(f"{self.vendorsim_url}/_admin/{path}", timeout=10) as resp:
             return json.load(resp)
 
+    def admin_post(self, path: str, body: object) -> object:
+        request = urllib.request.Request(
+            f"{self.vendorsim_url}/_admin/{path}", data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return json.load(resp)
+
+    def admin_delete(self, path: str) -> object:
+        request = urllib.request.Request(f"{self.vendorsim_url}/_admin/{path}", method="DELETE")
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return json.load(resp)
+
 
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:

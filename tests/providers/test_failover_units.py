@@ -89,7 +89,7 @@ def test_input_problems_name_each_bad_input() -> None:
         "candidates": ["ns1.example.net"],
     }
     assert input_problems(bad) == [
-        ("vendor", "'hetzner' is not one of ovh, dedibox, robot"),
+        ("vendor", "'hetzner' is not one of ovh, dedibox, robot, scaleway_em, applesilicon"),
         ("address", "'198.51.100.300' is not an IPv4 address"),
         ("region", "must be a non-empty string, got ''"),
         ("fleet", "must be a non-empty string, got None"),
@@ -155,8 +155,8 @@ def test_parse_spec_error_lists_every_problem() -> None:
     with pytest.raises(FailoverInputError) as raised:
         parse_spec({**OLDS, "vendor": "aws", "candidates": [1]})
     assert str(raised.value) == (
-        "FailoverIP inputs are invalid: vendor: 'aws' is not one of ovh, dedibox, robot; "
-        "candidates: candidates[0]: 1 is not a box id"
+        "FailoverIP inputs are invalid: vendor: 'aws' is not one of "
+        "ovh, dedibox, robot, scaleway_em, applesilicon; candidates: candidates[0]: 1 is not a box id"
     )
 
 

@@ -1,7 +1,7 @@
 """Shared by the machine provider tests: a vendorsim subprocess with real SSH boxes, each on a loopback
 address of its own (a random 127.<a>.<b>.0/24 per simulator) at one shared port, its own fleet key and
-sudo password, and a MachineProvider configured the way the dynamic provider process configures it (a
-pulumi.dynamic Config holding the decrypted stack config).
+sudo password, and ClaimProvider / MachineProvider instances configured the way the dynamic provider
+process configures them (a pulumi.dynamic Config holding the decrypted stack config).
 
 No tests here; the test_machine_*.py files import it.
 """
@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 import yaml
@@ -27,12 +27,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pulumi.dynamic import ConfigureRequest
 from pulumi.dynamic.config import Config
 
-from providers.machine import MachineProvider
+from providers.machine.provider import ClaimProvider, MachineProvider, _Stateless
 
 REPO = Path(__file__).resolve().parents[2]
 DEV_INVENTORY = REPO / "vendorsim" / "inventory.dev.yaml"
 PROJECT = "tuist-infra"
 STACK = "dev"
+P = TypeVar("P", bound=_Stateless)
 
 FLEETS: dict[str, dict[str, Any]] = {
     "kura-ovh": {
@@ -59,9 +60,10 @@ FLEETS: dict[str, dict[str, Any]] = {
 
 FAST_TIMEOUTS = {
     "ssh_retry_delay": 0.2,
+    "retry_delay": 0.05,
     "poll_interval": 0.05,
     "joining": 60,
-    "release_install": 30,
+    "release_wait_install": 30,
     "wait_rescue_ssh": 30,
     "wait_new_host_key": 30,
 }
@@ -95,8 +97,8 @@ def move_boxes(doc: dict[str, Any], prefix: str, ssh_port: int) -> None:
     def moved(ip: str) -> str:
         return f"{prefix}.{ip.rsplit('.', 1)[1]}"
 
-    for vendor in ("ovh", "dedibox", "robot"):
-        for server in doc[vendor]["servers"]:
+    for vendor in ("ovh", "dedibox", "robot", "scaleway_em", "applesilicon"):
+        for server in (doc.get(vendor) or {}).get("servers", []):
             server["ip"] = moved(server["ip"])
             server["ssh_port"] = ssh_port
     for failover in doc["robot"]["failover_ips"]:
@@ -200,11 +202,64 @@ class Sim:
             self.sudo_password,
         ]
 
-    def provider(self, **overrides: Any) -> MachineProvider:
-        provider = MachineProvider()
+    def _configured(self, provider: P, overrides: dict[str, Any]) -> P:
         raw = {**self.stack_config(), **{f"{PROJECT}:{k}": v for k, v in overrides.items()}}
         provider.configure(ConfigureRequest(Config(raw_config=raw, project_name=PROJECT)))
         return provider
+
+    def claims(self, **overrides: Any) -> ClaimProvider:
+        """A configured ClaimProvider (the stack config with `overrides` on top)."""
+        return self._configured(ClaimProvider(), overrides)
+
+    def machines(self, **overrides: Any) -> MachineProvider:
+        """A configured MachineProvider (the stack config with `overrides` on top)."""
+        return self._configured(MachineProvider(), overrides)
+
+    def pins(self) -> dict[str, str]:
+        """The dev stack's Robot install pins (Pulumi.dev.yaml), pointing at this simulator."""
+        doc = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+        (robot,) = [f for f in doc["config"][f"{PROJECT}:fleets"] if f["vendor"] == "robot"]
+        pins: dict[str, str] = dict(robot["install_artifacts"])
+        for key, value in pins.items():
+            if key.endswith("_url"):
+                pins[key] = self.url + "/artifacts/" + value.rsplit("/artifacts/", 1)[1]
+        return pins
+
+    def adopt(
+        self,
+        fleet: str,
+        index: int,
+        *,
+        claims: ClaimProvider | None = None,
+        machines: MachineProvider | None = None,
+        claim: dict[str, Any] | None = None,
+        machine: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What the engine does for one slot: create its claim, then its machine from the claim's
+        outputs. Returns (claim outputs, machine outputs)."""
+        claim_outs = (claims or self.claims()).create(claim_props(fleet, index, **(claim or {}))).outs
+        assert claim_outs is not None
+        machine_outs = (
+            (machines or self.machines())
+            .create(machine_props(fleet, index, claim_outs, **(machine or {})))
+            .outs
+        )
+        assert machine_outs is not None
+        return claim_outs, machine_outs
+
+    def destroy(
+        self,
+        claim_outs: dict[str, Any],
+        machine_outs: dict[str, Any] | None,
+        *,
+        claims: ClaimProvider | None = None,
+        machines: MachineProvider | None = None,
+    ) -> None:
+        """What `pulumi destroy` does for one slot: the machine leaves (if it was created), then the
+        claim releases."""
+        if machine_outs is not None:
+            (machines or self.machines()).delete(resource_id(machine_outs), machine_outs)
+        (claims or self.claims()).delete(resource_id(claim_outs), claim_outs)
 
     def faults(self, spec: dict[str, Any]) -> None:
         self.admin("POST", "faults", spec)
@@ -283,9 +338,14 @@ def running_sim(tmp: Path) -> Iterator[Sim]:
         sim.stop()
 
 
-def machine_props(
+def resource_id(outs: dict[str, Any]) -> str:
+    return f"{outs['vendor']}:{outs['box_id']}"
+
+
+def claim_props(
     fleet: str, index: int, *, stack: str = STACK, environment: str = "dev", **overrides: Any
 ) -> dict[str, Any]:
+    """A MachineClaim's inputs as components/fleet.py builds them for the dev fleets."""
     spec = FLEETS[fleet]
     props: dict[str, Any] = {
         "project": PROJECT,
@@ -295,18 +355,50 @@ def machine_props(
         "fleet": fleet,
         "vendor": spec["vendor"],
         "marker": spec["marker"],
-        "node_pool": spec["node_pool"],
-        "labels": {},
-        "taints": list(spec["taints"]),
         "datacenter_prefix": spec.get("datacenter_prefix"),
+        "os": "ubuntu_24.04",
         "ssh_user": "ubuntu",
         "ssh_port": SIM_SSH_PORT,
-        "os": "ubuntu_24.04",
-        "kubernetes_minor": "v1.34",
         "api_server": None,
         "allow_release": False,
         "allow_production_release": False,
+        "install_artifacts": None,
         "timeouts": dict(FAST_TIMEOUTS),
+    }
+    props.update(overrides)
+    return props
+
+
+def machine_props(fleet: str, index: int, claim_outs: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """An AdoptedMachine's inputs: the fleet's, and the claim's outputs, as components/fleet.py wires them."""
+    spec = FLEETS[fleet]
+    props: dict[str, Any] = {
+        "project": PROJECT,
+        "stack": claim_outs.get("stack", STACK),
+        "resource_name": f"{fleet}-{index}",
+        "environment": claim_outs.get("environment", "dev"),
+        "fleet": fleet,
+        "vendor": spec["vendor"],
+        "node_pool": spec["node_pool"],
+        "labels": {},
+        "taints": list(spec["taints"]),
+        "ssh_user": "ubuntu",
+        "ssh_port": SIM_SSH_PORT,
+        "kubernetes_minor": "v1.34",
+        "api_server": claim_outs.get("api_server"),
+        "install_artifacts": claim_outs.get("install_artifacts"),
+        "timeouts": dict(FAST_TIMEOUTS),
+        **{
+            key: claim_outs.get(key)
+            for key in (
+                "box_id",
+                "box_name",
+                "datacenter",
+                "public_ipv4",
+                "provider_id",
+                "claim_token",
+            )
+        },
     }
     props.update(overrides)
     return props

@@ -1,5 +1,5 @@
-"""The machine provider's pure parts: candidate filtering and skip reasons, names, the diff table,
-input checks, the release guard, and what the provider object pickles into state."""
+"""The machine providers' pure parts: candidate filtering and skip reasons, the release guard, and what
+the provider objects pickle into state. (The diff table and input checks: test_machine_spec.py.)"""
 
 from __future__ import annotations
 
@@ -15,27 +15,16 @@ from pulumi.dynamic.config import Config
 from pulumi.dynamic.dynamic import serialize_provider
 
 from config.models import Vendor
-from providers.machine import (
-    DEV_API_SERVER,
-    MachineError,
-    MachineInputError,
-    MachineProvider,
-    NotConfiguredError,
-    dev_placeholder_ca,
-    input_problems,
-    machine_diff,
-    no_candidate_message,
-    node_name_for,
-    parse_spec,
-    provider_id_for,
-    release_refusal,
-    select_boxes,
-    skip_reason,
-    ssh_target,
-)
-from providers.ssh.runner import SshTarget
+from providers.machine.errors import NotConfiguredError
+from providers.machine.node_labels import NodeLabelsProvider
+from providers.machine.provider import ClaimProvider, MachineProvider
+from providers.machine.record import Holder
+from providers.machine.release import release_refusal
+from providers.machine.selection import no_candidate_message, select_boxes, skip_reason
+from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
+from providers.machine.spec import parse_claim
 from providers.vendor import Box, Claim
-from tests.providers.test_machine_support import REPO, machine_props
+from tests.providers.test_machine_support import REPO, claim_props
 
 TOKEN = "0123456789ab"
 
@@ -102,6 +91,23 @@ def test_robot_boxes_need_no_os_because_they_are_installed_on_adopt() -> None:
     assert reason(robot, vendor=Vendor.ROBOT, prefix=None) is None
 
 
+def test_a_box_recorded_for_another_holder_is_skipped_and_our_record_is_our_own() -> None:
+    bob = Holder("tuist-infra", "bob-dev", "kura-ovh-0", "fedcba987654")
+    me = Holder("tuist-infra", "dev", "kura-ovh-0", TOKEN)
+    boxes = [box("ns1", "tuist-kura-dev-ovh-1"), box("ns2", "tuist-kura-dev-ovh-2")]
+    picked = select_boxes(
+        boxes,
+        marker="tuist-kura-dev-ovh",
+        token=TOKEN,
+        vendor=Vendor.OVH,
+        datacenter_prefix=None,
+        recorded={"ns1": bob, "ns2": me},
+    )
+    assert picked.skipped == [("ns1", "claimed by tuist-infra/bob-dev/kura-ovh-0 (fedcba987654)")]
+    # Recorded for us though the marker write never happened (a create killed in between): resume.
+    assert picked.own is not None and picked.own.id == "ns2" and picked.candidates == []
+
+
 def test_selection_is_lexical_and_prefers_the_own_claim() -> None:
     boxes = [
         box("ns3", "tuist-kura-dev-ovh-3"),
@@ -144,125 +150,16 @@ def test_no_candidate_message_lists_every_box() -> None:
     )
 
 
-# --- names ------------------------------------------------------------------------------------------------
-
-
-def test_node_names_and_provider_ids() -> None:
-    assert node_name_for("kura-ovh", "ns1001.ip-203-0-113.net") == "kura-ovh-ns1001-ip-203-0-113-net"
-    assert node_name_for("kura-dedibox", "fr-par-2/200101") == "kura-dedibox-fr-par-2-200101"
-    assert len(node_name_for("f" * 40, "x" * 40)) == 63
-    assert provider_id_for(box("ns1", "m", datacenter="BHS6")) == "ovh://bhs6/ns1"
-    assert provider_id_for(box("fr-par-2/200101", "m", vendor=Vendor.DEDIBOX)) == "dedibox://fr-par-2/200101"
-    assert provider_id_for(box("2345601", "m", vendor=Vendor.ROBOT)) == "hrobot://2345601"
-
-
-# --- diff -------------------------------------------------------------------------------------------------
-
-OUTPUTS = {
-    "box_id": "ns1",
-    "host_key_fingerprint": "SHA256:x",
-    "node_name": "n",
-    "state": "ready",
-    "__provider": "old",
-}
-
-
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        ({"vendor": "dedibox"}, ("replace", ["vendor"])),
-        ({"fleet": "kura-ovh-2"}, ("replace", ["fleet"])),
-        ({"marker": "tuist-kura-dev-ovh-b"}, ("replace", ["marker"])),
-        ({"vendor": "robot", "marker": "tuist-bm-dev-"}, ("replace", ["vendor", "marker"])),
-        ({"labels": {"tuist.dev/tier": "gold"}}, ("update", [])),
-        ({"taints": []}, ("update", [])),
-        ({"node_pool": "kura-ovh-b"}, ("update", [])),
-        ({"allow_release": True}, ("update", [])),
-        ({"allow_production_release": True}, ("update", [])),
-        ({"ssh_port": 2200}, ("update", [])),
-        ({"datacenter_prefix": "gra"}, ("none", [])),
-        ({"ssh_user": "debian"}, ("none", [])),
-        ({"kubernetes_minor": "v1.35"}, ("none", [])),
-        ({"timeouts": {"joining": 10}}, ("none", [])),
-        ({"__provider": "new"}, ("none", [])),
-        ({"box_id": "ns2", "host_key_fingerprint": "SHA256:y"}, ("none", [])),
-        ({}, ("none", [])),
-    ],
-)
-def test_diff_table(change: dict[str, object], expected: tuple[str, list[str]]) -> None:
-    olds = {**machine_props("kura-ovh", 0), **OUTPUTS}
-    news = {**machine_props("kura-ovh", 0), "__provider": "old", **change}
-    result = machine_diff(olds, news)
-    kind = "replace" if result.replaces else ("update" if result.changes else "none")
-    assert (kind, result.replaces) == expected
-    assert result.delete_before_replace is bool(result.replaces)
-
-
-def test_state_from_before_ssh_port_was_an_input_means_port_22() -> None:
-    olds = {k: v for k, v in machine_props("kura-ovh", 0).items() if k != "ssh_port"}
-    assert machine_diff(olds, machine_props("kura-ovh", 0, ssh_port=22)).changes is False
-    assert parse_spec(olds).ssh_port == 22
-    moved = machine_diff(olds, machine_props("kura-ovh", 0, ssh_port=2222))
-    assert (moved.changes, moved.replaces) == (True, [])
-    # The engine hands numbers over as floats.
-    assert machine_diff(olds, machine_props("kura-ovh", 0, ssh_port=22.0)).changes is False
-    assert input_problems(machine_props("kura-ovh", 0, ssh_port=2222.0)) == []
-    assert parse_spec(machine_props("kura-ovh", 0, ssh_port=2222.0)).ssh_port == 2222
-    assert input_problems(machine_props("kura-ovh", 0, ssh_port=22.5)) == [
-        ("ssh_port", "must be a TCP port (1-65535), got 22.5")
-    ]
-
-
-def test_diff_is_none_for_equal_labels_in_another_order() -> None:
-    olds = machine_props("kura-ovh", 0, labels={"a": "1", "b": "2"})
-    news = machine_props("kura-ovh", 0, labels={"b": "2", "a": "1"})
-    assert machine_diff(olds, news).changes is False
-
-
-# --- inputs -----------------------------------------------------------------------------------------------
-
-
-def test_check_reports_each_bad_input_by_name() -> None:
-    props = machine_props(
-        "kura-ovh",
-        0,
-        vendor="hetzner",
-        marker="tuist-kura-ovh",
-        taints=[{"key": "a", "effect": "Sometimes"}],
-        timeouts={"joining": 0, "forever": 1},
-        api_server="http://x:6443",
-        allow_release="yes",
-        ssh_port=0,
-    )
-    failures = MachineProvider().check({}, props).failures
-    assert [(f.property, f.reason) for f in failures] == [
-        ("vendor", "must be one of ovh, dedibox, robot"),
-        ("marker", "'tuist-kura-ovh' does not contain the environment name 'dev'"),
-        ("api_server", "must be https://<host>:<port> or null, got 'http://x:6443'"),
-        ("taints[0].effect", "must be NoSchedule, PreferNoSchedule or NoExecute"),
-        ("ssh_port", "must be a TCP port (1-65535), got 0"),
-        ("allow_release", "must be a boolean"),
-        ("timeouts.joining", "must be a number of seconds > 0"),
-        (
-            "timeouts.forever",
-            "unknown; known: claiming, drain, installimage, joining, poll_interval, reboot, release_install, "
-            "rescue_boot, reset, ssh_handshake, ssh_retry_delay, wait_new_host_key, wait_rescue_ssh",
-        ),
-    ]
-    with pytest.raises(MachineInputError, match=r"^AdoptedMachine inputs: vendor: must be one of"):
-        parse_spec(props)
-    assert input_problems(machine_props("kura-ovh", 0)) == []
-
-
 def test_release_guard_names_exactly_the_missing_switches() -> None:
-    prod = machine_props("kura-ovh", 0, environment="production", marker="tuist-kura-production-ovh")
-    assert release_refusal(parse_spec(machine_props("kura-ovh", 0))) is None
-    message = release_refusal(parse_spec({**prod, "allow_release": True}))
+    prod = claim_props("kura-ovh", 0, environment="production", marker="tuist-kura-production-ovh")
+    assert release_refusal(parse_claim(claim_props("kura-ovh", 0))) is None
+    message = release_refusal(parse_claim({**prod, "allow_release": True}))
     assert message is not None and "set allow_production_release: true in Pulumi.production.yaml" in message
-    message = release_refusal(parse_spec({**prod, "allow_production_release": True}))
+    message = release_refusal(parse_claim({**prod, "allow_production_release": True}))
     assert message is not None and "set fleets[name=kura-ovh].allow_release: true in" in message
     assert (
-        release_refusal(parse_spec({**prod, "allow_release": True, "allow_production_release": True})) is None
+        release_refusal(parse_claim({**prod, "allow_release": True, "allow_production_release": True}))
+        is None
     )
 
 
@@ -279,21 +176,25 @@ SECRET_CONFIG = {
 }
 
 
-def test_the_provider_pickles_by_reference_with_nothing_in_it() -> None:
-    first = serialize_provider(MachineProvider())
-    assert first == serialize_provider(MachineProvider())
-    configured = MachineProvider()
+PROVIDERS = [ClaimProvider, MachineProvider, NodeLabelsProvider]
+
+
+@pytest.mark.parametrize("kind", PROVIDERS, ids=[k.__name__ for k in PROVIDERS])
+def test_the_providers_pickle_by_reference_with_nothing_in_them(kind: type) -> None:
+    first = serialize_provider(kind())
+    assert first == serialize_provider(kind())
+    configured = kind()
     configured.configure(ConfigureRequest(Config(SECRET_CONFIG, "tuist-infra")))
     # Even a configured instance pickles without what configure() read.
     assert serialize_provider(configured) == first
     raw = base64.b64decode(first)
-    assert b"providers.machine" in raw and b"MachineProvider" in raw
+    assert b"providers.machine" in raw and kind.__name__.encode() in raw
     for value in SECRET_CONFIG.values():
         assert value.encode() not in raw
     assert len(raw) < 200  # a reference to the class, not its code
-    assert MachineProvider.serialize_as_secret_always is False
+    assert kind.serialize_as_secret_always is False
     restored = pickle.loads(raw)
-    assert type(restored) is MachineProvider and not hasattr(restored, "_settings")
+    assert type(restored) is kind and not hasattr(restored, "_settings")
 
 
 def test_configure_reads_vendors_json_and_secrets_and_reprs_no_secret() -> None:
@@ -320,7 +221,7 @@ def test_configure_reads_vendors_json_and_secrets_and_reprs_no_secret() -> None:
 def test_the_provider_pickle_is_the_same_in_another_process() -> None:
     code = (
         "from pulumi.dynamic.dynamic import serialize_provider\n"
-        "from providers.machine import MachineProvider\n"
+        "from providers.machine.provider import MachineProvider\n"
         "print(serialize_provider(MachineProvider()))\n"
     )
     other = subprocess.run(
@@ -329,50 +230,19 @@ def test_the_provider_pickle_is_the_same_in_another_process() -> None:
     assert other == serialize_provider(MachineProvider())
 
 
-def test_a_release_switch_change_updates_state_only() -> None:
-    provider = MachineProvider()
+def test_a_release_switch_change_updates_the_claim_in_state_only() -> None:
+    provider = ClaimProvider()
     provider.configure(ConfigureRequest(Config(SECRET_CONFIG, "tuist-infra")))
-    olds = {
-        **machine_props("kura-ovh", 0),
-        "box_id": "ns1",
-        "host_key_fingerprint": "SHA256:x",
-        "node_name": "n",
-    }
-    news = {**machine_props("kura-ovh", 0), "allow_release": True, "__provider": "p"}
+    olds = {**claim_props("kura-ovh", 0), "box_id": "ns1", "claim_token": TOKEN, "record": "process"}
+    news = {**claim_props("kura-ovh", 0), "allow_release": True, "__provider": "p"}
     # No vendor, SSH or cluster call happens (none is reachable from this test).
     outs = provider.update("ovh:ns1", olds, news).outs
     assert outs == {**olds, "allow_release": True}
 
 
-def test_an_ssh_port_change_updates_state_only() -> None:
-    provider = MachineProvider()
-    provider.configure(ConfigureRequest(Config(SECRET_CONFIG, "tuist-infra")))
-    olds = {**machine_props("kura-ovh", 0, ssh_port=22), "box_id": "ns1", "node_name": "n"}
-    news = {**machine_props("kura-ovh", 0, ssh_port=2222), "__provider": "p"}
-    # Nothing is reachable from this test: a rejoin would fail, so passing proves there was none.
-    assert provider.update("ovh:ns1", olds, news).outs == {**olds, "ssh_port": 2222}
-
-
-# --- where SSH dials --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("environment", ["dev", "staging", "production"])
-def test_ssh_dials_the_public_ipv4_at_the_fleet_port_in_every_environment(environment: str) -> None:
-    spec = parse_spec(
-        machine_props(
-            "kura-ovh", 0, environment=environment, marker=f"tuist-kura-{environment}-ovh", ssh_port=2222
-        )
-    )
-    assert ssh_target(spec, box("ns1", "x", ip="127.0.1.11"), "ubuntu") == SshTarget(
-        "127.0.1.11", 2222, "ubuntu"
-    )
-    with pytest.raises(MachineError, match=r"^ovh box ns2 has no public IPv4 to reach over SSH$"):
-        ssh_target(spec, box("ns2", "x", ip=None), "ubuntu")
-
-
 def test_an_unconfigured_provider_says_so() -> None:
     with pytest.raises(NotConfiguredError, match="was not configured with the stack config"):
-        MachineProvider().create(machine_props("kura-ovh", 0))
+        ClaimProvider().create(claim_props("kura-ovh", 0))
 
 
 def test_dev_placeholder_ca_is_stable_and_a_ca() -> None:

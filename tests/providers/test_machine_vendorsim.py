@@ -1,6 +1,7 @@
-"""MachineProvider against a vendorsim subprocess: real HTTP to the vendor APIs, real OpenSSH boxes that
-run the self-join in their sandboxes. The provider's own create/read/update/delete/diff methods are
-driven directly, the way the dynamic provider process calls them."""
+"""ClaimProvider and MachineProvider against a vendorsim subprocess: real HTTP to the vendor APIs, real
+OpenSSH boxes that run the self-join in their sandboxes. The providers' create / read / update / delete
+/ diff methods are driven directly, in the order the engine calls them: a slot's claim, then its machine
+(and on destroy the machine, then the claim)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,16 @@ import pytest
 
 from config.models import Vendor
 from providers.claims import claim_token
-from providers.machine import (
+from providers.machine import record as claim_records
+from providers.machine.errors import (
     MachineHostKeyMismatchError,
-    MachineProvider,
     MachineStepError,
     NoAdoptableBoxError,
     ReleaseRefusedError,
 )
+from providers.machine.provider import ClaimProvider, MachineProvider
+from providers.machine.record import ProcessClaimRecord
+from providers.machine.settings import Settings
 from providers.ssh.runner import HostKeyMismatchError
 from providers.vendor import Claim
 from tests.providers.test_kube import CA_PEM, FakeKube, serve_fake_kube
@@ -36,8 +40,10 @@ from tests.providers.test_machine_support import (
     REPO,
     STACK,
     Sim,
+    claim_props,
     claims_in_state,
     machine_props,
+    resource_id,
     running_sim,
 )
 from vendorsim.boxes import BoxFarm
@@ -65,6 +71,7 @@ def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 @pytest.fixture
 def sim(sim_process: Sim) -> Sim:
     sim_process.admin("POST", "reset")
+    claim_records._PROCESS_STORE.clear()  # the process record of earlier tests is gone with their boxes
     return sim_process
 
 
@@ -87,80 +94,106 @@ def assert_no_secret(sim: Sim, *texts: str) -> None:
             assert secret not in text
 
 
+def progress_states(caplog: pytest.LogCaptureFixture) -> list[str]:
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "providers.machine" and "(budget" in r.getMessage()
+    ]
+    return [line.split(": ")[1].split(" on ")[0] for line in lines]
+
+
 # --- create -----------------------------------------------------------------------------------------
 
 
-def test_create_claims_the_lowest_free_box_and_joins_it_over_ssh(
+def test_the_claim_takes_the_lowest_free_box_before_the_machine_joins_it(
     sim: Sim, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    provider = sim.provider()
-    props = machine_props("kura-ovh", 0, labels={"tuist.dev/region": "ca-east"})
     since = sim.last_audit_id()
+    claims = sim.claims()
 
-    result = provider.create(props)
+    claimed = claims.create(claim_props("kura-ovh", 0))
 
     box = "ns1001.ip-203-0-113.net"
-    assert result.id == f"ovh:{box}"
-    outs = result.outs
+    assert claimed.id == f"ovh:{box}"
+    outs = claimed.outs
     assert outs is not None
-    assert {k: outs[k] for k in ("vendor", "box_id", "name", "datacenter", "public_ipv4", "provider_id")} == {
+    assert {
+        k: outs[k] for k in ("vendor", "box_id", "box_name", "datacenter", "public_ipv4", "provider_id")
+    } == {
         "vendor": "ovh",
         "box_id": box,
-        "name": box,
+        "box_name": box,
         "datacenter": "bhs6",
         "public_ipv4": sim.ip(11),
         "provider_id": f"ovh://bhs6/{box}",
     }
+    assert (outs["claim_token"], outs["state"], outs["record"]) == (token("kura-ovh-0"), "claimed", "process")
     assert outs["node_name"] == "kura-ovh-ns1001-ip-203-0-113-net"
-    assert outs["state"] == "ready"
-    assert outs["claim_token"] == token("kura-ovh-0")
-    assert outs["node_registered"] is False  # the dev stack has no cluster: no Secret was written
-    assert outs["host_key_fingerprint"] == sim.box(f"ovh-{box}")["host_key_fingerprint"]
-    # The claim is on the vendor side, on the fleet marker, and it is the only write of this create.
+    # The claim is on the vendor side, on the fleet marker, and it is the only write of the claim.
     assert claims_in_state(sim.state())[box] == f"tuist-kura-dev-ovh-1 claim:{token('kura-ovh-0')}"
-    writes = sim.audit(since)
-    assert [(e["method"], e["path"], e["body"]) for e in writes] == [
+    assert [(e["method"], e["path"], e["body"]) for e in sim.audit(since)] == [
         (
             "PUT",
             "/ovh/1.0/service/10001001",
             {"resource": {"displayName": f"tuist-kura-dev-ovh-1 claim:{token('kura-ovh-0')}", "name": box}},
         )
     ]
+    # Nothing ran on the box yet: the slow part is the machine's.
+    unit = sim.box_root(f"ovh-{box}") / "etc/systemd/system/kubelet.service"
+    assert not unit.exists()
+
+    joined = sim.machines().create(machine_props("kura-ovh", 0, outs, labels={"tuist.dev/region": "ca-east"}))
+
+    assert joined.id == f"ovh:{box}"
+    machine = joined.outs
+    assert machine is not None
+    assert (machine["node_name"], machine["state"], machine["node_registered"]) == (
+        "kura-ovh-ns1001-ip-203-0-113-net",
+        "ready",
+        False,  # the dev stack has no cluster: no Secret was written
+    )
+    assert machine["host_key_fingerprint"] == sim.box(f"ovh-{box}")["host_key_fingerprint"]
     # The self-join really ran in the box: kubelet unit with the node's identity, labels and taints.
-    unit = (sim.box_root(f"ovh-{box}") / "etc/systemd/system/kubelet.service").read_text()
-    assert f"--node-ip={sim.ip(11)}" in unit
-    assert f"--provider-id=ovh://bhs6/{box}" in unit
-    assert "--hostname-override=kura-ovh-ns1001-ip-203-0-113-net" in unit
+    text = unit.read_text()
+    assert f"--node-ip={sim.ip(11)}" in text
+    assert f"--provider-id=ovh://bhs6/{box}" in text
+    assert "--hostname-override=kura-ovh-ns1001-ip-203-0-113-net" in text
     assert (
         "--node-labels=node.cluster.x-k8s.io/pool=kura-ovh,tuist.dev/fleet=kura-ovh,tuist.dev/region=ca-east"
-        in unit
+        in text
     )
-    assert "--register-with-taints=tuist.dev/kura-cache=true:NoSchedule" in unit
+    assert "--register-with-taints=tuist.dev/kura-cache=true:NoSchedule" in text
     sudoers = sim.box_root(f"ovh-{box}") / "etc/sudoers.d/90-ubuntu-nopasswd"
     assert sudoers.read_text() == "ubuntu ALL=(ALL) NOPASSWD:ALL\n"
-    # The states were logged as they ran.
-    states = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "providers.machine" and "(budget" in r.getMessage()
-    ]
-    assert [s.split(": ")[1].split(" on ")[0] for s in states] == ["CLAIMING", "JOINING"]
-    assert_no_secret(sim, repr(outs), caplog.text)
+    assert progress_states(caplog) == ["CLAIMING", "JOINING"]
+    # The record walked the states and holds the pin for a later rejoin.
+    progress = ProcessClaimRecord().get("ovh", box)
+    assert progress is not None
+    assert (progress.phase, progress.state, progress.attempt, progress.error_count) == (
+        "Ready",
+        "READY",
+        1,
+        0,
+    )
+    assert progress.facts["pin"] == machine["host_key_fingerprint"]
+    assert_no_secret(sim, repr(outs), repr(machine), caplog.text)
 
 
 def test_no_candidate_error_names_fleet_marker_count_and_each_skip(sim: Sim) -> None:
-    provider = sim.provider()
+    claims = sim.claims()
     for i in range(3):
-        provider.create(machine_props("kura-ovh", i))
+        claims.create(claim_props("kura-ovh", i))
     with pytest.raises(NoAdoptableBoxError) as caught:
-        provider.create(machine_props("kura-ovh", 3))
+        claims.create(claim_props("kura-ovh", 3))
     assert str(caught.value) == "\n".join(
         [
             "fleet kura-ovh: no adoptable box with marker 'tuist-kura-dev-ovh' among the 7 boxes seen",
-            f"  ns1001.ip-203-0-113.net: claimed by {token('kura-ovh-0')}",
-            f"  ns1002.ip-203-0-113.net: claimed by {token('kura-ovh-1')}",
-            f"  ns1003.ip-203-0-113.net: claimed by {token('kura-ovh-2')}",
+            # The record names the holder in full; the vendor marker of another stack only its token.
+            f"  ns1001.ip-203-0-113.net: claimed by tuist-infra/dev/kura-ovh-0 ({token('kura-ovh-0')})",
+            f"  ns1002.ip-203-0-113.net: claimed by tuist-infra/dev/kura-ovh-1 ({token('kura-ovh-1')})",
+            f"  ns1003.ip-203-0-113.net: claimed by tuist-infra/dev/kura-ovh-2 ({token('kura-ovh-2')})",
             "  ns1004.ip-203-0-113.net: claimed by tuist-infra/alice-dev/kura-us-east-0",
             "  ns1005.ip-203-0-113.net: marked for another environment or fleet ('tuist-kura-staging-ovh-1')",
             "  ns1006.ip-203-0-113.net: marked for another environment or fleet "
@@ -170,19 +203,27 @@ def test_no_candidate_error_names_fleet_marker_count_and_each_skip(sim: Sim) -> 
     )
 
 
+def test_a_box_recorded_for_another_holder_is_skipped_though_its_marker_is_free(sim: Sim) -> None:
+    """The record arbitrates: another process or stack recorded the box first (its marker write has not
+    happened yet); this claim moves on to the next box and writes nothing to the first."""
+    other = claim_records.Holder("tuist-infra", "bob-dev", "kura-ovh-0", "aaaaaaaaaaaa")
+    ProcessClaimRecord().acquire(claim_records.Progress("ovh", OVH_BOXES[0], "kura-ovh", other))
+    since = sim.last_audit_id()
+    outs = sim.claims().create(claim_props("kura-ovh", 0)).outs
+    assert outs is not None and outs["box_id"] == OVH_BOXES[1]
+    assert OVH_BOXES[0] not in json.dumps(sim.audit(since))
+
+
 def test_transient_vendor_errors_still_converge(sim: Sim, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="providers.retry")
-    provider = sim.provider()
     sim.faults({"vendor": "dedibox", "error_rate": 0.2, "status": 503, "seed": 7})
     sim.faults({"vendor": "ovh", "error_rate": 0.2, "status": 500, "seed": 11})
     try:
-        outs = [provider.create(machine_props("kura-dedibox", i)).outs for i in range(2)]
-        ovh = provider.create(machine_props("kura-ovh", 0)).outs
-        assert ovh is not None and ovh["box_id"] == OVH_BOXES[0]
-        assert [o["box_id"] for o in outs if o] == DEDIBOX_BOXES[:2]
-        provider.delete(
-            "dedibox:" + DEDIBOX_BOXES[0], {**machine_props("kura-dedibox", 0), **(outs[0] or {})}
-        )
+        slots = [sim.adopt("kura-dedibox", i) for i in range(2)]
+        ovh, _ = sim.adopt("kura-ovh", 0)
+        assert ovh["box_id"] == OVH_BOXES[0]
+        assert [claim["box_id"] for claim, _ in slots] == DEDIBOX_BOXES[:2]
+        sim.destroy(*slots[0])
     finally:
         sim.clear_faults()
     fields = claims_in_state(sim.state())
@@ -198,14 +239,12 @@ def test_transient_vendor_errors_still_converge(sim: Sim, caplog: pytest.LogCapt
 
 
 def test_release_reinstalls_clears_the_claim_keeps_the_marker_and_the_box_is_readopted(sim: Sim) -> None:
-    provider = sim.provider()
     since = sim.last_audit_id()
-    props = machine_props("kura-dedibox", 0)
-    created = provider.create(props).outs
-    assert created is not None and created["box_id"] == DEDIBOX_BOXES[0]
+    claim, machine = sim.adopt("kura-dedibox", 0)
+    assert claim["box_id"] == DEDIBOX_BOXES[0]
     generation = sim.box("dedibox-200101")["generation"]
 
-    provider.delete(f"dedibox:{DEDIBOX_BOXES[0]}", created)
+    sim.destroy(claim, machine)
 
     state = sim.state()
     assert claims_in_state(state)[DEDIBOX_BOXES[0]] == "tuist-kura-dev"
@@ -227,77 +266,126 @@ def test_release_reinstalls_clears_the_claim_keeps_the_marker_and_the_box_is_rea
     ]
     install_body = next(e["body"] for e in sim.audit(since) if e["path"].endswith("/install"))
     assert install_body["user_password"] == "<redacted>" and install_body["root_password"] == ""
-    # Never cancelled or terminated; decoys never written.
+    # Never cancelled or terminated; decoys never written; the record is gone with the claim.
     assert not [w for w in writes if "cancel" in w[1] or "terminate" in w[1] or w[0] == "DELETE"]
     assert decoy_writes(sim.audit(since)) == []
+    assert ProcessClaimRecord().get("dedibox", DEDIBOX_BOXES[0]) is None
 
-    # The released box is back in the pool: a later create adopts it again, with its new host key.
-    again = provider.create(machine_props("kura-dedibox", 5)).outs
-    assert again is not None and again["box_id"] == DEDIBOX_BOXES[0]
+    # The released box is back in the pool: a later slot adopts it again, with its new host key.
+    _, again = sim.adopt("kura-dedibox", 5)
+    assert again["box_id"] == DEDIBOX_BOXES[0]
     assert again["host_key_fingerprint"] == sim.box("dedibox-200101")["host_key_fingerprint"]
-    assert again["host_key_fingerprint"] != created["host_key_fingerprint"]
+    assert again["host_key_fingerprint"] != machine["host_key_fingerprint"]
 
 
 def test_production_release_is_refused_naming_the_switches(sim: Sim) -> None:
-    provider = sim.provider()
-    props = machine_props("kura-ovh", 0, marker="tuist-kura-production-ovh", environment="production")
-    outs = {**props, "box_id": "ns1006.ip-203-0-113.net", "node_name": "n"}
+    props = claim_props("kura-ovh", 0, marker="tuist-kura-production-ovh", environment="production")
+    outs = {**props, "box_id": "ns1006.ip-203-0-113.net", "claim_token": token("kura-ovh-0")}
     since = sim.last_audit_id()
     with pytest.raises(ReleaseRefusedError) as caught:
-        provider.delete("ovh:ns1006.ip-203-0-113.net", outs)
+        sim.claims().delete("ovh:ns1006.ip-203-0-113.net", outs)
     assert str(caught.value) == (
         "kura-ovh-0: refusing to release production box (fleet kura-ovh): releasing reinstalls it. "
         "To allow it set fleets[name=kura-ovh].allow_release: true and allow_production_release: true "
-        "in Pulumi.production.yaml, run `pulumi up` so the machine records it, then unprotect and delete "
+        "in Pulumi.production.yaml, run `pulumi up` so the claim records it, then unprotect and delete "
         "(config forbids allow_release on production Kura fleets)"
     )
     with pytest.raises(ReleaseRefusedError, match=r"set allow_production_release: true in"):
-        provider.delete("ovh:ns1006.ip-203-0-113.net", {**outs, "allow_release": True})
+        sim.claims().delete("ovh:ns1006.ip-203-0-113.net", {**outs, "allow_release": True})
     assert sim.audit(since) == []
+
+
+def test_a_failed_join_leaves_a_claim_that_destroy_releases(sim: Sim) -> None:
+    """Issue 12 point 8: the machine's create fails (the box refuses this sudo password); the claim is
+    in state already, so `pulumi destroy` (the claim's delete: the machine never got into state)
+    returns the box to its pool."""
+    claim = sim.claims().create(claim_props("kura-ovh", 0)).outs
+    assert claim is not None
+    wrong = sim.machines(fleetSudoPassword="wrong-" + sim.sudo_password)
+    with pytest.raises(MachineStepError) as caught:
+        wrong.create(machine_props("kura-ovh", 0, claim))
+    assert caught.value.state == "JOINING" and caught.value.error_type == "RemoteCommandFailed"
+    progress = ProcessClaimRecord().get("ovh", OVH_BOXES[0])
+    assert progress is not None
+    assert (progress.phase, progress.state, progress.error_type, progress.error_count) == (
+        "Adopting",
+        "JOINING",
+        "RemoteCommandFailed",
+        1,
+    )
+    assert "sudo: 1 incorrect password attempt" in (progress.last_error or "")
+
+    sim.destroy(claim, None)
+
+    assert claims_in_state(sim.state())[OVH_BOXES[0]] == "tuist-kura-dev-ovh-1"
+    assert ProcessClaimRecord().get("ovh", OVH_BOXES[0]) is None
+
+
+def test_a_failed_claim_leaves_no_claim_behind(sim: Sim) -> None:
+    """The claim itself fails (the marker write is refused): nothing is in state, and nothing is held
+    at the vendor or in the record, so there is nothing for destroy to find."""
+    sim.faults(
+        {"vendor": "ovh", "method": "PUT", "route": "/ovh/1.0/service/*", "error_rate": 1, "status": 403}
+    )
+    try:
+        with pytest.raises(Exception, match="HTTP 403"):
+            sim.claims().create(claim_props("kura-ovh", 0))
+    finally:
+        sim.clear_faults()
+    assert claims_in_state(sim.state())[OVH_BOXES[0]] == "tuist-kura-dev-ovh-1"
+    assert ProcessClaimRecord().held("ovh") == {}
 
 
 # --- read, update, host keys ---------------------------------------------------------------------------
 
 
-def test_read_rederives_the_box_and_reports_a_lost_claim_as_gone(sim: Sim) -> None:
-    provider = sim.provider()
-    outs = provider.create(machine_props("kura-dedibox", 0)).outs
-    assert outs is not None
-    read = provider.read(f"dedibox:{DEDIBOX_BOXES[0]}", outs)
+def test_read_uses_the_id_and_reports_a_lost_claim_as_gone(sim: Sim) -> None:
+    claim, machine = sim.adopt("kura-dedibox", 0)
+    claims, machines = sim.claims(), sim.machines()
+    read = claims.read(f"dedibox:{DEDIBOX_BOXES[0]}", claim)
     assert read.id == f"dedibox:{DEDIBOX_BOXES[0]}"
-    assert read.outs is not None
-    assert (read.outs["public_ipv4"], read.outs["datacenter"], read.outs["state"]) == (
-        sim.ip(31),
-        "DC5",
-        "ready",
-    )
+    assert read.outs == claim  # a refresh with nothing changed reads back what is in state
+    assert machines.read(f"dedibox:{DEDIBOX_BOXES[0]}", machine).outs == machine
+    # The id decides which box is read, not the box_id in the props.
+    other = claims.read(f"dedibox:{DEDIBOX_BOXES[1]}", claim)
+    assert other.id == ""  # that box is free: not this slot's
     # Someone takes the box away (an operator re-marks it for another stack).
-    client = provider._config().vendor_client(Vendor.DEDIBOX)
+    client = claims._config().vendor_client(Vendor.DEDIBOX)
     client.set_claim(DEDIBOX_BOXES[0], Claim("0123456789ab"))
-    gone = provider.read(f"dedibox:{DEDIBOX_BOXES[0]}", outs)
-    assert gone.id == ""
+    assert claims.read(f"dedibox:{DEDIBOX_BOXES[0]}", claim).id == ""
+    assert machines.read(f"dedibox:{DEDIBOX_BOXES[0]}", machine).id == ""
 
 
-def test_update_relabels_in_place_by_rerunning_the_join(sim: Sim) -> None:
-    provider = sim.provider()
-    old = machine_props("kura-ovh", 0)
-    outs = provider.create(old).outs
-    assert outs is not None
-    new = {**old, "labels": {"tuist.dev/tier": "gold"}}
-    assert provider.diff(f"ovh:{OVH_BOXES[0]}", outs, new).replaces == []
-    updated = provider.update(f"ovh:{OVH_BOXES[0]}", outs, new).outs
+def test_a_label_edit_changes_no_machine_and_a_minor_bump_rejoins(sim: Sim) -> None:
+    claim, machine = sim.adopt("kura-ovh", 0)
+    machines = sim.machines()
+    old = machine_props("kura-ovh", 0, claim)
+    relabelled = {**old, "labels": {"tuist.dev/tier": "gold"}}
+    diff = machines.diff(f"ovh:{OVH_BOXES[0]}", machine, relabelled)
+    assert (diff.changes, diff.replaces) == (False, [])  # NodeLabels carries it
+
+    bumped = {**old, "kubernetes_minor": "v1.35"}
+    assert machines.diff(f"ovh:{OVH_BOXES[0]}", machine, bumped).changes is True
+    updated = machines.update(f"ovh:{OVH_BOXES[0]}", machine, bumped).outs
     assert updated is not None
-    assert updated["box_id"] == OVH_BOXES[0] and updated["labels"] == {"tuist.dev/tier": "gold"}
-    assert updated["host_key_fingerprint"] == outs["host_key_fingerprint"]
-    unit = (sim.box_root(f"ovh-{OVH_BOXES[0]}") / "etc/systemd/system/kubelet.service").read_text()
-    assert "tuist.dev/tier=gold" in unit
+    assert updated["kubernetes_minor"] == "v1.35"
+    assert updated["host_key_fingerprint"] == machine["host_key_fingerprint"]
+    apt = (sim.box_root(f"ovh-{OVH_BOXES[0]}") / "etc/apt/sources.list.d/kubernetes.list").read_text()
+    assert "/core:/stable:/v1.35/deb/" in apt
 
 
-def test_host_key_changed_without_a_reinstall_is_refused_on_update(sim: Sim) -> None:
-    provider = sim.provider()
-    old = machine_props("kura-ovh", 0)
-    outs = provider.create(old).outs
-    assert outs is not None
+def test_an_ssh_port_change_updates_state_only(sim: Sim) -> None:
+    claim, machine = sim.adopt("kura-ovh", 0)
+    moved = {**machine_props("kura-ovh", 0, claim), "ssh_port": 1}  # nothing listens there: no dial
+    since = sim.last_audit_id()
+    outs = sim.machines().update(f"ovh:{OVH_BOXES[0]}", machine, moved).outs
+    assert outs is not None and outs["ssh_port"] == 1
+    assert outs["host_key_fingerprint"] == machine["host_key_fingerprint"]
+    assert sim.audit(since) == []
+
+
+def test_host_key_changed_without_a_reinstall_is_refused_on_rejoin(sim: Sim) -> None:
+    claim, machine = sim.adopt("kura-ovh", 0)
     box_key = f"ovh-{OVH_BOXES[0]}"
     before = sim.box(box_key)
     # Same disk, same everything, but sshd now presents another host key: not our reinstall.
@@ -318,72 +406,53 @@ def test_host_key_changed_without_a_reinstall_is_refused_on_update(sim: Sim) -> 
         authorized_key=None,
         sudo_password=None,
     )
-    assert info.host_key_fingerprint != outs["host_key_fingerprint"]
+    assert info.host_key_fingerprint != machine["host_key_fingerprint"]
 
-    new = {**old, "labels": {"tuist.dev/tier": "gold"}}
+    bumped = {**machine_props("kura-ovh", 0, claim), "kubernetes_minor": "v1.35"}
     with pytest.raises(MachineHostKeyMismatchError) as caught:
-        provider.update(f"ovh:{OVH_BOXES[0]}", outs, new)
+        sim.machines().update(f"ovh:{OVH_BOXES[0]}", machine, bumped)
     assert isinstance(caught.value, HostKeyMismatchError)
     assert isinstance(caught.value, MachineStepError)
     message = str(caught.value)
     assert message.startswith(f"kura-ovh-0: JOINING failed on ovh box {OVH_BOXES[0]} after ")
-    assert f"expected {outs['host_key_fingerprint']}, seen {info.host_key_fingerprint}" in message
+    assert "(attempt 2, HostKeyMismatch, failure 1)" in message
+    assert f"expected {machine['host_key_fingerprint']}, seen {info.host_key_fingerprint}" in message
     assert_no_secret(sim, message)
 
 
 # --- concurrency and crashes ------------------------------------------------------------------------
 
 
-def parallel_creates(
-    provider: MachineProvider, fleet: str, count: int
-) -> tuple[dict[str, Any], list[BaseException]]:
-    """`count` creates of one fleet started at once on threads, as the engine's workers would."""
-    results: dict[str, Any] = {}
-    errors: list[BaseException] = []
+def parallel(calls: list[Any]) -> list[Any]:
+    """Run the calls at once on threads, as the engine's four workers would; errors are returned."""
+    results: list[Any] = [None] * len(calls)
 
-    def create(i: int) -> None:
+    def run(i: int) -> None:
         try:
-            results[f"{fleet}-{i}"] = provider.create(machine_props(fleet, i)).outs
-        except BaseException as error:  # collected and asserted on by the caller
-            errors.append(error)
+            results[i] = calls[i]()
+        except BaseException as error:  # returned to, and asserted on by, the caller
+            results[i] = error
 
-    threads = [threading.Thread(target=create, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return results, errors
+    return results
 
 
-def parallel_deletes(provider: MachineProvider, machines: list[dict[str, Any]]) -> None:
-    errors: list[BaseException] = []
-
-    def delete(outs: dict[str, Any]) -> None:
-        try:
-            provider.delete(f"{outs['vendor']}:{outs['box_id']}", outs)
-        except BaseException as error:  # asserted on below
-            errors.append(error)
-
-    threads = [threading.Thread(target=delete, args=(outs,)) for outs in machines]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-
-
-def test_fifty_rounds_of_parallel_creates_never_double_claim(sim: Sim) -> None:
-    provider = sim.provider()
+def test_twenty_five_rounds_of_parallel_claims_never_double_claim(sim: Sim) -> None:
+    claims = sim.claims()
     since = sim.last_audit_id()
-    for round_ in range(50):
-        results, errors = parallel_creates(provider, "kura-dedibox", 3)
-        assert errors == [], f"round {round_}: {errors}"
-        boxes = sorted(outs["box_id"] for outs in results.values())
-        assert boxes == DEDIBOX_BOXES, f"round {round_}: {boxes}"
+    for round_ in range(25):
+        created = parallel([lambda i=i: claims.create(claim_props("kura-dedibox", i)).outs for i in range(3)])
+        assert not [e for e in created if isinstance(e, BaseException)], f"round {round_}: {created}"
+        assert sorted(outs["box_id"] for outs in created) == DEDIBOX_BOXES, f"round {round_}"
         fields = claims_in_state(sim.state())
-        for name, outs in results.items():
-            assert fields[outs["box_id"]] == f"tuist-kura-dev,tuist-claim:{token(name)}"
-        parallel_deletes(provider, list(results.values()))
+        for outs in created:
+            assert fields[outs["box_id"]] == f"tuist-kura-dev,tuist-claim:{outs['claim_token']}"
+        released = parallel([lambda o=o: claims.delete(resource_id(o), o) for o in created])
+        assert released == [None, None, None]
     # The audit trail: every claim write put exactly one claim tag on a box that had none.
     holder: dict[str, str | None] = {}
     for entry in sim.audit(since):
@@ -403,7 +472,7 @@ CREATE_IN_A_SUBPROCESS = """
 import json, logging, sys
 from pulumi.dynamic import ConfigureRequest
 from pulumi.dynamic.config import Config
-from providers.machine import MachineProvider
+from providers.machine.provider import MachineProvider
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
 data = json.load(sys.stdin)
 provider = MachineProvider()
@@ -412,8 +481,9 @@ provider.create(data["props"])
 """
 
 
-def test_a_create_killed_mid_join_is_resumed_on_the_same_box(sim: Sim) -> None:
-    props = machine_props("kura-dedibox", 0)
+def test_a_machine_killed_mid_join_is_resumed_on_its_claimed_box(sim: Sim) -> None:
+    claim = sim.claims().create(claim_props("kura-dedibox", 0)).outs
+    assert claim is not None and claim["box_id"] == DEDIBOX_BOXES[0]
     since = sim.last_audit_id()
     child = subprocess.Popen(
         [sys.executable, "-c", CREATE_IN_A_SUBPROCESS],
@@ -424,7 +494,9 @@ def test_a_create_killed_mid_join_is_resumed_on_the_same_box(sim: Sim) -> None:
         text=True,
     )
     assert child.stdin is not None and child.stderr is not None
-    child.stdin.write(json.dumps({"config": sim.stack_config(), "props": props}))
+    child.stdin.write(
+        json.dumps({"config": sim.stack_config(), "props": machine_props("kura-dedibox", 0, claim)})
+    )
     child.stdin.close()
     seen = []
     for line in child.stderr:
@@ -436,52 +508,53 @@ def test_a_create_killed_mid_join_is_resumed_on_the_same_box(sim: Sim) -> None:
     time.sleep(0.15)
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=10)
-    assert any("claimed dedibox box fr-par-2/200101" in line for line in seen), seen
     unit = sim.box_root("dedibox-200101") / "etc/systemd/system/kubelet.service"
     assert not unit.exists(), "the join finished before the kill; the test proves nothing"
     assert (
-        claims_in_state(sim.state())[DEDIBOX_BOXES[0]]
-        == f"tuist-kura-dev,tuist-claim:{token('kura-dedibox-0')}"
+        claims_in_state(sim.state())[DEDIBOX_BOXES[0]] == f"tuist-kura-dev,tuist-claim:{claim['claim_token']}"
     )
 
-    # A competing machine comes first: it must not get the half-joined box.
-    provider = sim.provider()
-    other = provider.create(machine_props("kura-dedibox", 1)).outs
-    assert other is not None and other["box_id"] == DEDIBOX_BOXES[1]
+    # A competing slot comes first: it must not get the half-joined, claimed box.
+    other, _ = sim.adopt("kura-dedibox", 1)
+    assert other["box_id"] == DEDIBOX_BOXES[1]
     writes_before_retry = len(sim.audit(since))
-    outs = provider.create(props).outs
+    machine = sim.machines().create(machine_props("kura-dedibox", 0, claim)).outs
 
-    assert outs is not None and outs["box_id"] == DEDIBOX_BOXES[0]
+    assert machine is not None and machine["box_id"] == DEDIBOX_BOXES[0]
     assert unit.exists()
-    # It resumed on its own claim: the retry wrote nothing at the vendor.
+    # The retry joined its claimed box and wrote nothing at the vendor.
     assert len(sim.audit(since)) == writes_before_retry
 
 
 # --- with a cluster -----------------------------------------------------------------------------------
 
 
-def test_with_a_cluster_the_join_gets_a_bootstrap_secret_and_release_drains_first(
-    sim: Sim, cluster: FakeKube
+def test_with_a_cluster_the_join_gets_a_bootstrap_secret_and_leaving_drains_before_the_release(
+    sim: Sim, cluster: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provider = sim.provider(kubeconfig=cluster.kubeconfig())
-    props = machine_props("kura-dedibox", 0, api_server="https://cp.dev.invalid:6443")
-    outs = provider.create(props).outs
-    assert outs is not None and outs["node_registered"] is True
+    # The fake API server here serves the core API only; the MachineClaim objects are tested against
+    # a real apiserver (tests/providers/test_machine_record.py). Keep the record in this process.
+    monkeypatch.setattr(Settings, "claim_record", lambda self, api_server: ProcessClaimRecord())
+    kubeconfig = cluster.kubeconfig()
+    claims, machines = sim.claims(kubeconfig=kubeconfig), sim.machines(kubeconfig=kubeconfig)
+    api = {"api_server": "https://cp.dev.invalid:6443"}
+    claim, machine = sim.adopt("kura-dedibox", 0, claims=claims, machines=machines, claim=api)
+    assert machine["node_registered"] is True
     (secret,) = cluster.secrets.values()
     assert secret["stringData"]["auth-extra-groups"] == "system:bootstrappers:tuist-kura-dedibox"
     assert secret["metadata"]["name"] == f"bootstrap-token-{secret['stringData']['token-id']}"
     root = sim.box_root("dedibox-200101")
-    kubeconfig = (root / "var/lib/kubelet/bootstrap-kubeconfig").read_text()
-    token = f"{secret['stringData']['token-id']}.{secret['stringData']['token-secret']}"
-    assert f"token: {token}" in kubeconfig  # the box got the token the Secret makes valid
-    assert "server: https://cp.dev.invalid:6443" in kubeconfig
+    bootstrap = (root / "var/lib/kubelet/bootstrap-kubeconfig").read_text()
+    value = f"{secret['stringData']['token-id']}.{secret['stringData']['token-secret']}"
+    assert f"token: {value}" in bootstrap  # the box got the token the Secret makes valid
+    assert "server: https://cp.dev.invalid:6443" in bootstrap
     assert (root / "etc/kubernetes/pki/ca.crt").read_text() == CA_PEM
-    assert token not in repr(outs)
+    assert value not in repr(machine)
 
-    node = outs["node_name"]
+    node = machine["node_name"]
     cluster.nodes[node] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}, "spec": {}}
     before = len(cluster.requests)
-    provider.delete(f"dedibox:{DEDIBOX_BOXES[0]}", outs)
+    sim.destroy(claim, machine, claims=claims, machines=machines)
     kube_writes = [(m, p) for m, p, _ in cluster.requests[before:] if m != "GET"]
     assert kube_writes == [("PATCH", f"/api/v1/nodes/{node}"), ("DELETE", f"/api/v1/nodes/{node}")]
     assert node not in cluster.nodes
@@ -495,33 +568,38 @@ def test_no_secret_in_outputs_errors_or_logs(
     sim: Sim, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    provider = sim.provider()
-    props = machine_props("kura-ovh", 0)
-    created = provider.create(props).outs
-    assert created is not None
-    updated = provider.update(f"ovh:{OVH_BOXES[0]}", created, {**props, "labels": {"a": "b"}}).outs
+    claim, machine = sim.adopt("kura-ovh", 0)
+    updated = (
+        sim.machines()
+        .update(
+            f"ovh:{OVH_BOXES[0]}",
+            machine,
+            {**machine_props("kura-ovh", 0, claim), "kubernetes_minor": "v1.33"},
+        )
+        .outs
+    )
     # A failing join (the box refuses this sudo password) puts the box's output in the error.
     wrong = "wrong-" + sim.sudo_password
     with pytest.raises(MachineStepError) as caught:
-        sim.provider(fleetSudoPassword=wrong).create(machine_props("kura-ovh", 1))
+        sim.adopt("kura-ovh", 1, machines=sim.machines(fleetSudoPassword=wrong))
     message = str(caught.value)
     assert message.startswith(f"kura-ovh-1: JOINING failed on ovh box {OVH_BOXES[1]} after ")
     assert "sudo: 1 incorrect password attempt" in message
     assert wrong not in message
     captured = capsys.readouterr()
-    texts = [repr(created), repr(updated), message, caplog.text, captured.out, captured.err]
+    texts = [repr(claim), repr(machine), repr(updated), message, caplog.text, captured.out, captured.err]
+    progress = ProcessClaimRecord().get("ovh", OVH_BOXES[1])
+    texts.append(repr(progress))
     assert_no_secret(sim, *texts)
     for text in texts:
         assert wrong not in text
 
 
 def test_ovh_release_reinstalls_with_the_trimmed_fleet_key_and_waits_for_the_task(sim: Sim) -> None:
-    provider = sim.provider()
-    outs = provider.create(machine_props("kura-ovh", 0)).outs
-    assert outs is not None
+    claim, machine = sim.adopt("kura-ovh", 0)
     since = sim.last_audit_id()
 
-    provider.delete(f"ovh:{OVH_BOXES[0]}", outs)
+    sim.destroy(claim, machine)
 
     writes = [(e["method"], e["path"], e["body"]) for e in sim.audit(since)]
     assert [(m, p) for m, p, _ in writes] == [
@@ -558,8 +636,9 @@ def _struct(values: dict[str, Any]) -> Any:
 
 def test_the_engine_path_unpickles_configures_and_creates(sim: Sim) -> None:
     """What the engine does: start `python -m pulumi.dynamic`, Configure it with the stack config over
-    gRPC, then Create with the pickled provider in `__provider`. The process unpickles the provider (by
-    reference: it imports providers.machine), calls configure(), then create()."""
+    gRPC, then Create the claim and the machine with the pickled providers in `__provider`. The process
+    unpickles the providers (by reference: it imports providers.machine.provider), calls configure(),
+    then create(); the machine finds the claim's record in the same process."""
     import grpc
     from pulumi.dynamic.dynamic import serialize_provider
     from pulumi.runtime import proto, rpc
@@ -578,13 +657,87 @@ def test_the_engine_path_unpickles_configures_and_creates(sim: Sim) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = provider_pb2_grpc.ResourceProviderStub(channel)
             stub.Configure(proto.ConfigureRequest(args=_struct(sim.stack_config())), timeout=30)
-            props = {**machine_props("kura-dedibox", 2), "__provider": serialize_provider(MachineProvider())}
-            response = stub.Create(proto.CreateRequest(urn="urn:x", properties=_struct(props)), timeout=120)
-        outs = rpc.deserialize_properties(response.properties)
+            props = {**claim_props("kura-dedibox", 2), "__provider": serialize_provider(ClaimProvider())}
+            claimed = stub.Create(proto.CreateRequest(urn="urn:x", properties=_struct(props)), timeout=120)
+            claim = rpc.deserialize_properties(claimed.properties)
+            machine_in = {
+                **machine_props("kura-dedibox", 2, claim),
+                "__provider": serialize_provider(MachineProvider()),
+            }
+            joined = stub.Create(
+                proto.CreateRequest(urn="urn:y", properties=_struct(machine_in)), timeout=120
+            )
+        machine = rpc.deserialize_properties(joined.properties)
     finally:
         process.kill()
         process.wait()
-    assert response.id == f"dedibox:{DEDIBOX_BOXES[0]}"
-    assert outs["provider_id"] == f"dedibox://{DEDIBOX_BOXES[0]}" and outs["state"] == "ready"
-    assert outs["__provider"] == props["__provider"]
-    assert_no_secret(sim, json.dumps(outs, default=str))
+    assert claimed.id == joined.id == f"dedibox:{DEDIBOX_BOXES[0]}"
+    assert machine["provider_id"] == f"dedibox://{DEDIBOX_BOXES[0]}" and machine["state"] == "ready"
+    assert machine["__provider"] == machine_in["__provider"]
+    assert_no_secret(sim, json.dumps(machine, default=str), json.dumps(claim, default=str))
+
+
+# --- import -------------------------------------------------------------------------------------------
+
+
+def test_an_import_claims_the_named_box_and_what_it_records_reads_back_unchanged(sim: Sim) -> None:
+    """providers/machine/importing.py: the import file's outputs are what read() says of the box, so a
+    `pulumi refresh` after `pulumi import` finds nothing to change; the box is claimed like any other."""
+    from providers.machine.importing import slot_resources
+
+    claims, machines = sim.claims(), sim.machines()
+    machine_in = {k: v for k, v in machine_props("kura-ovh", 3, {}).items() if v is not None}
+    since = sim.last_audit_id()
+    document = slot_resources(
+        settings=claims._config(),
+        stack=STACK,
+        claim_inputs=claim_props("kura-ovh", 3),
+        machine_inputs=machine_in,
+        label_inputs={"labels": {"a": "b"}, "taints": [], "api_server": None},
+        slot="kura-ovh-3",
+        box_id=OVH_BOXES[1],
+        log=lambda line: None,
+    )
+    claim, machine, labels = document["resources"]
+    assert [r["name"] for r in document["resources"]] == [
+        "kura-ovh-3-claim",
+        "kura-ovh-3",
+        "kura-ovh-3-labels",
+    ]
+    assert claim["id"] == machine["id"] == f"ovh:{OVH_BOXES[1]}"
+    assert document["nameTable"] == {
+        "fleet": "urn:pulumi:dev::tuist-infra::tuist:fleet:BareMetalFleet::fleet-kura-ovh"
+    }
+    assert claim["inputs"]["__provider"] == claim["outputs"]["__provider"]
+    # Claimed at the vendor (the only write), recorded as ready, and the pin is the box's key.
+    assert claims_in_state(sim.state())[OVH_BOXES[1]] == f"tuist-kura-dev-ovh-2 claim:{token('kura-ovh-3')}"
+    assert [e["method"] for e in sim.audit(since)] == ["PUT"]
+    assert (
+        machine["outputs"]["host_key_fingerprint"] == sim.box(f"ovh-{OVH_BOXES[1]}")["host_key_fingerprint"]
+    )
+    progress = ProcessClaimRecord().get("ovh", OVH_BOXES[1])
+    assert progress is not None and progress.phase == "Ready"
+    for provider, resource in ((claims, claim), (machines, machine)):
+        outputs = {k: v for k, v in resource["outputs"].items() if k != "__provider"}
+        assert provider.read(resource["id"], outputs).outs == outputs
+    assert (
+        labels["inputs"]["node_name"] == machine["outputs"]["node_name"] == "kura-ovh-ns1002-ip-203-0-113-net"
+    )
+    # The engine will diff the program's inputs against these: the same inputs are no change.
+    assert claims.diff(claim["id"], claim["outputs"], claim["inputs"]).changes is False
+    assert machines.diff(machine["id"], machine["outputs"], machine["inputs"]).changes is False
+    assert_no_secret(sim, json.dumps(document))
+
+    # A box someone else holds is refused, naming the holder; nothing is written.
+    since = sim.last_audit_id()
+    with pytest.raises(NoAdoptableBoxError, match="claimed by tuist-infra/alice-dev/kura-us-east-0"):
+        slot_resources(
+            settings=claims._config(),
+            stack=STACK,
+            claim_inputs=claim_props("kura-ovh", 4),
+            machine_inputs=machine_in,
+            label_inputs={"labels": {}, "taints": [], "api_server": None},
+            slot="kura-ovh-4",
+            box_id="ns1004.ip-203-0-113.net",
+        )
+    assert sim.audit(since) == []

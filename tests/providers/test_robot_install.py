@@ -13,7 +13,7 @@ import base64
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,8 +21,12 @@ import yaml
 
 import tests.providers.test_machine_support as support
 from providers.claims import claim_token
-from providers.machine import MachineInputError, MachineStepError, fleet_key_name
-from providers.robot_install import (
+from providers.constants import fleet_key_name
+from providers.machine import record as claim_records
+from providers.machine.errors import MachineInputError, MachineStepError
+from providers.machine.record import ProcessClaimRecord
+from providers.machine.robot_install import (
+    INSTALL_STATES,
     LSBLK_COMMAND,
     RobotInstallError,
     disks_from_lsblk,
@@ -33,8 +37,10 @@ from tests.providers.test_machine_support import (
     REPO,
     STACK,
     Sim,
+    claim_props,
     claims_in_state,
     machine_props,
+    resource_id,
     running_sim,
 )
 from vendorsim import artifacts
@@ -49,7 +55,6 @@ AX42_LSBLK = {
 }
 # Where Pulumi.dev.yaml points its artifact URLs: vendorsim's default port.
 DEV_SIM_URL = "http://127.0.0.1:8710"
-INSTALL_STATES = ["RESCUE_BOOT", "RESET", "WAIT_RESCUE_SSH", "INSTALLIMAGE", "REBOOT", "WAIT_NEW_HOST_KEY"]
 
 
 # --- pure ---------------------------------------------------------------------------------------------
@@ -94,8 +99,9 @@ def dev_fleets(sim_url: str) -> list[dict[str, Any]]:
     return fleets
 
 
-def pinned_provider(sim: Sim) -> Any:
-    return sim.provider(fleets=json.dumps(dev_fleets(sim.url)))
+def pinned(sim: Sim) -> dict[str, Any]:
+    """The Robot slot's claim inputs with the dev stack's pins (components/fleet.py passes them)."""
+    return {"install_artifacts": sim.pins()}
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +112,7 @@ def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 @pytest.fixture
 def sim(sim_process: Sim) -> Sim:
     sim_process.admin("POST", "reset")
+    claim_records._PROCESS_STORE.clear()
     return sim_process
 
 
@@ -118,6 +125,7 @@ class Watcher(logging.Handler):
         self.sim = sim
         self.states: list[str] = []
         self.rescue_calls: dict[str, list[str]] = {}
+        self.on_state: dict[str, Callable[[], None]] = {}  # run as the state starts (e.g. inject a fault)
 
     def emit(self, record: logging.LogRecord) -> None:
         match = re.match(r"^\S+: (\w+) on robot (?:box (\d+)|fleet \S+) \(budget", record.getMessage())
@@ -125,6 +133,8 @@ class Watcher(logging.Handler):
             return
         state, number = match.groups()
         self.states.append(state)
+        if state in self.on_state:
+            self.on_state.pop(state)()
         if state == "REBOOT":
             log = self.sim.state_dir / "boxes" / f"robot-{number}" / "rescue/root/var/log/sim-calls.log"
             self.rescue_calls[number] = log.read_text().splitlines()
@@ -164,16 +174,13 @@ def test_the_dev_pins_are_the_sums_of_the_artifacts_vendorsim_serves(sim: Sim) -
 def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
     sim: Sim, watcher: Watcher
 ) -> None:
-    provider = pinned_provider(sim)
-    props = machine_props("runners-linux", 0)
     token = claim_token(PROJECT, STACK, "runners-linux-0")
     since = sim.last_audit_id()
     before = sim.box("robot-2345601")["host_key_fingerprint"]
     root = sim.box_root("robot-2345601")
 
-    outs = provider.create(props).outs
+    claim, outs = sim.adopt("runners-linux", 0, claim=pinned(sim))
 
-    assert outs is not None
     assert watcher.states == ["CLAIMING", *INSTALL_STATES, "JOINING"]
     assert (outs["box_id"], outs["provider_id"], outs["public_ipv4"]) == (
         "2345601",
@@ -233,13 +240,15 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
 
     # A release reinstalls too: without the Kata pin it is refused before anything is written.
     since = sim.last_audit_id()
+    sim.machines().delete("robot:2345601", outs)  # no cluster to leave: nothing happens
+    unpinned = {**claim, "install_artifacts": {**claim["install_artifacts"], "kata_static_sha256": None}}
     with pytest.raises(MachineInputError) as refused:
-        sim.provider().delete("robot:2345601", outs)
+        sim.claims().delete("robot:2345601", unpinned)
     assert str(refused.value) == unpinned_message()
     assert sim.audit(since) == []
 
     watcher.states.clear()
-    provider.delete("robot:2345601", outs)
+    sim.claims().delete(resource_id(claim), claim)
 
     assert watcher.states == ["RELEASE_MARKING", *INSTALL_STATES, "RELEASE_CLEARING"]
     writes = robot_writes(sim, since)
@@ -261,28 +270,26 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
     assert (root / "opt/kata/bin/containerd-shim-kata-v2").exists()
 
 
-def unpinned_message() -> str:
+def unpinned_message(kata: str = "kata-static-3.30.0-amd64.tar.zst") -> str:
     return (
         "runners-linux-0: refusing to install a robot box: "
         f"{PROJECT}:fleets[name=runners-linux].install_artifacts.kata_static_sha256: required: "
-        "pin the sha256 of kata-static-3.30.0-amd64.tar.zst before a Robot box can be installed"
+        f"pin the sha256 of {kata} before a Robot box can be installed"
     )
 
 
-@pytest.mark.parametrize("fleets", ["dev fleets without install_artifacts", "no fleets config"])
-def test_an_unpinned_kata_is_refused_before_any_vendor_write(sim: Sim, watcher: Watcher, fleets: str) -> None:
-    if fleets == "no fleets config":
-        provider = sim.provider()
-    else:
-        unpinned = [{k: v for k, v in f.items() if k != "install_artifacts"} for f in dev_fleets(sim.url)]
-        provider = sim.provider(fleets=json.dumps(unpinned))
+@pytest.mark.parametrize("pins", ["defaults (Kata unpinned)", "none"])
+def test_an_unpinned_kata_is_refused_before_any_vendor_write(sim: Sim, watcher: Watcher, pins: str) -> None:
+    from config.models import InstallArtifacts
+
+    artifacts = InstallArtifacts().model_dump() if pins.startswith("defaults") else None
     since = sim.last_audit_id()
     before = sim.box("robot-2345601")
 
     with pytest.raises(MachineInputError) as caught:
-        provider.create(machine_props("runners-linux", 0))
+        sim.claims().create(claim_props("runners-linux", 0, install_artifacts=artifacts))
 
-    assert str(caught.value) == unpinned_message()
+    assert str(caught.value) == unpinned_message() if artifacts else unpinned_message("kata-static")
     assert watcher.states == []
     assert sim.audit(since) == []
     assert claims_in_state(sim.state())["2345601"] == "tuist-bm-dev-1"
@@ -317,12 +324,13 @@ def test_rescue_without_a_disk_pair_fails_in_installimage_naming_the_box(unpaire
     since = sim.last_audit_id()
 
     with pytest.raises(MachineStepError) as caught:
-        pinned_provider(sim).create(machine_props("runners-linux", 0))
+        sim.adopt("runners-linux", 0, claim=pinned(sim))
 
     message = str(caught.value)
     assert re.fullmatch(
-        r"runners-linux-0: INSTALLIMAGE failed on robot box 2345601 after \d+\.\ds: RobotInstallError: "
-        r"no two disks of the same size to mirror among \['/dev/nvme0n1', '/dev/sda'\]: RAID 1 needs a pair",
+        r"runners-linux-0: INSTALLIMAGE failed on robot box 2345601 after \d+\.\ds "
+        r"\(attempt 1, InstallInput, failure 1\): no two disks of the same size to mirror among "
+        r"\['/dev/nvme0n1', '/dev/sda'\]: RAID 1 needs a pair",
         message,
     ), message
     # Stopped before installimage: the box sits in its rescue system, the disk's old OS untouched.
@@ -336,3 +344,42 @@ def test_rescue_without_a_disk_pair_fails_in_installimage_naming_the_box(unpaire
     box = sim.box("robot-2345601")
     assert box["state"] == "rescue" and box["host_key_fingerprint"] != before
     assert not (sim.box_root("robot-2345601") / "installimage.conf").exists()
+
+
+# --- a create that fails in a state leaves a claim that destroy releases ---------------------------
+
+FAULTS = {
+    # state: the Robot route refused (HTTP 400, not worth retrying) from the moment the state starts
+    "RESCUE_BOOT": "/robot/boot/*/rescue",
+    "RESET": "/robot/reset/*",
+    "REBOOT": "/robot/reset/*",
+}
+
+
+@pytest.mark.parametrize("state", list(FAULTS))
+def test_a_create_failed_in_any_install_state_is_released_by_destroy(
+    sim: Sim, watcher: Watcher, state: str
+) -> None:
+    """Issue 12 point 8, Robot: the machine's create fails in `state`; the claim is in state, so
+    `pulumi destroy` (the claim's delete only: the machine never got into state) reinstalls the box
+    and hands it back to the pool."""
+    fault = {"vendor": "robot", "route": FAULTS[state], "method": "POST", "error_rate": 1, "status": 400}
+    watcher.on_state[state] = lambda: sim.faults(fault)
+    claim = sim.claims().create(claim_props("runners-linux", 0, **pinned(sim))).outs
+    assert claim is not None
+    try:
+        with pytest.raises(MachineStepError) as caught:
+            sim.machines().create(machine_props("runners-linux", 0, claim))
+    finally:
+        sim.clear_faults()
+    assert caught.value.state == state, str(caught.value)
+    progress = ProcessClaimRecord().get("robot", "2345601")
+    assert progress is not None and (progress.phase, progress.state) == ("Adopting", state)
+    assert progress.error_count >= 1 and progress.error_type
+
+    sim.destroy(claim, None)
+
+    assert claims_in_state(sim.state())["2345601"] == "tuist-bm-dev-1"
+    box = sim.box("robot-2345601")
+    assert box["state"] == "installed"
+    assert ProcessClaimRecord().get("robot", "2345601") is None

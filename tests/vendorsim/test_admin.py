@@ -84,7 +84,10 @@ def test_bad_fault_specs_name_the_field(served: Served) -> None:
         {"error": "fault spec: error_rate: must be a number between 0 and 1"},
     )
     r = served.admin("POST", "faults", {"vendor": "aws", "error_rate": 1})
-    assert r.json() == {"error": "fault spec: vendor: 'aws' is not one of ['ovh', 'dedibox', 'robot']"}
+    assert r.json() == {
+        "error": "fault spec: vendor: 'aws' is not one of "
+        "['ovh', 'dedibox', 'robot', 'scaleway_em', 'applesilicon']"
+    }
     r = served.admin("POST", "faults", {"rate": 1})
     assert r.json()["error"].startswith("fault spec: unknown field(s) ['rate']")
 
@@ -122,11 +125,11 @@ def test_audit_redacts_secrets_and_names_the_box(served: Served) -> None:
 
 def test_state_and_reset(served: Served) -> None:
     state = served.admin("GET", "state").json()
-    assert len(state["ovh"]["servers"]) == 7 and len(state["boxes"]) == 21
+    assert len(state["ovh"]["servers"]) == 7 and len(state["boxes"]) == 35
     # Every box answers SSH on its own IP (the one its vendor API reports) at the one dev port.
     assert {b["ssh_port"] for b in state["boxes"]} == {2222}
     boxes = {b["key"]: b["ip"] for b in state["boxes"]}
-    assert len(set(boxes.values())) == 21
+    assert len(set(boxes.values())) == 35
     assert (boxes["ovh-ns1001.ip-203-0-113.net"], boxes["dedibox-200101"], boxes["robot-2345601"]) == (
         "127.0.1.11",
         "127.0.2.31",
@@ -137,7 +140,7 @@ def test_state_and_reset(served: Served) -> None:
     assert served.admin("POST", "reset").json() == {"reset": True}
     assert robot(served, "GET", "/server/2345602").json()["server"]["server_name"] == "tuist-bm-dev-2"
     assert served.admin("GET", "audit").json()["entries"] == []
-    assert len(served.farm.reinstalls()) == 21
+    assert len(served.farm.reinstalls()) == 35
     # The reset restarted each box's sshd on the box's own IP.
     ensured = {c[1]: c[2]["ssh_host"] for c in served.farm.calls if c[0] == "ensure"}
     assert ensured == boxes

@@ -211,7 +211,7 @@ def test_mover_from_env_builds_the_vendors_mover(tmp_path: Path) -> None:
         ({"FAILOVER_VENDOR_ACCOUNT": ""}, "environment variable FAILOVER_VENDOR_ACCOUNT is required"),
         (
             {"FAILOVER_VENDOR": "hetzner"},
-            "FAILOVER_VENDOR: vendor 'hetzner' is not one of ovh, dedibox, robot",
+            "FAILOVER_VENDOR: vendor 'hetzner' is not one of ovh, dedibox, robot, scaleway_em, applesilicon",
         ),
         ({"FAILOVER_VENDOR_ACCOUNT": "{not json"}, "FAILOVER_VENDOR_ACCOUNT: not JSON"),
         (

@@ -22,6 +22,12 @@ fi
 unset SIM_BOX_INNER
 
 # --- inside the box's own mount namespace from here on ----------------------------------------------
+# A Mac mini (Apple silicon) records its platform (vendorsim/macos_disk.py): macOS tools, /Users homes.
+platform=linux
+if [[ -f $box_dir/hardware/platform ]]; then
+  # shellcheck source=/dev/null
+  platform=$(. "$box_dir/hardware/platform" && printf '%s' "$SIM_OS")
+fi
 # The running system's layer: the installed OS on the box's disk, or Robot's rescue system in RAM.
 layer=system
 if [[ -f $box_dir/boot && $(<"$box_dir/boot") == rescue ]]; then layer=rescue; fi
@@ -29,8 +35,10 @@ merged=$box_dir/merged
 mkdir -p "$box_dir/$layer/root" "$box_dir/$layer/work" "$merged"
 mount -t overlay "box" -o "lowerdir=/,upperdir=$box_dir/$layer/root,workdir=$box_dir/$layer/work" "$merged"
 
-# The box's own hostname, in its own UTS namespace.
-hostname "$(head -n 1 "$merged/etc/hostname")"
+# The box's own hostname, in its own UTS namespace (a Mac has no /etc/hostname).
+hostfile=$merged/etc/hostname
+if [[ $platform == macos ]]; then hostfile=$merged/var/lib/sim/hostname; fi
+hostname "$(head -n 1 "$hostfile")"
 
 mount -t proc proc "$merged/proc"
 # The kernel's knobs stay read-only: a script writing /proc/sys directly must not reach the host.
@@ -61,6 +69,16 @@ mount --bind "$here/shims" "$merged/run/sim/bin"
 mount -o remount,bind,ro "$merged/run/sim/bin"
 cp "$box_dir/box.env" "$merged/run/sim/box.env"
 chmod 0600 "$merged/run/sim/box.env"
+path=/run/sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+if [[ $platform == macos ]]; then
+  # macOS's own tools (sandbox/macos/shims) answer as a Mac would; the Linux shims stay reachable
+  # only by their path (the macOS sudo wraps the Linux one), never by name.
+  mkdir -p "$merged/run/sim/macos"
+  mount --bind "$here/macos" "$merged/run/sim/macos"
+  mount -o remount,bind,ro "$merged/run/sim/macos"
+  cp "$box_dir/hardware/platform" "$merged/run/sim/platform"
+  path=/run/sim/macos/shims:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+fi
 
 # The box's disks, for lsblk (sandbox/shims/lsblk).
 if [[ -f $box_dir/hardware/disks ]]; then
@@ -93,10 +111,16 @@ fi
 
 # shellcheck source=/dev/null
 user=$(. "$box_dir/box.env" && printf '%s' "$SIM_USER")
-if [[ $user == root ]]; then home=/root; else home=/home/$user; fi
+if [[ $user == root ]]; then
+  home=/root
+elif [[ $platform == macos ]]; then
+  home=/Users/$user
+else
+  home=/home/$user
+fi
 mkdir -p "$merged$home"
 
 exec chroot "$merged" /usr/bin/env -i --chdir="$home" \
-  PATH=/run/sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  PATH="$path" \
   HOME="$home" USER="$user" LOGNAME="$user" SHELL=/bin/bash LANG=C.UTF-8 \
   /bin/bash -c "${SSH_ORIGINAL_COMMAND:-exec bash}"

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from providers.ssh import runner
 from providers.ssh.runner import (
     OUTPUT_TAIL_CHARS,
     HostKeyMismatchError,
@@ -18,10 +19,10 @@ from providers.ssh.runner import (
     SshError,
     SshTarget,
     SshTimeoutError,
+    close_all_sessions,
     fetch_host_key,
     load_private_key,
     run_script,
-    wait_for_new_host_key,
 )
 from tests.providers.ssh.conftest import SUDO_PASSWORD, Box, KeyPair, free_port, new_key
 
@@ -347,34 +348,43 @@ def test_a_bad_private_key_is_rejected_without_quoting_it():
     assert str(err.value) == "private_key is not an unencrypted Ed25519, ECDSA or RSA private key"
 
 
-def test_fetch_host_key_and_wait_for_the_new_one_after_a_reinstall(
+def test_fetch_host_key_reads_the_key_without_logging_in_and_sees_a_reinstall(
     make_box: Callable[..., Box], fleet_key: KeyPair
 ):
     box = make_box()
     old = fetch_host_key(box.target, timeout=5)
     assert old == box.info.host_key_fingerprint
     assert re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", old)
-
-    reinstall = threading.Timer(
-        0.5,
-        lambda: box.farm.reinstall(
-            box.key, user="ubuntu", authorized_key=fleet_key.public, sudo_password=None
-        ),
-    )
-    reinstall.start()
-    try:
-        new = wait_for_new_host_key(box.target, old, timeout=20, poll_interval=0.1)
-    finally:
-        reinstall.join()
+    box.farm.reinstall(box.key, user="ubuntu", authorized_key=fleet_key.public, sudo_password=None)
+    new = fetch_host_key(box.target, timeout=5)
     assert new != old
     assert new == box.farm.info(box.key).host_key_fingerprint
 
 
-def test_wait_for_new_host_key_times_out_when_the_box_keeps_its_key(make_box: Callable[..., Box]):
+def test_close_all_sessions_hangs_up_a_running_script(make_box: Callable[..., Box], fleet_key: KeyPair):
+    """What the provider does when its engine goes away: every open session is closed, the remote
+    script is hung up, and the call that ran it returns at once instead of at its step timeout."""
     box = make_box()
-    with pytest.raises(SshTimeoutError) as err:
-        wait_for_new_host_key(box.target, box.info.host_key_fingerprint, timeout=0.6, poll_interval=0.1)
-    assert str(err.value) == (
-        f"waiting for the reinstalled box's new host key on ubuntu@127.0.0.1:{box.info.ssh_port} "
-        "timed out after 0.6s"
-    )
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_script(
+                box.target, "echo started; sleep 60", private_key=fleet_key.private, env_secrets={},
+                expected_host_key=None, **{**FAST, "step_timeout": 120.0},
+            )
+        except BaseException as error:  # asserted on below
+            failures.append(error)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 20
+    while not runner._OPEN and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the script is running on the box now
+    started = time.monotonic()
+    assert close_all_sessions() == 1
+    worker.join(timeout=15)
+    assert not worker.is_alive() and time.monotonic() - started < 10
+    assert len(failures) == 1 and isinstance(failures[0], SshError), failures
+    assert close_all_sessions() == 0

@@ -1,0 +1,62 @@
+"""The errors the machine package raises. Messages never carry a secret.
+
+`MachineError` is the one root here; when providers/errors.py grows the project's `InfraError`, this
+module re-parents it in one line.
+"""
+
+from __future__ import annotations
+
+from providers.ssh.runner import HostKeyMismatchError
+
+
+class MachineError(Exception):
+    """Base of the errors the machine package raises."""
+
+
+class MachineInputError(MachineError):
+    """An input is missing or malformed; the message names it."""
+
+
+class NotConfiguredError(MachineError):
+    """A credential or the vendor account this machine needs is not in the stack config."""
+
+
+class NoAdoptableBoxError(MachineError):
+    """No box of the fleet can be claimed."""
+
+
+class ReleaseRefusedError(MachineError):
+    """A production box was asked to be released without the switches that allow it."""
+
+
+class ClaimLostError(MachineError):
+    """The cluster-side claim of a box is held by someone else, or changed under this process."""
+
+
+class MachineStepError(MachineError):
+    """A state of the machine's state machine failed: names the state, the box, the attempt, the
+    error's type and the time spent."""
+
+    def __init__(
+        self,
+        machine: str,
+        state: str,
+        box: str,
+        elapsed: float,
+        cause: str,
+        *,
+        error_type: str = "Error",
+        attempt: int = 1,
+        failures: int = 1,
+    ) -> None:
+        self.machine, self.state, self.box, self.elapsed, self.cause = machine, state, box, elapsed, cause
+        self.error_type, self.attempt, self.failures = error_type, attempt, failures
+        Exception.__init__(
+            self,
+            f"{machine}: {state} failed on {box} after {elapsed:.1f}s "
+            f"(attempt {attempt}, {error_type}, failure {failures}): {cause}",
+        )
+
+
+class MachineHostKeyMismatchError(MachineStepError, HostKeyMismatchError):
+    """The box answered with a host key other than its pin, and nothing here reinstalled it."""

@@ -1,0 +1,452 @@
+"""The dynamic providers of MachineClaim and AdoptedMachine.
+
+MachineClaim    create = select + claim (recorded in state before anything slow);
+                delete = release (reinstall back to the pool, then clear the claim);
+                read   = the box behind the resource id, still claimed by this holder, or gone.
+AdoptedMachine  create = (Robot: install) + join, resuming at the state the claim's record holds;
+                update = rerun the join when an input the kubelet reads changed, else state only;
+                delete = leave the cluster (cordon, drain, delete the Node and its node-local PVCs);
+                read   = the box behind the id, still this holder's, and (with a cluster) its Node.
+
+The provider objects hold nothing: they are pickled into every resource's `__provider`, so
+credentials reach them only through `configure()` and clients are built per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pulumi.dynamic as dyn
+from pulumi.dynamic.dynamic import PROVIDER_KEY
+
+from providers import kube
+from providers.errors import NotFoundError
+from providers.machine import engine_link
+from providers.machine.errors import MachineInputError, NotConfiguredError, ReleaseRefusedError
+from providers.machine.fsm import Clock, Run, Runner, SystemClock
+from providers.machine.record import ClaimRecord, Holder, Phase, Progress
+from providers.machine.release import release_refusal, release_table
+from providers.machine.robot_install import INSTALL_STATES
+from providers.machine.selection import claim_box
+from providers.machine.settings import Settings, settings_from_config
+from providers.machine.spec import (
+    ClaimSpec,
+    MachineSpec,
+    Vendor,
+    claim_diff,
+    claim_input_problems,
+    machine_diff,
+    machine_input_problems,
+    node_name_for,
+    parse_claim,
+    parse_machine,
+    parse_resource_id,
+    provider_id_for,
+    rejoin_needed,
+    resource_id,
+)
+from providers.machine.states import PIN, REGISTERED, adopt_start, adopt_table, leave_table, rejoin_table
+from providers.ssh.robot_install import ArtifactPins
+from providers.ssh.runner import SshTarget
+from providers.vendor import Box
+
+CLAIM_OUTPUTS = (
+    "box_id",
+    "box_name",
+    "datacenter",
+    "public_ipv4",
+    "provider_id",
+    "node_name",
+    "claim_token",
+    "record",
+    "state",
+)
+MACHINE_OUTPUTS = ("node_name", "host_key_fingerprint", "node_registered", "state")
+
+
+class _Stateless(dyn.ResourceProvider):
+    # Nothing secret is captured (the instance holds nothing), so __provider need not be a secret.
+    serialize_as_secret_always = False
+    # Tests inject a fake clock on a configured instance; it is never pickled (see __getstate__).
+    clock: Clock = SystemClock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Even a configured instance pickles without its settings: state holds a class reference only.
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        return None
+
+    def configure(self, req: dyn.ConfigureRequest) -> None:
+        self._settings = settings_from_config(req.config)
+        # Run by the engine: if the engine goes away, hang up SSH and exit (engine_link).
+        engine_link.watch_engine()
+
+    def _config(self) -> Settings:
+        settings: Settings | None = getattr(self, "_settings", None)
+        if settings is None:
+            raise NotConfiguredError("the machine provider was not configured with the stack config")
+        return settings
+
+    def _run(
+        self,
+        name: str,
+        vendor: Vendor,
+        box_id: str,
+        inputs: ClaimSpec | MachineSpec,
+        urn: str | None,
+        **extra: Any,
+    ) -> Run:
+        settings = self._config()
+        return Run(
+            machine=name,
+            vendor=vendor,
+            box_id=box_id,
+            box_label=f"{vendor.value} box {box_id}",
+            timeout=inputs.timeout,
+            clock=self.clock,
+            log=lambda message: engine_link.progress(message, urn),
+            secrets=settings.secret_values(),
+            extra={"settings": settings, **extra},
+        )
+
+
+def _outputs(props: dict[str, Any], **values: Any) -> dict[str, Any]:
+    outs = {k: v for k, v in props.items() if k != PROVIDER_KEY}
+    outs.update(values)
+    return outs
+
+
+def artifact_pins(spec: ClaimSpec | MachineSpec, props: dict[str, Any], resource: str) -> ArtifactPins:
+    """The pins a Robot install of the fleet downloads with; refuses (before any vendor write) while
+    Kata is unpinned."""
+    pins = props.get("install_artifacts") or {}
+    if not isinstance(pins, dict) or not pins.get("kata_static_sha256"):
+        kata = str(pins.get("kata_static_url") or "kata-static") if isinstance(pins, dict) else "kata-static"
+        raise MachineInputError(
+            f"{resource}: refusing to install a robot box: "
+            f"tuist-infra:fleets[name={spec.fleet}].install_artifacts.kata_static_sha256: required: "
+            f"pin the sha256 of {kata.rsplit('/', 1)[-1]} before a Robot box can be installed"
+        )
+    try:
+        return ArtifactPins(
+            **{
+                key: str(pins[key])
+                for key in (
+                    "runc_url",
+                    "runc_sha256",
+                    "containerd_url",
+                    "containerd_sha256",
+                    "kata_static_url",
+                    "kata_static_sha256",
+                )
+            }
+        )
+    except KeyError as missing:
+        raise MachineInputError(f"{resource}: install_artifacts lacks {missing}") from None
+
+
+# --- MachineClaim ---------------------------------------------------------------------------------------
+
+
+class ClaimProvider(_Stateless):
+    """The dynamic provider behind MachineClaim."""
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        failures = [dyn.CheckFailure(key, reason) for key, reason in claim_input_problems(news)]
+        return dyn.CheckResult(news, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        result = claim_diff(olds, news)
+        if result.replaces:
+            box = olds.get("box_id")
+            engine_link.progress(
+                f"{news.get('resource_name')}: {', '.join(result.replaces or [])} changed: the claim of "
+                f"{olds.get('vendor')} box {box} is released (the box is reinstalled), another claimed",
+                news.get("urn"),
+                ephemeral=False,
+                warning=True,
+            )
+        return result
+
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        spec = parse_claim(props)
+        settings = self._config()
+        if spec.vendor is Vendor.ROBOT:
+            # Refuse before any vendor write: an install without its pins must not leave a claim behind.
+            artifact_pins(spec, props, spec.resource_name)
+        client = settings.vendor_client(spec.vendor)
+        record = settings.claim_record(spec.api_server)
+
+        def log(message: str) -> None:
+            engine_link.progress(message, spec.urn)
+
+        log(
+            f"{spec.resource_name}: CLAIMING on {spec.vendor.value} fleet {spec.fleet} "
+            f"(budget {spec.timeout('claiming'):g}s)"
+        )
+        box, progress = claim_box(client, record, spec, log)
+        record.save(replace(progress, phase=Phase.CLAIMED, state="CLAIMED"))
+        return dyn.CreateResult(
+            id_=resource_id(spec.vendor, box.id), outs=self._outs(props, spec, box, record)
+        )
+
+    @staticmethod
+    def _outs(props: dict[str, Any], spec: ClaimSpec, box: Box, record: ClaimRecord) -> dict[str, Any]:
+        return _outputs(
+            props,
+            box_id=box.id,
+            box_name=box.name,
+            datacenter=box.datacenter,
+            public_ipv4=box.public_ipv4,
+            provider_id=provider_id_for(box.vendor, box.id, box.datacenter),
+            node_name=node_name_for(spec.fleet, box.id),
+            claim_token=spec.token,
+            record=record.where,
+            state="releasing" if box.claim is not None and box.claim.releasing else "claimed",
+        )
+
+    def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
+        """The box the id names, if it is still claimed by this holder (vendor marker, and the cluster
+        record when there is a cluster); else gone, so `pulumi refresh` drops it from state."""
+        vendor, box_id = parse_resource_id(id_)
+        spec = parse_claim(props)
+        token = str(props.get("claim_token") or spec.token)
+        settings = self._config()
+        try:
+            box = settings.vendor_client(vendor).get_box(box_id)
+        except NotFoundError:
+            engine_link.progress(
+                f"{spec.resource_name}: {vendor.value} box {box_id} no longer exists", spec.urn
+            )
+            return dyn.ReadResult(id_="", outs={})
+        if box.claim is None or box.claim.token != token:
+            holder = box.claim.token if box.claim else "nobody"
+            engine_link.progress(
+                f"{spec.resource_name}: {vendor.value} box {box_id} is claimed by {holder}, not by this "
+                "machine: it is gone from the stack",
+                spec.urn,
+                ephemeral=False,
+                warning=True,
+            )
+            return dyn.ReadResult(id_="", outs={})
+        record = settings.claim_record(spec.api_server)
+        held = record.get(vendor.value, box_id)
+        if held is not None and held.holder.token != token:
+            engine_link.progress(
+                f"{spec.resource_name}: the cluster records {vendor.value} box {box_id} as {held.holder}'s",
+                spec.urn,
+                ephemeral=False,
+                warning=True,
+            )
+            return dyn.ReadResult(id_="", outs={})
+        outs = self._outs(props, spec, box, record)
+        outs["claim_token"] = token
+        return dyn.ReadResult(id_=id_, outs=outs)
+
+    def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        """Every claim update only records the new inputs (release reads them); a claim that now has a
+        cluster is recorded there too."""
+        spec = parse_claim(news)
+        vendor, box_id = parse_resource_id(id_)
+        token = str(olds.get("claim_token") or spec.token)
+        if spec.api_server and not olds.get("api_server"):
+            record = self._config().claim_record(spec.api_server)
+            holder = Holder(spec.project, spec.stack, spec.resource_name, token)
+            record.acquire(
+                Progress(vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder, state="CLAIMED")
+            )
+        outs = {**{k: v for k, v in olds.items() if k != PROVIDER_KEY}, **_outputs(news)}
+        outs.update({key: olds[key] for key in CLAIM_OUTPUTS if key in olds})
+        outs["record"] = "cluster" if spec.api_server else olds.get("record", "process")
+        return dyn.UpdateResult(outs=outs)
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        spec = parse_claim(props)
+        refusal = release_refusal(spec)
+        if refusal:
+            raise ReleaseRefusedError(refusal)
+        vendor, box_id = parse_resource_id(id_)
+        pins = artifact_pins(spec, props, spec.resource_name) if vendor is Vendor.ROBOT else None
+        settings = self._config()
+        token = str(props.get("claim_token") or spec.token)
+        client = settings.vendor_client(vendor)
+        record = settings.claim_record(spec.api_server)
+        holder = Holder(spec.project, spec.stack, spec.resource_name, token)
+        progress = record.acquire(
+            Progress(vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder)
+        )
+
+        def log(message: str) -> None:
+            engine_link.progress(message, spec.urn)
+
+        try:
+            box = client.get_box(box_id)
+        except NotFoundError:
+            log(f"{spec.resource_name}: {box_id} no longer exists at {vendor.value}; nothing to release")
+            record.release(progress)
+            return
+        if box.claim is None or box.claim.token != token:
+            holder_text = box.claim.token if box.claim else "nobody"
+            log(f"{spec.resource_name}: {box_id} is held by {holder_text}, not this machine; left alone")
+            record.release(progress)
+            return
+        table = release_table(vendor)
+        start = (
+            progress.state
+            if progress.phase == Phase.RELEASING and progress.state in table
+            else "RELEASE_MARKING"
+        )
+        run = self._run(
+            spec.resource_name,
+            vendor,
+            box_id,
+            spec,
+            spec.urn,
+            claim=spec,
+            client=client,
+            pins=pins,
+            hostname=node_name_for(spec.fleet, box_id),
+            target=SshTarget(str(box.public_ipv4 or props.get("public_ipv4")), spec.ssh_port, spec.login),
+        )
+        if start == "RELEASE_MARKING":
+            progress = replace(progress, facts={})  # a new release: nothing of the adoption's install
+        done = Runner(table, run, record, progress, Phase.RELEASING).start(start)
+        record.release(done)
+        log(f"{spec.resource_name}: {box_id} returned to the {spec.fleet} pool")
+
+
+# --- AdoptedMachine -------------------------------------------------------------------------------------
+
+
+class MachineProvider(_Stateless):
+    """The dynamic provider behind AdoptedMachine."""
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        failures = [dyn.CheckFailure(key, reason) for key, reason in machine_input_problems(news)]
+        return dyn.CheckResult(news, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        return machine_diff(olds, news)
+
+    def _holder(self, spec: MachineSpec) -> Holder:
+        return Holder(spec.project, spec.stack, spec.resource_name, spec.claim_token)
+
+    def _progress(self, record: ClaimRecord, spec: MachineSpec) -> Progress:
+        """The box's record (the claim made it; a process record of an earlier run is gone: made again)."""
+        return record.acquire(
+            Progress(
+                vendor=spec.vendor.value, box_id=spec.box_id, fleet=spec.fleet, holder=self._holder(spec)
+            )
+        )
+
+    def _machine_run(self, spec: MachineSpec, props: dict[str, Any], **extra: Any) -> Run:
+        return self._run(
+            spec.resource_name,
+            spec.vendor,
+            spec.box_id,
+            spec,
+            spec.urn,
+            spec=spec,
+            target=SshTarget(spec.public_ipv4, spec.ssh_port, spec.login),
+            **extra,
+        )
+
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        spec = parse_machine(props)
+        settings = self._config()
+        extra: dict[str, Any] = {"hostname": spec.node_name}
+        if spec.vendor is Vendor.ROBOT:
+            extra["pins"] = artifact_pins(spec, props, spec.resource_name)
+            extra["client"] = settings.vendor_client(spec.vendor)
+        record = settings.claim_record(spec.api_server)
+        progress = self._progress(record, spec)
+        table = adopt_table(spec.vendor)
+        resume = progress.phase == Phase.ADOPTING and progress.state in table
+        start = progress.state if resume else adopt_start(spec.vendor)
+        run = self._machine_run(spec, props, **extra)
+        if resume:
+            run.log(
+                f"{spec.resource_name}: resuming at {start} (attempt {progress.attempt + 1}; last error "
+                f"{progress.error_type or 'none'}, {progress.error_count} so far)"
+            )
+        elif spec.vendor is Vendor.ROBOT:
+            progress = replace(progress, facts={})
+        done = Runner(table, run, record, progress, Phase.ADOPTING).start(start)
+        record.save(replace(done, phase=Phase.READY, state="READY"))
+        run.log(f"{spec.resource_name}: ready on {run.box_label} as node {spec.node_name}")
+        outs = _outputs(
+            props,
+            node_name=spec.node_name,
+            host_key_fingerprint=run.facts[PIN],
+            node_registered=run.facts.get(REGISTERED) == "true",
+            state="ready",
+        )
+        return dyn.CreateResult(id_=resource_id(spec.vendor, spec.box_id), outs=outs)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        spec = parse_machine({**news, "node_name": olds.get("node_name")})
+        outs = {**{k: v for k, v in olds.items() if k != PROVIDER_KEY}, **_outputs(news)}
+        outs.update({key: olds[key] for key in MACHINE_OUTPUTS if key in olds})
+        changed = rejoin_needed(olds, news)
+        if not changed:
+            return dyn.UpdateResult(outs=outs)
+        settings = self._config()
+        record = settings.claim_record(spec.api_server)
+        progress = replace(
+            self._progress(record, spec), facts={PIN: str(olds.get("host_key_fingerprint") or "")}
+        )
+        run = self._machine_run(spec, news)
+        run.log(f"{spec.resource_name}: {', '.join(changed)} changed: joining again")
+        done = Runner(rejoin_table(), run, record, progress, Phase.ADOPTING).start("JOINING")
+        record.save(replace(done, phase=Phase.READY, state="READY"))
+        outs.update(host_key_fingerprint=run.facts[PIN], node_registered=run.facts.get(REGISTERED) == "true")
+        return dyn.UpdateResult(outs=outs)
+
+    def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
+        """The machine the id names: its box still claimed by this holder and, with a cluster, its Node
+        still registered; else gone."""
+        vendor, box_id = parse_resource_id(id_)
+        spec = parse_machine({**props, "vendor": vendor.value, "box_id": box_id})
+        settings = self._config()
+        try:
+            box = settings.vendor_client(vendor).get_box(box_id)
+        except NotFoundError:
+            return dyn.ReadResult(id_="", outs={})
+        if box.claim is None or box.claim.token != spec.claim_token:
+            engine_link.progress(
+                f"{spec.resource_name}: {vendor.value} box {box_id} is no longer claimed by it",
+                spec.urn,
+                ephemeral=False,
+                warning=True,
+            )
+            return dyn.ReadResult(id_="", outs={})
+        if spec.api_server and not kube.node_exists(settings.kube_api(), spec.node_name):
+            engine_link.progress(
+                f"{spec.resource_name}: Node {spec.node_name} is not registered",
+                spec.urn,
+                ephemeral=False,
+                warning=True,
+            )
+            return dyn.ReadResult(id_="", outs={})
+        outs = _outputs(props, public_ipv4=box.public_ipv4, datacenter=box.datacenter, state="ready")
+        return dyn.ReadResult(id_=id_, outs=outs)
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        """Leave the cluster. The box stays claimed: the claim's delete, which follows, releases it."""
+        spec = parse_machine(props)
+        if not spec.api_server:
+            engine_link.progress(f"{spec.resource_name}: no cluster to leave", spec.urn)
+            return
+        settings = self._config()
+        record = settings.claim_record(spec.api_server)
+        progress = self._progress(record, spec)
+        table = leave_table()
+        start = progress.state if progress.phase == Phase.LEAVING and progress.state in table else "CORDONING"
+        run = self._machine_run(spec, props, kube=settings.kube_api())
+        done = Runner(table, run, record, progress, Phase.LEAVING).start(start)
+        record.save(replace(done, phase=Phase.CLAIMED, state="CLAIMED"))
+
+
+__all__ = ["INSTALL_STATES", "ClaimProvider", "MachineProvider"]

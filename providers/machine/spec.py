@@ -1,0 +1,544 @@
+"""The inputs of MachineClaim and AdoptedMachine: parsing, checks, and the diff table.
+
+Every input either changes what a later step does (so a change is compared: replace, or an update
+that reruns the join, or an update that only records the new value in state because delete reads
+state), or is bookkeeping the diff ignores. `CLAIM_INPUTS` and `MACHINE_INPUTS` say which, and why;
+docs/machines.md prints the same table and tests/providers/test_machine_spec.py holds it to it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi.dynamic as dyn
+from pulumi.output import Unknown
+from pulumi.runtime import rpc
+
+# The one import of Vendor in this package: it moves to providers.vendor (vendors session).
+from config.models import Vendor as Vendor
+from providers.claims import claim_token
+from providers.constants import (
+    ENVIRONMENTS,
+    FLEET_LABEL,
+    MARKER_PATTERN,
+    MARKER_RULES,
+    POOL_LABEL,
+    PRODUCTION,
+)
+from providers.machine.errors import MachineInputError
+
+ROBOT_LABELS = {"tuist.dev/kata-runtime": "true", "katacontainers.io/kata-runtime": "true"}
+ROBOT_TAINT = {"key": "tuist.dev/runner-tier", "value": "bare-metal", "effect": "NoSchedule"}
+ROBOT_LOGIN = "root"  # installimage images and the rescue system log in as root with the fleet key
+DEFAULT_SSH_PORT = 22  # machines created before ssh_port was an input were dialled here
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# Seconds each state may take; `timeouts` overrides any of them. None is shared between states.
+DEFAULT_TIMEOUTS: dict[str, float] = {
+    "claiming": 300,
+    "rescue_boot": 300,
+    "reset": 300,
+    "wait_rescue_ssh": 900,
+    "installimage": 2700,
+    "reboot": 300,
+    "wait_new_host_key": 1800,
+    "joining": 300,  # the anchor's 5 min cap on the self-join
+    "cordoning": 60,
+    "draining": 600,
+    "deleting_node": 60,
+    "deleting_local_pvcs": 120,
+    "release_marking": 120,
+    "release_reinstall": 300,
+    "release_wait_install": 5400,
+    "release_clearing": 120,
+    # Not states: one SSH handshake, the pause between SSH connection retries, the poll period.
+    "ssh_handshake": 30,
+    "ssh_retry_delay": 30,
+    "poll_interval": 5,
+    "retry_delay": 10,  # the first pause before a state is tried again (doubling, at most 300)
+}
+
+_ENVIRONMENTS = ENVIRONMENTS
+_VENDORS = tuple(v.value for v in Vendor)
+_SLUG = re.compile(r"[^a-z0-9-]+")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_MARKER = re.compile(MARKER_PATTERN)
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_MINOR = re.compile(r"^v1\.[0-9]{2}$")
+
+
+# --- the diff table -----------------------------------------------------------------------------------
+
+
+class Change(enum.StrEnum):
+    REPLACE = "replace"  # another box (or the box released and claimed again)
+    REJOIN = "update, rerun the self-join"  # the idempotent join runs again with the new value
+    RECORD = "update, state only"  # nothing runs now; a later step (release) reads the new value
+    IGNORE = "no change"  # bookkeeping: never read after create, or it cannot change
+
+
+@dataclass(frozen=True)
+class InputRule:
+    change: Change
+    why: str
+
+
+CLAIM_INPUTS: dict[str, InputRule] = {
+    "vendor": InputRule(Change.REPLACE, "the claim is of a box at another vendor"),
+    "fleet": InputRule(Change.REPLACE, "the claim is of a box of another fleet"),
+    "marker": InputRule(Change.REPLACE, "the marker names the fleet's boxes; other boxes now belong to it"),
+    "datacenter_prefix": InputRule(
+        Change.REPLACE,
+        "only when the claimed box's datacenter no longer starts with it; otherwise state only",
+    ),
+    "environment": InputRule(Change.RECORD, "release reads it (the production guard)"),
+    "os": InputRule(Change.RECORD, "release reinstalls the box with it"),
+    "ssh_user": InputRule(Change.RECORD, "release reinstalls Dedibox boxes with this login"),
+    "ssh_port": InputRule(Change.RECORD, "release dials it (Robot reinstall)"),
+    "allow_release": InputRule(Change.RECORD, "release reads it (the production guard)"),
+    "allow_production_release": InputRule(Change.RECORD, "release reads it (the production guard)"),
+    "api_server": InputRule(
+        Change.RECORD, "where the claim is recorded: update writes the cluster-side claim"
+    ),
+    "timeouts": InputRule(Change.RECORD, "release's state budgets"),
+    "install_artifacts": InputRule(Change.RECORD, "a Robot release reinstalls with these pins"),
+    "project": InputRule(Change.IGNORE, "identity: the claim keeps the token it was created with"),
+    "stack": InputRule(Change.IGNORE, "identity: the claim keeps the token it was created with"),
+    "resource_name": InputRule(Change.IGNORE, "identity: the claim keeps the token it was created with"),
+    "urn": InputRule(Change.IGNORE, "where progress lines attach; read per call"),
+}
+
+MACHINE_INPUTS: dict[str, InputRule] = {
+    "box_id": InputRule(Change.REPLACE, "another box: the new one is joined, the old Node deleted"),
+    "vendor": InputRule(Change.REPLACE, "another box"),
+    "fleet": InputRule(Change.REPLACE, "the Node belongs to another fleet"),
+    "public_ipv4": InputRule(Change.REJOIN, "the kubelet's --node-ip"),
+    "provider_id": InputRule(Change.REJOIN, "the kubelet's --provider-id"),
+    "kubernetes_minor": InputRule(Change.REJOIN, "the kubelet's apt repository must track the control plane"),
+    "api_server": InputRule(Change.REJOIN, "the kubelet's bootstrap kubeconfig names it"),
+    "ssh_user": InputRule(Change.RECORD, "the next SSH session logs in as it"),
+    "ssh_port": InputRule(Change.RECORD, "the next SSH session dials it"),
+    "timeouts": InputRule(Change.RECORD, "the state budgets of later steps (leaving the cluster)"),
+    "environment": InputRule(Change.RECORD, "read by delete"),
+    "install_artifacts": InputRule(
+        Change.IGNORE, "the Robot install on adoption only; release uses the claim's"
+    ),
+    "labels": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
+    "taints": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
+    "node_pool": InputRule(Change.IGNORE, "registration only: later edits are the NodeLabels resource's"),
+    "datacenter": InputRule(Change.IGNORE, "informational; follows the box"),
+    "box_name": InputRule(Change.IGNORE, "informational; follows the box"),
+    "claim_token": InputRule(Change.IGNORE, "follows the claim (a new claim is a new box_id)"),
+    "project": InputRule(Change.IGNORE, "identity of the claim; the claim resource owns it"),
+    "stack": InputRule(Change.IGNORE, "identity of the claim; the claim resource owns it"),
+    "resource_name": InputRule(Change.IGNORE, "identity of the claim; the claim resource owns it"),
+    "urn": InputRule(Change.IGNORE, "where progress lines attach; read per call"),
+}
+
+
+def table_diff(
+    table: Mapping[str, InputRule], olds: Mapping[str, Any], news: Mapping[str, Any]
+) -> dict[Change, list[str]]:
+    """Which inputs changed, grouped by what the change does. Unknown values (preview) count as changed."""
+    found: dict[Change, list[str]] = {change: [] for change in Change}
+    for key, rule in table.items():
+        if _changed(key, olds, news):
+            found[rule.change].append(key)
+    return found
+
+
+def _changed(key: str, olds: Mapping[str, Any], news: Mapping[str, Any]) -> bool:
+    new = news.get(key)
+    if unknown(new):
+        return True
+    return bool(_norm(key, olds.get(key)) != _norm(key, new))
+
+
+def unknown(value: Any) -> bool:
+    """A value the engine does not know yet (a preview): the SDK's Unknown, or its wire sentinel."""
+    if isinstance(value, Unknown) or (isinstance(value, str) and value == rpc.UNKNOWN):
+        return True
+    if isinstance(value, Mapping):
+        return any(unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(unknown(v) for v in value)
+    return False
+
+
+def _norm(key: str, value: Any) -> str | None:
+    if key == "ssh_port":
+        # State written before ssh_port was an input dialled port 22: the same as an explicit 22.
+        value = _port(DEFAULT_SSH_PORT if value is None else value)
+    if key == "timeouts" and not value:
+        value = None  # {} and absent mean the defaults
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True)
+
+
+def claim_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResult:
+    """MachineClaim: see CLAIM_INPUTS. A datacenter_prefix change replaces only when the claimed box
+    no longer matches it."""
+    found = table_diff(CLAIM_INPUTS, olds, news)
+    replaces = found[Change.REPLACE]
+    if "datacenter_prefix" in replaces and not unknown(news.get("datacenter_prefix")):
+        prefix = news.get("datacenter_prefix")
+        datacenter = str(olds.get("datacenter") or "")
+        if not prefix or datacenter.lower().startswith(str(prefix).lower()):
+            replaces = [k for k in replaces if k != "datacenter_prefix"]
+            found[Change.RECORD].append("datacenter_prefix")
+    changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN])
+    # Boxes are scarce (no spare box waits for a replacement): release first, then claim.
+    return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
+
+
+def machine_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResult:
+    """AdoptedMachine: see MACHINE_INPUTS."""
+    found = table_diff(MACHINE_INPUTS, olds, news)
+    replaces = found[Change.REPLACE]
+    changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN])
+    return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
+
+
+def diff_table_markdown(table: Mapping[str, InputRule]) -> str:
+    """A diff table as docs/machines.md prints it (a test holds the two together)."""
+    lines = ["| input | a change does | why |", "|---|---|---|"]
+    lines += [f"| `{key}` | {rule.change.value} | {rule.why} |" for key, rule in table.items()]
+    return "\n".join(lines)
+
+
+def rejoin_needed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    return table_diff(MACHINE_INPUTS, olds, news)[Change.REJOIN]
+
+
+# --- parsed inputs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    overrides: Mapping[str, float]
+
+    def __call__(self, name: str) -> float:
+        return float(self.overrides[name] if name in self.overrides else DEFAULT_TIMEOUTS[name])
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """The inputs of one MachineClaim, checked."""
+
+    project: str
+    stack: str
+    resource_name: str  # the machine slot's name (<fleet>-<i>): the claim token derives from it
+    environment: str
+    fleet: str
+    vendor: Vendor
+    marker: str
+    datacenter_prefix: str | None
+    os: str
+    ssh_user: str
+    ssh_port: int
+    api_server: str | None
+    allow_release: bool
+    allow_production_release: bool
+    timeout: Timeouts
+    urn: str | None = None
+
+    @property
+    def token(self) -> str:
+        return claim_token(self.project, self.stack, self.resource_name)
+
+    @property
+    def production(self) -> bool:
+        return self.environment == PRODUCTION
+
+    @property
+    def login(self) -> str:
+        return ROBOT_LOGIN if self.vendor is Vendor.ROBOT else self.ssh_user
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    """The inputs of one AdoptedMachine, checked: the claim's outputs plus the join's own inputs."""
+
+    project: str
+    stack: str
+    resource_name: str
+    environment: str
+    fleet: str
+    vendor: Vendor
+    box_id: str
+    public_ipv4: str
+    provider_id: str
+    claim_token: str
+    node_pool: str
+    labels: Mapping[str, str]
+    taints: Sequence[Mapping[str, str]]
+    ssh_user: str
+    ssh_port: int
+    kubernetes_minor: str
+    api_server: str | None
+    timeout: Timeouts
+    urn: str | None = None
+    # The Node's name when the state says so: an imported box that was already a node keeps the name it
+    # registered with. A machine this program joined is <fleet>-<box id>.
+    registered_name: str | None = None
+
+    @property
+    def login(self) -> str:
+        return ROBOT_LOGIN if self.vendor is Vendor.ROBOT else self.ssh_user
+
+    @property
+    def node_name(self) -> str:
+        return self.registered_name or node_name_for(self.fleet, self.box_id)
+
+    def node_labels(self) -> dict[str, str]:
+        return node_labels(self.vendor, self.fleet, self.node_pool, self.labels)
+
+    def node_taints(self) -> list[dict[str, str]]:
+        return node_taints(self.vendor, self.taints)
+
+
+def node_labels(vendor: Vendor, fleet: str, node_pool: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """Every label a box of the fleet carries: the fleet's own, the pool and fleet labels, and on Robot
+    the Kata runtime labels the runner pods select."""
+    result = dict(labels)
+    if vendor is Vendor.ROBOT:
+        result.update(ROBOT_LABELS)
+    result[POOL_LABEL] = node_pool
+    result[FLEET_LABEL] = fleet
+    return dict(sorted(result.items()))
+
+
+def node_taints(vendor: Vendor, taints: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """The fleet's taints, and on Robot the runner-tier taint only runner pods tolerate."""
+    result = [{"key": t["key"], "value": str(t.get("value") or ""), "effect": t["effect"]} for t in taints]
+    if vendor is Vendor.ROBOT and not any(
+        (t["key"], t["effect"]) == (ROBOT_TAINT["key"], ROBOT_TAINT["effect"]) for t in result
+    ):
+        result.append(dict(ROBOT_TAINT))
+    return result
+
+
+def node_name_for(fleet: str, box_id: str) -> str:
+    """The Node's name: fleet plus box id, so a replacement on another box never collides."""
+    slug = _SLUG.sub("-", f"{fleet}-{box_id}".lower()).strip("-")
+    return slug[:63].rstrip("-")
+
+
+def provider_id_for(vendor: Vendor, box_id: str, datacenter: str) -> str:
+    """The foreign providerID: keeps the Hetzner CCM off the node; the failover mover parses it."""
+    if vendor is Vendor.OVH:
+        return f"ovh://{datacenter.lower()}/{box_id}"
+    if vendor is Vendor.DEDIBOX:
+        return f"dedibox://{box_id}"  # box id is <zone>/<server id>
+    return f"hrobot://{box_id}"
+
+
+def resource_id(vendor: Vendor | str, box_id: str) -> str:
+    """`<vendor>:<box id>`: what both resources are known by in state, and what read() reads."""
+    return f"{Vendor(vendor).value}:{box_id}"
+
+
+def parse_resource_id(id_: str) -> tuple[Vendor, str]:
+    vendor, sep, box_id = id_.partition(":")
+    if not sep or vendor not in _VENDORS or not box_id:
+        raise MachineInputError(
+            f"resource id {id_!r} is not <vendor>:<box id> (vendor one of {', '.join(_VENDORS)})"
+        )
+    return Vendor(vendor), box_id
+
+
+# --- checks -------------------------------------------------------------------------------------------
+
+Problems = list[tuple[str, str]]
+
+
+def _need(
+    problems: Problems,
+    props: Mapping[str, Any],
+    key: str,
+    pattern: re.Pattern[str] | None = None,
+    what: str = "",
+    optional: bool = False,
+) -> None:
+    value = props.get(key)
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value:
+        problems.append((key, f"must be a non-empty string, got {_short(value)}"))
+    elif value != value.strip():
+        problems.append((key, f"{_short(value)} has leading or trailing whitespace"))
+    elif pattern is not None and not pattern.match(value):
+        problems.append((key, f"{_short(value)} is not {what}"))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _common_problems(props: Mapping[str, Any]) -> Problems:
+    problems: Problems = []
+    for key in ("project", "stack", "resource_name"):
+        _need(problems, props, key)
+    _need(problems, props, "fleet", _NAME, "a DNS label")
+    if props.get("environment") not in _ENVIRONMENTS:
+        problems.append(("environment", f"must be one of {', '.join(_ENVIRONMENTS)}"))
+    if props.get("vendor") not in _VENDORS:
+        problems.append(("vendor", f"must be one of {', '.join(_VENDORS)}"))
+    _need(problems, props, "ssh_user", _USER, "a login name (a-z, 0-9, '_' and '-', at most 32)")
+    api_server = props.get("api_server")
+    if api_server is not None and (not isinstance(api_server, str) or not api_server.startswith("https://")):
+        problems.append(("api_server", f"must be https://<host>:<port> or null, got {_short(api_server)}"))
+    ssh_port = _port(props.get("ssh_port", DEFAULT_SSH_PORT))
+    if not isinstance(ssh_port, int) or isinstance(ssh_port, bool) or not 1 <= ssh_port <= 65535:
+        problems.append(("ssh_port", f"must be a TCP port (1-65535), got {_short(ssh_port)}"))
+    problems += _timeout_problems(props.get("timeouts", {}))
+    return problems
+
+
+def _timeout_problems(timeouts: Any) -> Problems:
+    if timeouts is None:
+        return []
+    if not isinstance(timeouts, Mapping):
+        return [("timeouts", "must be a mapping of state name to seconds")]
+    problems: Problems = []
+    for name, seconds in timeouts.items():
+        if name not in DEFAULT_TIMEOUTS:
+            problems.append((f"timeouts.{name}", f"unknown; known: {', '.join(sorted(DEFAULT_TIMEOUTS))}"))
+        elif not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
+            problems.append((f"timeouts.{name}", "must be a number of seconds > 0"))
+    return problems
+
+
+def claim_input_problems(props: Mapping[str, Any]) -> Problems:
+    """(property, reason) for every problem with a MachineClaim's inputs; empty when they are fine."""
+    problems = _common_problems(props)
+    _need(problems, props, "marker", _MARKER, "a marker (lowercase letters, digits and '-')")
+    rule = MARKER_RULES.get(str(props.get("vendor")))
+    marker = props.get("marker")
+    if rule is not None and isinstance(marker, str) and len(marker) > rule.marker_max:
+        problems.append(
+            (
+                "marker",
+                f"is {len(marker)} characters; {props['vendor']} markers take at most {rule.marker_max}",
+            )
+        )
+    _need(problems, props, "os", re.compile(r"^[a-z0-9][a-z0-9_.-]*$"), "an OS label")
+    _need(
+        problems,
+        props,
+        "datacenter_prefix",
+        re.compile(r"^[A-Za-z0-9-]+$"),
+        "a datacenter prefix",
+        optional=True,
+    )
+    marker, environment = props.get("marker"), props.get("environment")
+    if isinstance(marker, str) and isinstance(environment, str) and environment not in marker.split("-"):
+        problems.append(("marker", f"{_short(marker)} does not contain the environment name {environment!r}"))
+    for key in ("allow_release", "allow_production_release"):
+        if not isinstance(props.get(key, False), bool):
+            problems.append((key, f"must be true or false, got {_short(props.get(key))}"))
+    return problems
+
+
+def machine_input_problems(props: Mapping[str, Any]) -> Problems:
+    """(property, reason) for every problem with an AdoptedMachine's inputs."""
+    problems = _common_problems(props)
+    for key in ("box_id", "public_ipv4", "provider_id", "claim_token"):
+        value = props.get(key)
+        if value is not None and not unknown(value) and not isinstance(value, str):
+            problems.append((key, f"must be a string, got {_short(value)}"))
+    _need(problems, props, "node_pool", _NAME, "a DNS label")
+    _need(problems, props, "kubernetes_minor", _MINOR, "a Kubernetes minor (v1.NN)")
+    labels = props.get("labels", {})
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        problems.append(("labels", "must be a mapping of label key to string value"))
+    taints = props.get("taints", [])
+    if not isinstance(taints, list):
+        problems.append(("taints", "must be a list of {key, value, effect}"))
+    else:
+        for i, taint in enumerate(taints):
+            if not isinstance(taint, Mapping) or not isinstance(taint.get("key"), str):
+                problems.append((f"taints[{i}]", "must be {key, value, effect} with a string key"))
+            elif taint.get("effect") not in TAINT_EFFECTS:
+                problems.append((f"taints[{i}].effect", f"must be {', '.join(TAINT_EFFECTS)}"))
+    return problems
+
+
+def _fail(kind: str, problems: Problems) -> MachineInputError:
+    return MachineInputError(f"{kind} inputs: " + "; ".join(f"{key}: {reason}" for key, reason in problems))
+
+
+def parse_claim(props: Mapping[str, Any]) -> ClaimSpec:
+    problems = claim_input_problems(props)
+    if problems:
+        raise _fail("MachineClaim", problems)
+    return ClaimSpec(
+        project=props["project"],
+        stack=props["stack"],
+        resource_name=props["resource_name"],
+        environment=props["environment"],
+        fleet=props["fleet"],
+        vendor=Vendor(props["vendor"]),
+        marker=props["marker"],
+        datacenter_prefix=props.get("datacenter_prefix"),
+        os=props["os"],
+        ssh_user=props["ssh_user"],
+        ssh_port=int(_port(props.get("ssh_port", DEFAULT_SSH_PORT))),
+        api_server=props.get("api_server"),
+        allow_release=bool(props.get("allow_release", False)),
+        allow_production_release=bool(props.get("allow_production_release", False)),
+        timeout=Timeouts(dict(props.get("timeouts") or {})),
+        urn=_urn(props.get("urn")),
+    )
+
+
+def parse_machine(props: Mapping[str, Any]) -> MachineSpec:
+    problems = machine_input_problems(props)
+    for key in ("box_id", "public_ipv4", "provider_id", "claim_token"):
+        if not isinstance(props.get(key), str) or not props.get(key):
+            problems.append((key, "must come from the machine's claim (a non-empty string)"))
+    if problems:
+        raise _fail("AdoptedMachine", problems)
+    return MachineSpec(
+        project=props["project"],
+        stack=props["stack"],
+        resource_name=props["resource_name"],
+        environment=props["environment"],
+        fleet=props["fleet"],
+        vendor=Vendor(props["vendor"]),
+        box_id=props["box_id"],
+        public_ipv4=props["public_ipv4"],
+        provider_id=props["provider_id"],
+        claim_token=props["claim_token"],
+        node_pool=props["node_pool"],
+        labels=dict(props.get("labels") or {}),
+        taints=[
+            {"key": t["key"], "value": str(t.get("value") or ""), "effect": t["effect"]}
+            for t in props.get("taints") or []
+        ],
+        ssh_user=props["ssh_user"],
+        ssh_port=int(_port(props.get("ssh_port", DEFAULT_SSH_PORT))),
+        kubernetes_minor=props["kubernetes_minor"],
+        api_server=props.get("api_server"),
+        timeout=Timeouts(dict(props.get("timeouts") or {})),
+        urn=_urn(props.get("urn")),
+        registered_name=props.get("node_name") if isinstance(props.get("node_name"), str) else None,
+    )
+
+
+def _urn(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.startswith("urn:pulumi:") else None
+
+
+def _port(value: Any) -> Any:
+    # Numbers cross the Pulumi engine as floats (2222.0): a whole one is the port it names.
+    return int(value) if isinstance(value, float) and value.is_integer() else value

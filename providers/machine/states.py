@@ -1,0 +1,166 @@
+"""The flows of a machine as state tables, and the join and leave handlers.
+
+adopt   (AdoptedMachine create)   Robot: RESCUE_BOOT .. WAIT_NEW_HOST_KEY, then JOINING; others: JOINING
+rejoin  (AdoptedMachine update)   JOINING, with the pinned host key
+leave   (AdoptedMachine delete)   CORDONING, DRAINING, DELETING_NODE, DELETING_LOCAL_PVCS (with a cluster)
+release (MachineClaim delete)     providers/machine/release.py
+
+The table itself: `markdown_table()`, printed in docs/machines.md.
+
+Each row's handler does one step and returns Continue / Complete / Error / Failed
+(providers/machine/fsm.py). No Pulumi import here.
+"""
+
+from __future__ import annotations
+
+from providers import kube
+from providers.machine.fsm import DONE, FAILED, Complete, Result, Row, Run
+from providers.machine.release import release_table
+from providers.machine.robot_install import INSTALLED, install_rows
+from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
+from providers.machine.spec import MachineSpec, Vendor
+from providers.ssh.runner import run_script
+from providers.ssh.selfjoin import NodeTaint, SelfJoinParams, render_self_join_script, self_join_secrets
+
+PIN = "pin"  # the host key the join saw (and pinned), a fact of the record and the host_key_fingerprint
+REGISTERED = "node_registered"
+
+
+def _spec(run: Run) -> MachineSpec:
+    spec: MachineSpec = run.get("spec")
+    return spec
+
+
+# --- join -------------------------------------------------------------------------------------------------
+
+
+def joining(run: Run) -> Result:
+    """Run self-join.sh on the box over SSH. With a cluster, first write a one-hour bootstrap token
+    (a new one per try: the secret half never leaves this call)."""
+    spec, settings = _spec(run), run.get("settings")
+    token = kube.BootstrapToken.generate()
+    registered = False
+    if spec.api_server:
+        kubeconfig = settings.secret("kubeconfig", why="the machine joins a cluster")
+        kube.create_bootstrap_token(settings.kube_api(), token, fleet=spec.fleet, node_name=spec.node_name)
+        ca_pem, api_server, registered = kube.cluster_ca_pem(kubeconfig), spec.api_server, True
+    else:
+        ca_pem, api_server = dev_placeholder_ca(), DEV_API_SERVER
+    params = SelfJoinParams(
+        node_name=spec.node_name,
+        node_ip=spec.public_ipv4,
+        provider_id=spec.provider_id,
+        labels=spec.node_labels(),
+        api_server=api_server,
+        ca_bundle_pem=ca_pem,
+        kubernetes_minor=spec.kubernetes_minor,
+        taints=tuple(NodeTaint(**t) for t in spec.node_taints()),
+        containerd_source="preinstalled" if spec.vendor is Vendor.ROBOT else "apt",
+    )
+    target = run.get("target")
+    sudo_password = settings.sudo_password if target.user != "root" else None
+    # The pin: the installed OS's key right after a Robot install, else the one the join saw last.
+    pin = run.facts.get(INSTALLED) or run.facts.get(PIN) or None
+    result = run_script(
+        target,
+        render_self_join_script(params),
+        private_key=settings.fleet_private_key,
+        env_secrets=self_join_secrets(sudo_password=sudo_password, bootstrap_token=token.value),
+        expected_host_key=pin,
+        handshake_timeout=spec.timeout("ssh_handshake"),
+        step_timeout=spec.timeout("joining"),
+        retries=1,  # connection trouble is the table's to retry
+        step="self-join",
+    )
+    return Complete({PIN: result.host_key_fingerprint, REGISTERED: "true" if registered else "false"})
+
+
+# --- leave ------------------------------------------------------------------------------------------------
+
+
+def cordoning(run: Run) -> Result:
+    kube.cordon(run.get("kube"), _spec(run).node_name)
+    return Complete()
+
+
+def draining(run: Run) -> Result:
+    # One drain call waits (evictions a PodDisruptionBudget refuses are retried) for the state's budget.
+    kube.drain(run.get("kube"), _spec(run).node_name, timeout=run.timeout("draining"), sleep=run.clock.sleep)
+    return Complete()
+
+
+def deleting_node(run: Run) -> Result:
+    kube.delete_node(run.get("kube"), _spec(run).node_name)
+    return Complete()
+
+
+def deleting_local_pvcs(run: Run) -> Result:
+    kube.delete_node_local_pvcs(run.get("kube"), _spec(run).node_name)
+    return Complete()
+
+
+# --- tables -----------------------------------------------------------------------------------------------
+
+
+def _join_row() -> Row:
+    # Connection trouble is retried in place; a script that ran and failed is not (it prints why).
+    return Row("JOINING", joining, "joining", DONE, "JOINING", FAILED, retries=3)
+
+
+def adopt_table(vendor: Vendor) -> dict[str, Row]:
+    rows = {"JOINING": _join_row()}
+    if vendor is Vendor.ROBOT:
+        rows.update(install_rows(then="JOINING"))
+    return rows
+
+
+def adopt_start(vendor: Vendor) -> str:
+    return "RESCUE_BOOT" if vendor is Vendor.ROBOT else "JOINING"
+
+
+def rejoin_table() -> dict[str, Row]:
+    return {"JOINING": _join_row()}
+
+
+def leave_table() -> dict[str, Row]:
+    return {
+        "CORDONING": Row("CORDONING", cordoning, "cordoning", "DRAINING", "CORDONING"),
+        "DRAINING": Row("DRAINING", draining, "draining", "DELETING_NODE", "DRAINING", retries=1),
+        "DELETING_NODE": Row(
+            "DELETING_NODE", deleting_node, "deleting_node", "DELETING_LOCAL_PVCS", "DELETING_NODE"
+        ),
+        "DELETING_LOCAL_PVCS": Row(
+            "DELETING_LOCAL_PVCS", deleting_local_pvcs, "deleting_local_pvcs", DONE, "DELETING_LOCAL_PVCS"
+        ),
+    }
+
+
+def table_rows() -> list[tuple[str, str, Row]]:
+    """(flow, vendors, row) of every flow, in the order the rows run."""
+    rows: list[tuple[str, str, Row]] = []
+    rows += [("adopt", "robot", r) for r in adopt_table(Vendor.ROBOT).values() if r.state != "JOINING"]
+    rows += [("adopt, rejoin", "all", adopt_table(Vendor.OVH)["JOINING"])]
+    rows += [("leave", "all, with a cluster", r) for r in leave_table().values()]
+    for vendors, vendor in (("ovh, dedibox", Vendor.OVH), ("robot", Vendor.ROBOT)):
+        table = release_table(vendor)
+        order = ["RELEASE_MARKING", *(s for s in table if s not in ("RELEASE_MARKING", "RELEASE_CLEARING"))]
+        rows += [("release", vendors, table[state]) for state in [*order, "RELEASE_CLEARING"]]
+    return rows
+
+
+def markdown_table() -> str:
+    """The state table as docs/machines.md prints it (a test holds the two together)."""
+    from providers.machine.spec import DEFAULT_TIMEOUTS
+
+    lines = [
+        "| flow | vendors | state | budget | on success | on a retryable error | on a permanent failure |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for flow, vendors, row in table_rows():
+        times = "time" if row.retries == 1 else "times"
+        retry = f"{row.on_error} (up to {row.retries} {times})" if row.on_error == row.state else row.on_error
+        lines.append(
+            f"| {flow} | {vendors} | `{row.state}` | {DEFAULT_TIMEOUTS[row.budget]:g} s | {row.on_success} "
+            f"| {retry} | {row.on_failure} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""Scaleway Elastic Metal client on the scaleway SDK (`baremetal.v1` + IAM ssh keys), vendor-neutral
+outside. No Pulumi import.
+
+One project holds every environment's servers, so the environment boundary is the fleet tag and
+every list carries the project filter. Servers are pre-ordered and prepped by the operator; the
+program claims them (a tag), joins them, and releases them by reinstalling: this client has no way
+to order or delete a server.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from scaleway.baremetal.v1 import BaremetalV1API, BaremetalV1PrivateNetworkAPI
+from scaleway.baremetal.v1.types import Offer, Server
+
+from providers import claims
+from providers.errors import ConflictError, VendorError, VendorInputError
+from providers.scaleway_em.models import VENDOR, box_from_server, install_state_of, parse_box_id, resolve_os
+from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
+from providers.vendor import Box, Claim, InstallState, boxes_with_marker, single_line_key
+
+log = logging.getLogger(__name__)
+
+_SERVER = "/baremetal/v1/zones/{zone}/servers/{server_id}"
+
+
+class ElasticMetalClient(ProjectClient):
+    """One Scaleway project's Elastic Metal servers, reached with an IAM API key."""
+
+    VENDOR = VENDOR
+    WHAT = "Elastic Metal"
+
+    def _init_apis(self) -> None:
+        self._api = self._api_of(BaremetalV1API)
+        self._pn = self._api_of(BaremetalV1PrivateNetworkAPI)
+
+    # --- boxes -------------------------------------------------------------------------------------
+
+    def list_boxes(self) -> list[Box]:
+        """Every server of the project in every configured zone."""
+        return [box_from_server(s) for zone in self._zones for s in self._servers(zone)]
+
+    def boxes_with_marker(self, marker: str) -> list[Box]:
+        """The fleet's servers, filtered by tag on the API side (then checked again here)."""
+        boxes = [box_from_server(s) for zone in self._zones for s in self._servers(zone, tags=[marker])]
+        return boxes_with_marker(boxes, marker)
+
+    def _servers(self, zone: str, *, tags: list[str] | None = None) -> list[Server]:
+        return self._caller.call(
+            "GET /baremetal/v1/zones/{zone}/servers",
+            lambda: self._api.list_servers_all(
+                zone=zone, project_id=self._project_id, tags=tags, page_size=PAGE_SIZE
+            ),
+            subject=zone,
+        )
+
+    def get_box(self, box_id: str) -> Box:
+        return box_from_server(self._server(box_id))
+
+    def _server(self, box_id: str) -> Server:
+        zone, server_id = parse_box_id(box_id)
+        return self._caller.call(
+            f"GET {_SERVER}",
+            lambda: self._api.get_server(zone=zone, server_id=server_id),
+            subject=box_id,
+        )
+
+    def set_claim(self, box_id: str, claim: Claim | None) -> None:
+        """PATCH the server's tags: every other tag kept in order, one claim tag at the end. The
+        tag list is replaced as a whole, so it is read first."""
+        zone, server_id = parse_box_id(box_id)
+        current = list(self._server(box_id).tags or [])
+        wanted = claims.dedibox_tags(current, claim)
+        if wanted == current:
+            return
+        self._caller.call(
+            f"PATCH {_SERVER}",
+            lambda: self._api.update_server(zone=zone, server_id=server_id, tags=wanted),
+            subject=box_id,
+        )
+
+    # --- install ---------------------------------------------------------------------------------
+
+    def start_reinstall(
+        self,
+        box_id: str,
+        *,
+        hostname: str,
+        ssh_public_key: str,
+        user_login: str,
+        user_password: str,
+        os_label: str = "ubuntu_24.04",
+    ) -> None:
+        """POST .../install with the OS the label names among those the server's offer allows, the
+        fleet key (an IAM key of the project) and, where the OS lets them be set, the login user and
+        the fleet's sudo password.
+
+        An install already running answers 409 `transient_state`; when the server's own install
+        status confirms it runs, TaskAlreadyExistsError is raised (a retried release waits for it).
+        """
+        zone, server_id = parse_box_id(box_id)
+        if not hostname:
+            raise VendorInputError(f"Elastic Metal reinstall of {box_id}: hostname is empty")
+        key = single_line_key(ssh_public_key, where=f"Elastic Metal reinstall of {box_id}")
+        server = self._server(box_id)
+        systems = self._caller.call(
+            "GET /baremetal/v1/zones/{zone}/os",
+            lambda: self._api.list_os_all(zone=zone, offer_id=server.offer_id, page_size=PAGE_SIZE),
+            subject=box_id,
+        )
+        system = resolve_os(os_label, systems, box_id=box_id)
+        user: str | None = None
+        if system.user is not None:
+            if system.user.editable:
+                user = user_login
+            elif system.user.default_value and system.user.default_value != user_login:
+                # The fleet would dial a user the OS does not create.
+                raise VendorInputError(
+                    f"Elastic Metal OS {system.name} {system.version} logs in as "
+                    f"{system.user.default_value!r}, not {user_login!r}: set the fleet's ssh_user"
+                )
+        password = user_password if system.password is not None and system.password.editable else None
+        if system.password is not None and system.password.required and not password:
+            raise VendorInputError(f"Elastic Metal reinstall of {box_id}: the OS requires a password")
+        key_id = self._register_fleet_key(key, box_id=box_id)
+        try:
+            self._caller.call(
+                f"POST {_SERVER}/install",
+                lambda: self._api.install_server(
+                    zone=zone,
+                    server_id=server_id,
+                    os_id=system.id,
+                    hostname=hostname,
+                    ssh_key_ids=[key_id],
+                    user=user,
+                    password=password,
+                ),
+                subject=box_id,
+                hidden=(user_password,),
+            )
+        except ConflictError as refused:
+            if self.install_state(box_id) is InstallState.RUNNING:
+                raise self._already_running(refused, box_id, "an install") from None
+            raise
+        log.info("Elastic Metal reinstall of %s with %s %s started", box_id, system.name, system.version)
+
+    def install_state(self, box_id: str) -> InstallState:
+        return install_state_of(self._server(box_id))
+
+    # --- private networks --------------------------------------------------------------------------
+
+    def attach_private_network(self, box_id: str, private_network_id: str) -> Attachment:
+        """Attach the server to a Private Network, idempotently; call again until `ready`.
+
+        Elastic Metal carries Private Network traffic only once the server's "Private Network"
+        option is enabled (without it an attachment gets a VLAN that stays dark), so the option is
+        added first and the attachment waits until it reads enabled.
+        """
+        zone, server_id = parse_box_id(box_id)
+        if not private_network_id:
+            raise VendorInputError(f"Elastic Metal private network for {box_id}: the id is empty")
+        server = self._server(box_id)
+        option = next((o for o in server.options or [] if o.private_network is not None), None)
+        if option is None:
+            offered = self._caller.call(
+                "GET /baremetal/v1/zones/{zone}/options",
+                lambda: self._api.list_options_all(zone=zone, offer_id=server.offer_id, page_size=PAGE_SIZE),
+                subject=box_id,
+            )
+            found = next((o for o in offered if o.private_network is not None), None)
+            if found is None:
+                raise VendorError(
+                    vendor=VENDOR,
+                    call="GET /baremetal/v1/zones/{zone}/options",
+                    subject=box_id,
+                    message=f"offer {server.offer_name} has no Private Network option",
+                )
+            self._caller.call(
+                f"POST {_SERVER}/options/{{option_id}}",
+                lambda: self._api.add_option_server(zone=zone, server_id=server_id, option_id=found.id),
+                subject=box_id,
+            )
+            return Attachment(private_network_id, "option_enabling", None)
+        if str(option.status) != "option_status_enable":
+            return Attachment(private_network_id, f"option {option.status}", None)
+        return self._attach(
+            self._pn,
+            zone=zone,
+            server_id=server_id,
+            private_network_id=private_network_id,
+            box_id=box_id,
+            path="/baremetal/v1",
+        )
+
+    # --- catalogue -------------------------------------------------------------------------------
+
+    def offer_of(self, box_id: str) -> Offer:
+        """The server's offer: CPUs, memory, disks and price, for capacity and cost outputs."""
+        zone, _ = parse_box_id(box_id)
+        server = self._server(box_id)
+        return self._caller.call(
+            "GET /baremetal/v1/zones/{zone}/offers/{offer_id}",
+            lambda: self._api.get_offer(zone=zone, offer_id=server.offer_id),
+            subject=box_id,
+        )
+
+    # --- failover ----------------------------------------------------------------------------------
+
+    def failover_target(self, ip: str) -> str | None:
+        raise VendorInputError(
+            f"failover IP {ip}: Elastic Metal moves addresses as flexible IPs, which this client "
+            "does not drive; give the region a failover IP on another vendor"
+        )
+
+    def move_failover(self, ip: str, box_id: str) -> None:
+        self.failover_target(ip)

@@ -1,0 +1,266 @@
+"""The diff table (issue 12 point 1): for every input of MachineClaim and AdoptedMachine, what a change
+does and why, stated here independently of providers/machine/spec.py, and held to the code; and the
+input checks.
+
+The why column is the contract: an input that create, update or release reads is compared (replace, an
+update that reruns the join, or an update that records it because release reads state), never silently
+dropped. A label edit is not the machine's (the NodeLabels resource carries it), so it previews small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pulumi.output import Unknown
+from pulumi.runtime import rpc
+
+from providers.machine.spec import (
+    CLAIM_INPUTS,
+    DEFAULT_TIMEOUTS,
+    MACHINE_INPUTS,
+    Change,
+    Vendor,
+    claim_diff,
+    claim_input_problems,
+    diff_table_markdown,
+    machine_diff,
+    machine_input_problems,
+    node_labels,
+    node_name_for,
+    node_taints,
+    parse_claim,
+    parse_machine,
+    parse_resource_id,
+    provider_id_for,
+    rejoin_needed,
+)
+from tests.providers.test_machine_support import claim_props, machine_props
+
+# input -> (what a change must do, why), for a claimed and joined OVH box.
+CLAIM_TABLE: dict[str, tuple[str, Any, str]] = {
+    # input: (expected kind, new value, why)
+    "vendor": ("replace", "dedibox", "a box at another vendor"),
+    "fleet": ("replace", "kura-ovh-b", "a box of another fleet"),
+    "marker": ("replace", "tuist-kura-dev-ovh-b", "the fleet now means other boxes"),
+    "datacenter_prefix": ("replace", "gra", "the claimed box (bhs6) is outside the new datacenter"),
+    "environment": ("update", "staging", "release reads it: the production guard"),
+    "os": ("update", "debian_12", "release reinstalls with it: a later release must use the new one"),
+    "ssh_user": ("update", "debian", "release reinstalls Dedibox boxes with this login"),
+    "ssh_port": ("update", 2200, "a Robot release dials it"),
+    "allow_release": ("update", True, "release reads it"),
+    "allow_production_release": ("update", True, "release reads it"),
+    "api_server": ("update", "https://cp.dev.invalid:6443", "the claim is now recorded in the cluster"),
+    "timeouts": ("update", {"release_wait_install": 10}, "release's budgets"),
+    "install_artifacts": ("update", {"kata_static_sha256": "0" * 64}, "a Robot release reinstalls with them"),
+    "project": ("none", "other", "the claim keeps the token it was created with"),
+    "stack": ("none", "other", "the claim keeps the token it was created with"),
+    "resource_name": ("none", "kura-ovh-9", "the claim keeps the token it was created with"),
+    "urn": ("none", "urn:pulumi:dev::tuist-infra::x::y", "bookkeeping"),
+}
+
+MACHINE_TABLE: dict[str, tuple[str, Any, str]] = {
+    "box_id": ("replace", "ns2", "another box: a new Node; the old one is deleted"),
+    "vendor": ("replace", "dedibox", "another box"),
+    "fleet": ("replace", "kura-ovh-b", "a Node of another fleet"),
+    "public_ipv4": ("rejoin", "203.0.113.99", "the kubelet's --node-ip"),
+    "provider_id": ("rejoin", "ovh://gra1/ns1", "the kubelet's --provider-id"),
+    "kubernetes_minor": ("rejoin", "v1.35", "the kubelet's apt repository tracks the control plane"),
+    "api_server": ("rejoin", "https://cp.dev.invalid:6443", "the kubelet's bootstrap kubeconfig"),
+    "ssh_user": ("update", "debian", "the next SSH session logs in as it"),
+    "ssh_port": ("update", 2200, "the next SSH session dials it"),
+    "timeouts": ("update", {"draining": 10}, "leaving the cluster's budgets"),
+    "environment": ("update", "staging", "read by delete"),
+    "labels": ("none", {"tuist.dev/tier": "gold"}, "registration only: NodeLabels edits the Node"),
+    "taints": ("none", [], "registration only: NodeLabels edits the Node"),
+    "node_pool": ("none", "kura-ovh-b", "registration only: NodeLabels edits the Node"),
+    "install_artifacts": ("none", {"kata_static_sha256": "0" * 64}, "the adoption's install is done"),
+    "datacenter": ("none", "gra1", "informational"),
+    "box_name": ("none", "other", "informational"),
+    "claim_token": ("none", "fedcba987654", "a new claim is a new box_id"),
+    "project": ("none", "other", "the claim owns the identity"),
+    "stack": ("none", "other", "the claim owns the identity"),
+    "resource_name": ("none", "x", "the claim owns the identity"),
+    "urn": ("none", "urn:pulumi:dev::tuist-infra::x::y", "bookkeeping"),
+}
+
+CLAIM_OUTS = {"box_id": "ns1", "datacenter": "bhs6", "claim_token": "0123456789ab", "__provider": "p"}
+
+
+def claimed() -> dict[str, Any]:
+    return {**claim_props("kura-ovh", 0), **CLAIM_OUTS}
+
+
+def joined() -> dict[str, Any]:
+    claim = {**claimed(), "public_ipv4": "203.0.113.9", "provider_id": "ovh://bhs6/ns1", "box_name": "ns1"}
+    return {**machine_props("kura-ovh", 0, claim), "host_key_fingerprint": "SHA256:x", "__provider": "p"}
+
+
+def kind(result: Any, rejoin: list[str]) -> str:
+    if result.replaces:
+        return "replace"
+    if not result.changes:
+        return "none"
+    return "rejoin" if rejoin else "update"
+
+
+def test_the_tables_name_every_input_the_code_compares() -> None:
+    assert set(CLAIM_TABLE) == set(CLAIM_INPUTS)
+    assert set(MACHINE_TABLE) == set(MACHINE_INPUTS)
+    # ... and every input the fleet passes is in the table (nothing reaches a provider unstated).
+    from components.fleet import claim_props as fleet_claim_props
+    from components.fleet import machine_props as fleet_machine_props
+    from tests.components.test_fleet import fleet_args
+
+    args = fleet_args()
+    assert set(fleet_claim_props(args, project="p", stack="s", slot="x")) | {"urn"} <= set(CLAIM_INPUTS)
+    from_claim = {"box_id", "box_name", "datacenter", "public_ipv4", "provider_id", "claim_token", "urn"}
+    extra = {"resource_name", "timeouts"}  # the resource's own name; budgets (tests shorten them)
+    assert set(fleet_machine_props(args, project="p", stack="s")) | from_claim | extra == set(
+        MACHINE_INPUTS
+    )
+
+
+@pytest.mark.parametrize("key", list(CLAIM_TABLE))
+def test_claim_diff(key: str) -> None:
+    expected, value, why = CLAIM_TABLE[key]
+    result = claim_diff(claimed(), {**claim_props("kura-ovh", 0), key: value})
+    assert kind(result, []) == expected, why
+    assert result.delete_before_replace is (expected == "replace")  # boxes are scarce: release first
+    if expected == "replace":
+        assert result.replaces == [key]
+    assert CLAIM_INPUTS[key].change.value.startswith(
+        {"replace": "replace", "update": "update, state only", "none": "no change"}[expected]
+    )
+
+
+@pytest.mark.parametrize("key", list(MACHINE_TABLE))
+def test_machine_diff(key: str) -> None:
+    expected, value, why = MACHINE_TABLE[key]
+    olds = joined()
+    news = {k: v for k, v in olds.items() if k not in ("host_key_fingerprint", "__provider")}
+    news[key] = value
+    result = machine_diff(olds, news)
+    assert kind(result, rejoin_needed(olds, news)) == expected, why
+
+
+def test_a_narrower_or_wider_datacenter_prefix_the_box_still_matches_is_recorded_not_replaced() -> None:
+    for prefix in ("BHS6", "b", None):
+        result = claim_diff(claimed(), {**claim_props("kura-ovh", 0), "datacenter_prefix": prefix})
+        assert (result.changes, result.replaces) == (True, []), prefix
+
+
+def test_unknown_values_in_a_preview_count_as_changes() -> None:
+    """A slot whose claim is being replaced: the machine's box_id is unknown in the preview."""
+    olds = joined()
+    news = {**olds, "box_id": rpc.UNKNOWN}
+    assert machine_diff(olds, news).replaces == ["box_id"]
+    # As the dynamic provider process hands them over (the SDK's Unknown), and in the checks too.
+    news = {**olds, "box_id": Unknown(), "public_ipv4": Unknown()}
+    assert machine_diff(olds, news).replaces == ["box_id"]
+    assert machine_input_problems(news) == []
+    assert claim_diff(claimed(), {**claim_props("kura-ovh", 0), "marker": rpc.UNKNOWN}).replaces == ["marker"]
+
+
+def test_nothing_changed_is_no_change_whatever_the_order_or_number_type() -> None:
+    olds = joined()
+    news = {**olds, "labels": {}, "ssh_port": float(olds["ssh_port"])}
+    assert machine_diff(olds, news).changes is False
+    assert claim_diff(claimed(), claim_props("kura-ovh", 0)).changes is False
+    # State written before ssh_port was an input dialled port 22.
+    legacy = {k: v for k, v in claimed().items() if k != "ssh_port"}
+    assert claim_diff(legacy, claim_props("kura-ovh", 0, ssh_port=22)).changes is False
+    assert claim_diff(legacy, claim_props("kura-ovh", 0, ssh_port=2222.0)).changes is True
+
+
+# --- checks ---------------------------------------------------------------------------------------------
+
+
+def test_claim_checks_report_each_bad_input_by_name() -> None:
+    props = claim_props(
+        "kura-ovh",
+        0,
+        vendor="hetzner",
+        marker="tuist-kura-ovh",
+        timeouts={"joining": 0, "forever": 1},
+        api_server="http://x:6443",
+        allow_release="yes",
+        ssh_port=0,
+        ssh_user=" ubuntu",
+        os="Ubuntu 24.04",
+    )
+    assert claim_input_problems(props) == [
+        ("vendor", "must be one of ovh, dedibox, robot, scaleway_em, applesilicon"),
+        ("ssh_user", "' ubuntu' has leading or trailing whitespace"),
+        ("api_server", "must be https://<host>:<port> or null, got 'http://x:6443'"),
+        ("ssh_port", "must be a TCP port (1-65535), got 0"),
+        ("timeouts.joining", "must be a number of seconds > 0"),
+        ("timeouts.forever", "unknown; known: " + ", ".join(sorted(DEFAULT_TIMEOUTS))),
+        ("os", "'Ubuntu 24.04' is not an OS label"),
+        ("marker", "'tuist-kura-ovh' does not contain the environment name 'dev'"),
+        ("allow_release", "must be true or false, got 'yes'"),
+    ]
+    assert claim_input_problems(claim_props("kura-ovh", 0)) == []
+    with pytest.raises(Exception, match=r"^MachineClaim inputs: vendor: must be one of"):
+        parse_claim(props)
+
+
+def test_a_long_bad_value_is_quoted_cut_short() -> None:
+    problems = claim_input_problems(claim_props("kura-ovh", 0, marker="x" * 10_000))
+    assert problems == [
+        ("marker", "is 10000 characters; ovh markers take at most 32"),
+        ("marker", "'" + "x" * 56 + "... does not contain the environment name 'dev'"),
+    ]
+
+
+def test_machine_checks_need_the_claims_outputs() -> None:
+    props = machine_props("kura-ovh", 0, {})
+    assert machine_input_problems(props) == []  # the preview: the claim's outputs are not known yet
+    with pytest.raises(Exception, match="box_id: must come from the machine's claim"):
+        parse_machine(props)
+    bad = machine_props("kura-ovh", 0, {}, kubernetes_minor="1.34", taints=[{"key": "a", "effect": "Never"}])
+    assert machine_input_problems(bad) == [
+        ("kubernetes_minor", "'1.34' is not a Kubernetes minor (v1.NN)"),
+        ("taints[0].effect", "must be NoSchedule, PreferNoSchedule, NoExecute"),
+    ]
+
+
+# --- names ------------------------------------------------------------------------------------------------
+
+
+def test_node_names_provider_ids_and_resource_ids() -> None:
+    assert node_name_for("kura-ovh", "ns1001.ip-203-0-113.net") == "kura-ovh-ns1001-ip-203-0-113-net"
+    assert node_name_for("kura-dedibox", "fr-par-2/200101") == "kura-dedibox-fr-par-2-200101"
+    assert len(node_name_for("f" * 40, "x" * 40)) == 63
+    assert provider_id_for(Vendor.OVH, "ns1", "BHS6") == "ovh://bhs6/ns1"
+    assert provider_id_for(Vendor.DEDIBOX, "fr-par-2/200101", "DC5") == "dedibox://fr-par-2/200101"
+    assert provider_id_for(Vendor.ROBOT, "2345601", "FSN1") == "hrobot://2345601"
+    assert parse_resource_id("dedibox:fr-par-2/200101") == (Vendor.DEDIBOX, "fr-par-2/200101")
+    with pytest.raises(Exception, match="is not <vendor>:<box id>"):
+        parse_resource_id("hetzner:1")
+
+
+def test_robot_nodes_carry_the_kata_labels_and_the_runner_taint_once() -> None:
+    assert node_labels(Vendor.ROBOT, "runners", "runners-linux", {"a": "b"}) == {
+        "a": "b",
+        "katacontainers.io/kata-runtime": "true",
+        "node.cluster.x-k8s.io/pool": "runners-linux",
+        "tuist.dev/fleet": "runners",
+        "tuist.dev/kata-runtime": "true",
+    }
+    taint = {"key": "tuist.dev/runner-tier", "value": "bare-metal", "effect": "NoSchedule"}
+    assert node_taints(Vendor.ROBOT, []) == [taint]
+    assert node_taints(Vendor.ROBOT, [taint]) == [taint]
+    assert node_taints(Vendor.OVH, []) == []
+    assert Change.REJOIN.value == "update, rerun the self-join"
+
+
+def test_docs_print_the_tables_the_code_uses() -> None:
+    from providers.machine.node_labels import NODE_LABELS_INPUTS
+    from providers.machine.states import markdown_table
+    from tests.providers.test_machine_support import REPO
+
+    text = (REPO / "docs" / "machines.md").read_text()
+    for table in (CLAIM_INPUTS, MACHINE_INPUTS, NODE_LABELS_INPUTS):
+        assert diff_table_markdown(table) in text
+    assert markdown_table() in text

@@ -1,0 +1,467 @@
+"""The state machine, table-driven, with a fake clock and the in-process record: no sleeps, no network.
+
+The real tables are checked for shape (every next state exists, every state its own budget); the
+runner's routing (success, retryable error in place and elsewhere, permanent failure, budgets, the loop
+cap), what it persists (state, phase, error type and count, attempt, facts, no secrets), and the Robot
+install's resume: a create that died in INSTALLIMAGE starts there, with the rescue host key it recorded,
+and never resets the box again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from providers.constants import fleet_key_name
+from providers.errors import TransientVendorError
+from providers.machine import robot_install
+from providers.machine.errors import ClaimLostError, MachineHostKeyMismatchError, MachineStepError
+from providers.machine.fsm import (
+    DONE,
+    FAILED,
+    MAX_ENTRIES_PER_RUN,
+    Complete,
+    Continue,
+    Error,
+    Failed,
+    Result,
+    Row,
+    Run,
+    Runner,
+    check_table,
+    classify,
+)
+from providers.machine.record import Holder, Phase, ProcessClaimRecord, Progress
+from providers.machine.release import release_table
+from providers.machine.spec import DEFAULT_TIMEOUTS, Timeouts, Vendor
+from providers.machine.states import adopt_table, leave_table, rejoin_table
+from providers.ssh.runner import HostKeyMismatchError, RemoteCommandError, SshConnectError, SshTarget
+
+SECRET = "s3cret-sudo-password"
+HOLDER = Holder("tuist-infra", "dev", "kura-ovh-0", "0123456789ab")
+T0 = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
+
+
+@dataclass
+class FakeClock:
+    t: float = 0.0
+    sleeps: list[float] = field(default_factory=list)
+
+    def now(self) -> float:
+        return self.t
+
+    def wall(self) -> dt.datetime:
+        return T0 + dt.timedelta(seconds=self.t)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
+@dataclass
+class World:
+    clock: FakeClock
+    record: ProcessClaimRecord
+    progress: Progress
+    lines: list[str]
+    run: Run
+    saved: list[tuple[str, str]]  # (phase, state) of every save, in order
+
+
+@pytest.fixture
+def world() -> World:
+    store: dict[str, Progress] = {}
+    record = ProcessClaimRecord(store)
+    saved: list[tuple[str, str]] = []
+    real_save = record.save
+
+    def save(progress: Progress) -> Progress:
+        saved.append((progress.phase, progress.state))
+        return real_save(progress)
+
+    record.save = save  # type: ignore[method-assign]
+    progress = record.acquire(Progress("ovh", "ns1", "kura-ovh", HOLDER, state="CLAIMED"))
+    clock = FakeClock()
+    lines: list[str] = []
+    run = Run(
+        machine="kura-ovh-0",
+        vendor=Vendor.OVH,
+        box_id="ns1",
+        box_label="ovh box ns1",
+        timeout=Timeouts({"retry_delay": 10, "a": 100, "b": 100}),
+        clock=clock,
+        log=lines.append,
+        secrets=[SECRET],
+    )
+    return World(clock, record, progress, lines, run, saved)
+
+
+def scripted(*results: Result | BaseException) -> Callable[[Run], Result]:
+    """A handler answering `results` in turn (an exception is raised)."""
+    answers: Iterator[Result | BaseException] = iter(results)
+
+    def handler(_run: Run) -> Result:
+        answer = next(answers)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    return handler
+
+
+def start(world: World, table: dict[str, Row], first: str) -> Progress:
+    """Run `table` from `first`; the test tables' budgets "a" and "b" are 100 s, retry_delay 10 s."""
+    return Runner(table, world.run, world.record, world.progress, Phase.ADOPTING).start(first)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    a: tuple[Result | BaseException, ...]  # what state A answers, in turn
+    b: tuple[Result | BaseException, ...]
+    a_on_error: str  # A's next state on a retryable error
+    outcome: str  # "done" or the error type of the MachineStepError raised
+    failed_in: str | None  # the state named in the failure
+    visits: list[str]  # states entered, in order
+    sleeps: list[float]
+    error_count: int
+
+
+CASES = [
+    Case("straight through", (Complete(),), (Complete(),), "A", "done", None, ["A", "B"], [], 0),
+    Case(
+        "polls until there, within the budget",
+        (Continue(5, "x"), Continue(5, "x"), Complete()),
+        (Complete(),),
+        "A",
+        "done",
+        None,
+        ["A", "B"],
+        [5, 5],
+        0,
+    ),
+    Case(
+        "a retryable error is tried again in place, backing off",
+        (Error("Flaky", "1"), Error("Flaky", "2"), Complete()),
+        (Complete(),),
+        "A",
+        "done",
+        None,
+        ["A", "B"],
+        [10, 20],
+        2,
+    ),
+    Case(
+        "three retries, then the fourth error is permanent",
+        tuple(Error("Flaky", str(i)) for i in range(4)),
+        (),
+        "A",
+        "Flaky",
+        "A",
+        ["A"],
+        [10, 20, 40],
+        4,
+    ),
+    Case(
+        "a permanent failure is not retried",
+        (Failed("Refused", "no"),),
+        (),
+        "A",
+        "Refused",
+        "A",
+        ["A"],
+        [],
+        1,
+    ),
+    Case(
+        # A polls 40 s at a time in a 100 s budget: two sleeps, then the third poll would overrun: a
+        # Timeout, routed to B, which does the same and routes back to A ... until a state would be
+        # entered a fourth time in one run.
+        "the budget is spent polling: timeouts route between states until the loop cap",
+        tuple(Continue(40, "the box") for _ in range(9)),
+        (),
+        "B",
+        "Timeout",
+        "B",
+        ["A", "B"] * MAX_ENTRIES_PER_RUN,
+        [40.0] * (4 * MAX_ENTRIES_PER_RUN),
+        2 * MAX_ENTRIES_PER_RUN,
+    ),
+    Case(
+        "a retryable error routed to another state, which then succeeds",
+        (Error("Gone", "away"), Complete()),
+        (Complete(), Complete()),
+        "B",
+        "done",
+        None,
+        ["A", "B"],
+        [],
+        1,
+    ),
+    Case(
+        "an exception is classified: transport trouble is retried",
+        (SshConnectError("refused"), Complete()),
+        (Complete(),),
+        "A",
+        "done",
+        None,
+        ["A", "B"],
+        [10],
+        1,
+    ),
+    Case(
+        "an exception is classified: a failed script is permanent",
+        (RemoteCommandError(SshTarget("h", 22, "u"), "join", 1, "boom"),),
+        (),
+        "A",
+        "RemoteCommandFailed",
+        "A",
+        ["A"],
+        [],
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_transitions(world: World, case: Case) -> None:
+    if case.name.startswith("the budget"):
+        table = {
+            "A": Row("A", scripted(*case.a), "a", "B", "B"),
+            "B": Row("B", scripted(*case.a), "b", DONE, "A"),
+        }
+    else:
+        table = {
+            "A": Row("A", scripted(*case.a), "a", "B", case.a_on_error),
+            "B": Row("B", scripted(*case.b), "b", DONE, "B"),
+        }
+    if case.outcome == "done":
+        done = start(world, table, "A")
+        assert done.state == DONE
+        assert (done.error_type, done.last_error) == (None, None)
+    else:
+        with pytest.raises(MachineStepError) as caught:
+            start(world, table, "A")
+        error = caught.value
+        assert (error.state, error.error_type, error.attempt) == (case.failed_in, case.outcome, 1)
+        assert error.failures == case.error_count
+        assert str(error).startswith(f"kura-ovh-0: {case.failed_in} failed on ovh box ns1 after ")
+        assert f"(attempt 1, {case.outcome}, failure {case.error_count})" in str(error)
+        stored = world.record.get("ovh", "ns1")
+        assert stored is not None
+        assert (stored.state, stored.error_type, stored.error_count) == (
+            case.failed_in,
+            case.outcome,
+            case.error_count,
+        )
+    entered = [state for phase, state in world.saved if phase == Phase.ADOPTING]
+    assert [s for i, s in enumerate(entered) if i == 0 or s != entered[i - 1]] == (
+        case.visits + (["DONE"] if case.outcome == "done" else [])
+    )
+    assert world.clock.sleeps == case.sleeps
+
+
+def test_what_is_persisted_on_failure_has_no_secret_and_is_cut_short(world: World) -> None:
+    long = f"sudo: wrong password {SECRET} " + "x" * 5000
+    table = {"A": Row("A", scripted(Failed("Refused", long)), "a", DONE, "A")}
+    with pytest.raises(MachineStepError) as caught:
+        start(world, table, "A")
+    stored = world.record.get("ovh", "ns1")
+    assert stored is not None and stored.last_error is not None
+    assert SECRET not in stored.last_error and SECRET not in str(caught.value)
+    assert "***" in stored.last_error
+    assert len(stored.last_error) <= 1000
+    assert stored.last_transition == "2026-05-01T12:00:00Z"
+
+
+def test_a_host_key_mismatch_raises_the_mismatch_error(world: World) -> None:
+    mismatch = HostKeyMismatchError(SshTarget("h", 22, "u"), "SHA256:a", "SHA256:b")
+    table = {"A": Row("A", scripted(mismatch), "a", DONE, "A")}
+    with pytest.raises(MachineHostKeyMismatchError) as caught:
+        start(world, table, "A")
+    assert isinstance(caught.value, HostKeyMismatchError) and caught.value.error_type == "HostKeyMismatch"
+
+
+def test_facts_accumulate_and_persist_and_attempts_count(world: World) -> None:
+    table = {
+        "A": Row("A", scripted(Complete({"k1": "v1"})), "a", "B", "A"),
+        "B": Row("B", lambda run: Complete({"k2": run.facts["k1"] + "!"}), "b", DONE, "B"),
+    }
+    done = start(world, table, "A")
+    assert done.facts == {"k1": "v1", "k2": "v1!"} and done.attempt == 1
+    stored = world.record.get("ovh", "ns1")
+    assert stored is not None and stored.facts == done.facts
+    again = Runner(
+        {"A": Row("A", scripted(Complete()), "a", DONE, "A")}, world.run, world.record, stored, "x"
+    )
+    assert again.start("A").attempt == 2
+
+
+def test_a_record_changed_by_another_process_stops_the_run(world: World) -> None:
+    """Compare-and-set: another writer moved the record on; this run must not write over it."""
+
+    def meddle(_run: Run) -> Result:
+        current = world.record.get("ovh", "ns1")
+        assert current is not None
+        world.record.save(current)  # someone else's write bumps the version
+        return Complete()
+
+    table = {"A": Row("A", meddle, "a", DONE, "A")}
+    with pytest.raises(ClaimLostError, match="changed or went away"):
+        start(world, table, "A")
+
+
+def test_classify_maps_vendor_trouble() -> None:
+    transient = TransientVendorError(vendor="robot", call="POST /reset/{n}", message="503")
+    assert isinstance(classify(transient), Error)
+    assert classify(KeyError("x")) == Failed("KeyError", "KeyError: 'x'")
+
+
+# --- the real tables ------------------------------------------------------------------------------------
+
+TABLES = {
+    "adopt robot": adopt_table(Vendor.ROBOT),
+    "adopt ovh": adopt_table(Vendor.OVH),
+    "rejoin": rejoin_table(),
+    "leave": leave_table(),
+    "release ovh": release_table(Vendor.OVH),
+    "release robot": release_table(Vendor.ROBOT),
+}
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_every_table_is_closed_and_each_state_has_a_budget_of_its_own(name: str) -> None:
+    table = TABLES[name]
+    check_table(table)
+    budgets = [row.budget for row in table.values()]
+    assert len(budgets) == len(set(budgets)), f"{name}: states share a budget: {budgets}"
+    assert all(budget in DEFAULT_TIMEOUTS for budget in budgets)
+    assert all(row.state == state for state, row in table.items())
+
+
+def test_check_table_refuses_a_dangling_state() -> None:
+    with pytest.raises(ValueError, match="A leads to NOWHERE"):
+        check_table({"A": Row("A", scripted(), "a", "NOWHERE", "A")})
+
+
+# --- the Robot install resumes where it stopped ---------------------------------------------------------
+
+
+@dataclass
+class FakeRobot:
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def register_ssh_key(self, name: str, public_key: str) -> str:
+        self.calls.append(("register_ssh_key", name))
+        return "aa:bb"
+
+    def activate_rescue(self, box_id: str, fingerprint: str) -> None:
+        self.calls.append(("activate_rescue", box_id))
+
+    def reset(self, box_id: str, kind: str) -> None:
+        self.calls.append(("reset", kind))
+
+
+class FakeSettings:
+    fleet_public_key = "ssh-ed25519 AAAAkey"
+    fleet_private_key = "not used: run_script is replaced"
+
+
+@pytest.fixture
+def robot_run(world: World, monkeypatch: pytest.MonkeyPatch) -> tuple[World, FakeRobot, list[str], list[str]]:
+    """The install rows' handlers with a fake Robot, host keys answered from a script, run_script
+    recorded: what the box answers with on each probe is `keys` (consumed in turn, the last repeats)."""
+    robot = FakeRobot()
+    keys: list[str] = []
+    scripts: list[str] = []
+
+    def probe(_target: SshTarget, timeout: float) -> str:
+        return keys.pop(0) if len(keys) > 1 else keys[0]
+
+    def run_script(_target: SshTarget, script: str, **kwargs: Any) -> Any:
+        scripts.append(f"{kwargs['step']} pinned {kwargs['expected_host_key']}")
+        disks = [{"name": name, "size": 1000, "type": "disk"} for name in ("sda", "sdb")]
+        lsblk = json.dumps({"blockdevices": disks})
+        return type("R", (), {"output_tail": lsblk})()
+
+    monkeypatch.setattr(robot_install, "fetch_host_key", probe)
+    monkeypatch.setattr(robot_install, "run_script", run_script)
+    monkeypatch.setattr(robot_install, "render_postinstall", lambda pins: "#!/bin/sh\n")
+    world.run.vendor, world.run.box_id, world.run.box_label = Vendor.ROBOT, "2345601", "robot box 2345601"
+    world.run.extra.update(
+        client=robot,
+        settings=FakeSettings(),
+        target=SshTarget("127.0.0.1", 22, "root"),
+        pins=None,
+        hostname="runners-linux-2345601",
+    )
+    return world, robot, keys, scripts
+
+
+def test_the_robot_install_from_the_start(robot_run: tuple[World, FakeRobot, list[str], list[str]]) -> None:
+    world, robot, keys, scripts = robot_run
+    # The old OS, then (after the reset) not answering twice, then the rescue system; then the new OS.
+    keys += ["SHA256:old", "SHA256:old", "", "", "SHA256:rescue", "SHA256:rescue", "", "SHA256:installed"]
+    table = robot_install.install_rows(then=DONE)
+    world.run.timeout = Timeouts({"poll_interval": 3})
+    done = Runner(table, world.run, world.record, world.progress, Phase.ADOPTING).start("RESCUE_BOOT")
+    assert robot.calls == [
+        ("register_ssh_key", fleet_key_name(FakeSettings.fleet_public_key)),
+        ("activate_rescue", "2345601"),
+        ("reset", "hw"),
+        ("reset", "hw"),
+    ]
+    assert scripts == ["lsblk pinned SHA256:rescue", "installimage pinned SHA256:rescue"]
+    assert done.facts == {
+        "host_key_before": "SHA256:old",
+        "rescue_host_key": "SHA256:rescue",
+        "installed_host_key": "SHA256:installed",
+    }
+    assert world.clock.sleeps == [3, 3, 3]  # polled for the rescue system twice, the new OS once
+
+
+def test_a_create_that_died_in_installimage_resumes_there(
+    robot_run: tuple[World, FakeRobot, list[str], list[str]],
+) -> None:
+    world, robot, keys, scripts = robot_run
+    # The record a killed create left behind: in INSTALLIMAGE, with the host keys it had seen.
+    died = world.record.save(
+        Progress(
+            "ovh",
+            "ns1",
+            "kura-ovh",
+            HOLDER,
+            phase=Phase.ADOPTING,
+            state="INSTALLIMAGE",
+            attempt=1,
+            facts={"host_key_before": "SHA256:old", "rescue_host_key": "SHA256:rescue"},
+            version=world.progress.version,
+        )
+    )
+    keys += ["SHA256:rescue", "SHA256:installed"]  # still in rescue; after the reboot, the new OS
+    table = robot_install.install_rows(then=DONE)
+    world.run.timeout = Timeouts({"poll_interval": 3})
+    done = Runner(table, world.run, world.record, died, Phase.ADOPTING).start(died.state)
+    # No rescue arming, one reset (the reboot out of rescue): the install was not started over.
+    assert robot.calls == [("reset", "hw")]
+    assert scripts == ["lsblk pinned SHA256:rescue", "installimage pinned SHA256:rescue"]
+    assert done.attempt == 2 and done.facts["installed_host_key"] == "SHA256:installed"
+
+
+def test_a_reset_is_not_sent_twice_when_the_rescue_is_already_up(
+    robot_run: tuple[World, FakeRobot, list[str], list[str]],
+) -> None:
+    """A create that died between the reset and WAIT_RESCUE_SSH resumes at RESET: the box already
+    answers with the rescue system's key, so the handler completes without resetting again."""
+    world, robot, keys, _ = robot_run
+    world.run.facts["host_key_before"] = "SHA256:old"
+    keys += ["SHA256:rescue"]
+    row = robot_install.install_rows(then=DONE)["RESET"]
+    single = {"RESET": Row("RESET", row.handler, row.budget, DONE, FAILED)}
+    Runner(single, world.run, world.record, world.progress, Phase.ADOPTING).start("RESET")
+    assert robot.calls == []
