@@ -174,7 +174,8 @@ def capacity_outputs(cfg: StackConfig) -> dict[str, Any]:
         pool_fleet = by_name.get(pool.fleet)
         runner_pools[pool.name] = {
             "fleet": pool.fleet,
-            "slots": 0 if pool_fleet is None else pool_slots(pool, pool_fleet),
+            # The fleet's slots (the outputs contract); capacity_problems checks the pool's own size.
+            "slots": 0 if pool_fleet is None else fleet_slots(pool_fleet),
             "min_warm_pool_floor": effective_min_warm_pool_floor(pool),
             "max_replicas": pool.autoscaling.max_replicas,
         }
