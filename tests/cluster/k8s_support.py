@@ -13,11 +13,12 @@ import yaml
 from kubernetes import client as k8s
 
 from tests.support.cluster import KubeCluster
-from tests.support.k8s_schema import collect_manifests
+from tests.support.k8s_schema import CRD_DIR, collect_manifests
 
 __all__ = [
     "apply",
     "can",
+    "install_crd_fixture",
     "rendered",
     "service_account_api",
     "suffix",
@@ -36,21 +37,33 @@ def rendered(build: Callable[[], Any]) -> list[dict[str, Any]]:
 def apply(
     cluster: KubeCluster, manifests: Iterable[dict[str, Any]], *, kinds: Iterable[str] | None = None
 ) -> None:
-    """Server-side apply, namespaces and CRDs first (as Pulumi orders them by dependency)."""
+    """Server-side apply, namespaces and CRDs first and established (as Pulumi orders them by
+    dependency); kubectl's own message when the apiserver refuses something."""
     wanted = set(kinds) if kinds is not None else None
     docs = [m for m in manifests if wanted is None or m["kind"] in wanted]
     first = [m for m in docs if m["kind"] in ("Namespace", "CustomResourceDefinition")]
     rest = [m for m in docs if m not in first]
     for batch in (first, rest):
-        if batch:
-            cluster.kubectl(
-                "apply",
-                "--server-side",
-                "--field-manager=pulumi-kubernetes",
-                "-f",
-                "-",
-                input=yaml.safe_dump_all(batch),
-            )
+        if not batch:
+            continue
+        result = cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--field-manager=pulumi-kubernetes",
+            "-f",
+            "-",
+            input=yaml.safe_dump_all(batch),
+            check=False,
+        )
+        assert result.returncode == 0, f"kubectl apply refused:\n{result.stderr}{result.stdout}"
+        for crd in (m for m in batch if m["kind"] == "CustomResourceDefinition"):
+            name = crd["metadata"]["name"]
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+
+def install_crd_fixture(cluster: KubeCluster, name: str) -> None:
+    """An upstream CRD from tests/fixtures/crds (its published definition)."""
+    apply(cluster, [d for d in yaml.safe_load_all((CRD_DIR / name).read_text()) if d])
 
 
 def service_account_api(cluster: KubeCluster, namespace: str, name: str) -> k8s.ApiClient:
