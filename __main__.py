@@ -81,7 +81,7 @@ def main() -> None:
         )
         # Everything of the regions lives in the Kura namespace: nothing is applied before it exists.
         in_kura = pulumi.ResourceOptions(providers=[cluster], depends_on=[kura.namespace])
-        ExternalDns(
+        external_dns = ExternalDns(
             "external-dns",
             ExternalDnsArgs(
                 namespace=cfg.kura.namespace,
@@ -124,8 +124,9 @@ def main() -> None:
                     vendors=cfg.vendors,
                     secrets=secrets,
                 ),
+                # The DNSEndpoints need their CRD; the volumes their StorageClass.
                 opts=pulumi.ResourceOptions(
-                    providers=[cluster], depends_on=[kura.namespace, *storage_classes]
+                    providers=[cluster], depends_on=[kura.namespace, external_dns.crd, *storage_classes]
                 ),
             )
 

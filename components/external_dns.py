@@ -8,6 +8,9 @@ source needs no Services, Nodes or Ingresses. The policy is `sync` with the TXT 
 withdrawn record (a parked failover IP, a removed region) is deleted, and only records this stack
 owns (`--txt-owner-id`) are ever touched.
 
+The DNSEndpoint CRD comes with it (external-dns reads DNSEndpoints but does not install their CRD),
+exactly as the release it runs publishes it.
+
 Providers: `cloudflare` (the kura.tuist.dev zone; the token is the stack secret cloudflareApiToken,
 delivered as a Secret mounted as a file, never an environment value) or, in dev, `inmemory`.
 """
@@ -15,15 +18,19 @@ delivered as a Secret mounted as a file, never an environment value) or, in dev,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from components.k8s import MANAGED_BY, child_options
 from config.models import Cluster, Environment
 from demux.routes import KURA_PUBLIC_ZONE
 
 __all__ = [
+    "DNSENDPOINT_CRD",
     "DNSENDPOINT_GROUP",
     "EXTERNAL_DNS_NAME",
     "ExternalDns",
@@ -33,6 +40,9 @@ __all__ = [
 ]
 
 EXTERNAL_DNS_NAME = "external-dns"
+# The DNSEndpoint CRD as the external-dns release the program runs publishes it (v0.20.0,
+# config/crd/standard/): external-dns reads the objects but does not install their CRD.
+DNSENDPOINT_CRD = Path(__file__).resolve().parent / "crds" / "dnsendpoints.externaldns.k8s.io.yaml"
 DNSENDPOINT_GROUP = "externaldns.k8s.io"
 TOKEN_SECRET = "external-dns-cloudflare"
 TOKEN_KEY = "apiToken"
@@ -64,6 +74,11 @@ def external_dns_args(namespace: str, cluster: Cluster, environment: Environment
     if cluster.external_dns_provider == "inmemory":
         args.append(f"--inmemory-zone={KURA_PUBLIC_ZONE}")
     return args
+
+
+def dnsendpoint_crd() -> dict[str, Any]:
+    crd: dict[str, Any] = yaml.safe_load(DNSENDPOINT_CRD.read_text())
+    return crd
 
 
 def external_dns_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
@@ -99,6 +114,14 @@ class ExternalDns(pulumi.ComponentResource):
         meta = k8s.meta.v1.ObjectMetaArgs
         named = meta(name=EXTERNAL_DNS_NAME, namespace=ns, labels=LABELS)
         child = child_options(self, opts)
+
+        crd = dnsendpoint_crd()
+        self.crd = k8s.apiextensions.v1.CustomResourceDefinition(
+            f"{name}-dnsendpoint-crd",
+            metadata=meta(name=crd["metadata"]["name"], annotations=crd["metadata"].get("annotations")),
+            spec=crd["spec"],
+            opts=child_options(self, opts),
+        )
 
         self.service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=named, opts=child)
         self.role = k8s.rbac.v1.Role(f"{name}-role", metadata=named, rules=external_dns_rules(), opts=child)
@@ -193,4 +216,6 @@ class ExternalDns(pulumi.ComponentResource):
             ),
             opts=child_options(self, opts, depends_on=deps),
         )
-        self.register_outputs({"provider": cluster.external_dns_provider, "namespace": ns})
+        self.register_outputs(
+            {"provider": cluster.external_dns_provider, "namespace": ns, "crd": crd["metadata"]["name"]}
+        )

@@ -5,10 +5,11 @@ checked in tests/cluster/test_k8s_external_dns.py."""
 from __future__ import annotations
 
 import pulumi
+import yaml
 
-from components.external_dns import ExternalDns, ExternalDnsArgs
+from components.external_dns import DNSENDPOINT_CRD, ExternalDns, ExternalDnsArgs
 from config.models import Cluster, Environment
-from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
+from tests.support.k8s_schema import CRD_DIR, ManifestRecorder, collect_manifests, validate_manifest
 
 
 def render(cluster: Cluster, token: str | None = "cf-token-value") -> ManifestRecorder:
@@ -84,3 +85,17 @@ def test_dev_keeps_records_in_memory_and_needs_no_token(cluster: Cluster) -> Non
 def test_every_object_is_schema_valid(cluster: Cluster) -> None:
     for manifest in render(cluster).manifests:
         validate_manifest(manifest)
+
+
+def test_it_installs_the_dnsendpoint_crd_external_dns_reads(cluster: Cluster) -> None:
+    recorded = render(cluster)
+    crd = recorded.find("CustomResourceDefinition", "dnsendpoints.externaldns.k8s.io")
+    assert crd["spec"]["group"] == "externaldns.k8s.io"
+    [version] = crd["spec"]["versions"]
+    assert (version["name"], version["subresources"]) == ("v1alpha1", {"status": {}})
+
+
+def test_the_installed_crd_is_the_published_one_the_tests_validate_against() -> None:
+    # One definition: what the program installs is the fixture every DNSEndpoint is checked against.
+    fixture = [d for d in yaml.safe_load_all((CRD_DIR / "dnsendpoint.yaml").read_text()) if d]
+    assert fixture == [yaml.safe_load(DNSENDPOINT_CRD.read_text())]
