@@ -22,6 +22,7 @@ class Farm(Protocol):
         sudo_password: str | None,
         disks: Sequence[Any] | None = None,
         ssh_host: str = "127.0.0.1",
+        hardware: Any | None = None,
     ) -> Any: ...
 
     def reinstall(
@@ -56,6 +57,7 @@ class NoSshFarm:
         sudo_password: str | None,
         disks: Sequence[Any] | None = None,
         ssh_host: str = "127.0.0.1",
+        hardware: Any | None = None,
     ) -> None:
         return None
 

@@ -7,17 +7,62 @@
 # (mount, sysctl, modprobe, swapoff, apt, systemctl, curl, sudo, ...) resolve to the shims in
 # sandbox/shims, which record each call and emulate it inside the box.
 #
+# Services the box runs (the kubelet, started by the systemctl shim through sandbox/shims/sim-service)
+# live in the namespace of the session that started them. While one runs, a session joins that
+# namespace instead of mounting the disk a second time, so the box has one filesystem, as a running
+# machine does: what a session writes, the kubelet sees.
+#
 # Usage (from sshd_config): ForceCommand <this file> <box dir>
+#        (vendorsim/boxes.py, at boot): <this file> <box dir> --boot   starts the enabled services
 set -euo pipefail
 
 box_dir=$1
+mode=${2:-session}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The pid of a service supervisor running in this box, if any (its command line names the box).
+running_service() {
+  local pidfile pid
+  for pidfile in "$box_dir"/system/root/var/lib/sim/systemd/*.pid; do
+    [[ -f $pidfile ]] || continue
+    pid=$(<"$pidfile")
+    if [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] &&
+      tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "sim-service $box_dir "; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# The shell a session runs in, once inside the box (chrooted or joined).
+session_shell() {
+  local user home
+  # shellcheck source=/dev/null
+  user=$(. "$box_dir/box.env" && printf '%s' "$SIM_USER")
+  if [[ $user == root ]]; then home=/root; else home=/home/$user; fi
+  local command=${SSH_ORIGINAL_COMMAND:-exec bash} extra=()
+  if [[ $mode == --boot ]]; then
+    # Boot: systemd starts what is enabled. Root, whoever the login user is.
+    # shellcheck disable=SC2016 # expanded by the box's shell
+    command='rm -f /var/lib/sim/systemd/active; for u in $(cat /var/lib/sim/systemd/enabled 2>/dev/null); do systemctl start "$u"; done'
+    extra=(SIM_AS_ROOT=1)
+  fi
+  printf '%s\0' /usr/bin/env -i --chdir="$home" \
+    PATH=/run/sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME="$home" USER="$user" LOGNAME="$user" SHELL=/bin/bash LANG=C.UTF-8 "${extra[@]}" \
+    /bin/bash -c "$command"
+}
 
 if [[ ${SIM_BOX_INNER:-} != 1 ]]; then
   # One session at a time per box: two overlay mounts sharing one upper dir is undefined behaviour.
   exec 9>"$box_dir/session.lock"
   flock 9
-  SIM_BOX_INNER=1 exec unshare --mount --uts --propagation private -- "${BASH_SOURCE[0]}" "$box_dir"
+  if [[ ! -f $box_dir/boot || $(<"$box_dir/boot") != rescue ]] && pid=$(running_service); then
+    mapfile -d '' shell < <(session_shell)
+    exec nsenter --target "$pid" --mount --uts --root -- "${shell[@]}"
+  fi
+  SIM_BOX_INNER=1 exec unshare --mount --uts --propagation private -- "${BASH_SOURCE[0]}" "$box_dir" "$mode"
 fi
 unset SIM_BOX_INNER
 
@@ -33,6 +78,10 @@ mount -t overlay "box" -o "lowerdir=/,upperdir=$box_dir/$layer/root,workdir=$box
 hostname "$(head -n 1 "$merged/etc/hostname")"
 
 mount -t proc proc "$merged/proc"
+# The box's own hardware where cAdvisor reads it, as lxcfs does for containers (boxes.py writes them).
+for f in cpuinfo meminfo; do
+  if [[ -f $box_dir/hardware/$f ]]; then mount --bind "$box_dir/hardware/$f" "$merged/proc/$f"; fi
+done
 # The kernel's knobs stay read-only: a script writing /proc/sys directly must not reach the host.
 mount --bind "$merged/proc/sys" "$merged/proc/sys"
 mount -o remount,bind,ro "$merged/proc/sys"
@@ -60,7 +109,15 @@ mkdir -p "$merged/run/sim/bin"
 mount --bind "$here/shims" "$merged/run/sim/bin"
 mount -o remount,bind,ro "$merged/run/sim/bin"
 cp "$box_dir/box.env" "$merged/run/sim/box.env"
+printf 'SIM_BOX_DIR=%s\n' "$box_dir" >>"$merged/run/sim/box.env"
 chmod 0600 "$merged/run/sim/box.env"
+# The kubelet the apt shim's package runs: the stand-in built by scripts/bootstrap.sh.
+kubelet_standin=$(readlink -f "$here/../../.toolchain/bin/kubelet-standin" || true)
+if [[ -n $kubelet_standin && -x $kubelet_standin ]]; then
+  touch "$merged/run/sim/kubelet"
+  mount --bind "$kubelet_standin" "$merged/run/sim/kubelet"
+  mount -o remount,bind,ro "$merged/run/sim/kubelet"
+fi
 
 # The box's disks, for lsblk (sandbox/shims/lsblk).
 if [[ -f $box_dir/hardware/disks ]]; then
@@ -96,7 +153,5 @@ user=$(. "$box_dir/box.env" && printf '%s' "$SIM_USER")
 if [[ $user == root ]]; then home=/root; else home=/home/$user; fi
 mkdir -p "$merged$home"
 
-exec chroot "$merged" /usr/bin/env -i --chdir="$home" \
-  PATH=/run/sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  HOME="$home" USER="$user" LOGNAME="$user" SHELL=/bin/bash LANG=C.UTF-8 \
-  /bin/bash -c "${SSH_ORIGINAL_COMMAND:-exec bash}"
+mapfile -d '' shell < <(session_shell)
+exec chroot "$merged" "${shell[@]}"
