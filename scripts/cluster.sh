@@ -27,6 +27,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/env.sh
 source "$here/env.sh"
 
+trap 'printf "cluster: %s failed at line %s\n" "${BASH_COMMAND%% *}" "$LINENO" >&2' ERR
 usage() { sed -n '5,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { printf 'cluster: %s\n' "$*" >&2; exit 1; }
 
@@ -339,8 +340,8 @@ start_cloud_workers() {
     printf '%s\n' "$KUBEADM_RBAC" | "${kc[@]}" apply -f - >/dev/null
     if [ ! -f "$dir/workers/token" ]; then
         mkdir -p "$dir/workers"
-        token_id=$(LC_ALL=C tr -dc 'a-z0-9' </dev/urandom | head -c 6)
-        token_secret=$(LC_ALL=C tr -dc 'a-z0-9' </dev/urandom | head -c 16)
+        token_id=$(openssl rand -hex 3)
+        token_secret=$(openssl rand -hex 8)
         (umask 077 && printf '%s.%s\n' "$token_id" "$token_secret" >"$dir/workers/token")
     fi
     IFS=. read -r token_id token_secret <"$dir/workers/token"

@@ -165,6 +165,12 @@ func (m *podManager) sync(ctx context.Context, pod *corev1.Pod) error {
 
 // admit starts a pod: its IP, its directories on the box, its DNS configuration.
 func (m *podManager) admit(ctx context.Context, pod *corev1.Pod) (*podState, error) {
+	if !pod.Spec.HostNetwork && pod.Status.PodIP == "" && m.k.getPodCIDR() == "" {
+		// The controller manager allocates the node's podCIDR just after registration.
+		if node, err := m.k.client.CoreV1().Nodes().Get(ctx, m.k.s.nodeName, metav1.GetOptions{}); err == nil {
+			m.k.setPodCIDR(node.Spec.PodCIDR)
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := &podState{uid: pod.UID, startedAt: metav1.Now(), containers: map[string]*containerState{}}
