@@ -61,7 +61,9 @@ class NodeBootstrapArgs:
 class NodeBootstrap(pulumi.ComponentResource):
     bindings: list[k8s.rbac.v1.ClusterRoleBinding]
 
-    def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(
+        self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
         super().__init__("tuist:node_bootstrap:NodeBootstrap", name, None, opts)
         fleets = list(args.fleets)
         bad = [f for f in fleets if not isinstance(f, str) or not _FLEET.match(f)]
@@ -73,7 +75,9 @@ class NodeBootstrap(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         labels = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "node-bootstrap"}
 
-        def binding(resource_name: str, binding_name: str, role: str, group: str) -> k8s.rbac.v1.ClusterRoleBinding:
+        def binding(
+            resource_name: str, binding_name: str, role: str, group: str
+        ) -> k8s.rbac.v1.ClusterRoleBinding:
             return k8s.rbac.v1.ClusterRoleBinding(
                 resource_name,
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=binding_name, labels=labels),
@@ -86,7 +90,12 @@ class NodeBootstrap(pulumi.ComponentResource):
         for fleet in sorted(fleets):
             group = bootstrap_group(fleet)
             self.bindings.append(
-                binding(f"{name}-{fleet}-bootstrapper", f"tuist:node-bootstrapper:{fleet}", NODE_BOOTSTRAPPER_ROLE, group)
+                binding(
+                    f"{name}-{fleet}-bootstrapper",
+                    f"tuist:node-bootstrapper:{fleet}",
+                    NODE_BOOTSTRAPPER_ROLE,
+                    group,
+                )
             )
             self.bindings.append(
                 binding(

@@ -668,7 +668,8 @@ def _write_disks(box_key: str, box: Path, disks: Sequence[Disk]) -> None:
 def _write_hardware(box_key: str, box: Path, hardware: Hardware) -> None:
     if hardware.threads <= 0 or hardware.memory_bytes <= 0:
         raise BoxError(
-            f"box {box_key}: hardware threads={hardware.threads} memory_bytes={hardware.memory_bytes}; both > 0"
+            f"box {box_key}: hardware threads={hardware.threads} "
+            f"memory_bytes={hardware.memory_bytes}; both > 0"
         )
     (box / "hardware").mkdir(parents=True, exist_ok=True)
     (box / "hardware" / "cpuinfo").write_text(

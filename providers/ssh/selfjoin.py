@@ -27,7 +27,9 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _PROVIDER_ID = re.compile(r"^(ovh|dedibox|hrobot|scaleway)://[A-Za-z0-9._/-]+$")
 _MINOR = re.compile(r"^v1\.[0-9]{2}$")
 _API_SERVER = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
-_DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$")
+_DOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+)
 _BOOTSTRAP_TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The kubelet may set only these labels in the kubernetes.io / k8s.io namespaces (NodeRestriction).

@@ -11,44 +11,30 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 
-import pulumi
-import pulumi_kubernetes as k8s
 import pytest
-import yaml
 from kubernetes import client as kclient
 
-from components.node_bootstrap import NodeBootstrap, NodeBootstrapArgs
 from providers.kube import BootstrapToken, create_bootstrap_token
 from tests.support.cluster import (  # noqa: F401  (fixtures)
     KubeCluster,
     Kubelet,
     Kubelets,
+    apply_node_bootstrap,
     kube_cluster,
     kubelets,
     namespace,
     wait_until,
 )
-from tests.support.k8s_schema import collect_manifests
-
-
-def node_bootstrap_manifests(fleets: list[str]) -> list[dict[str, object]]:
-    def build() -> None:
-        cluster = k8s.Provider("cluster", render_yaml_to_directory="/nonexistent-render-dir")
-        NodeBootstrap("node-bootstrap", NodeBootstrapArgs(fleets=fleets), opts=pulumi.ResourceOptions(providers=[cluster]))
-
-    return collect_manifests(build).manifests
 
 
 @pytest.fixture(scope="session")
-def fleet_rbac(kube_cluster: KubeCluster) -> Callable[[str], None]:
+def fleet_rbac(kube_cluster: KubeCluster) -> Callable[[str], None]:  # noqa: F811
     applied: set[str] = set()
 
     def apply(fleet: str) -> None:
-        if fleet in applied:
-            return
-        docs = yaml.safe_dump_all(node_bootstrap_manifests([fleet]))
-        kube_cluster.kubectl("apply", "-f", "-", input=docs)
-        applied.add(fleet)
+        if fleet not in applied:
+            apply_node_bootstrap(kube_cluster, [fleet])
+            applied.add(fleet)
 
     return apply
 
@@ -66,15 +52,21 @@ def node_ready(cluster: KubeCluster, name: str) -> kclient.V1Node | None:
 
 @pytest.fixture
 def join(
-    kube_cluster: KubeCluster, kubelets: Kubelets, fleet_rbac: Callable[[str], None]
+    kube_cluster: KubeCluster,  # noqa: F811
+    kubelets: Kubelets,  # noqa: F811
+    fleet_rbac: Callable[[str], None],
 ) -> Iterator[Callable[..., Kubelet]]:
     """join(name, fleet="cluster-tests", rbac=True, wait=True, **standin options) -> Kubelet."""
 
-    def start(name: str, *, fleet: str = "cluster-tests", rbac: bool = True, wait: bool = True, **options: object) -> Kubelet:
+    def start(
+        name: str, *, fleet: str = "cluster-tests", rbac: bool = True, wait: bool = True, **options: object
+    ) -> Kubelet:
         if rbac:
             fleet_rbac(fleet)
         token = BootstrapToken.generate()
-        create_bootstrap_token(kube_cluster.api, token, fleet=fleet, node_name=name, ttl=dt.timedelta(minutes=30))
+        create_bootstrap_token(
+            kube_cluster.api, token, fleet=fleet, node_name=name, ttl=dt.timedelta(minutes=30)
+        )
         kubelet = kubelets.start(name, token.value, **options)  # type: ignore[arg-type]
         if wait:
             wait_until(f"node {name} Ready", lambda: node_ready(kube_cluster, name), timeout=90)

@@ -22,11 +22,15 @@ def test_the_api_server_serves_v1_34_2_on_loopback(kube_cluster: KubeCluster):
 def test_authorization_is_node_then_rbac(kube_cluster: KubeCluster):
     node = ("--as=system:node:some-node", "--as-group=system:nodes")
     # The Node authorizer lets a node register itself; RBAC binds nothing to system:nodes.
-    assert kube_cluster.kubectl("auth", "can-i", "create", "nodes", *node, check=False).stdout.strip() == "yes"
+    assert (
+        kube_cluster.kubectl("auth", "can-i", "create", "nodes", *node, check=False).stdout.strip() == "yes"
+    )
     # A secret no pod of the node mounts: the Node authorizer refuses, and no RBAC role allows it.
     denied = kube_cluster.kubectl("auth", "can-i", "get", "secrets/x", "-n", "default", *node, check=False)
     assert denied.stdout.strip() == "no - no relationship found between node 'some-node' and this object"
-    sa = kube_cluster.kubectl("auth", "can-i", "list", "pods", "--as=system:serviceaccount:default:default", check=False)
+    sa = kube_cluster.kubectl(
+        "auth", "can-i", "list", "pods", "--as=system:serviceaccount:default:default", check=False
+    )
     assert sa.stdout.strip() == "no"
 
 
@@ -45,12 +49,19 @@ def test_the_bootstrapsigner_signs_cluster_info_for_a_signing_token(kube_cluster
         k8s.V1Secret(
             metadata=k8s.V1ObjectMeta(name="bootstrap-token-sign01"),
             type="bootstrap.kubernetes.io/token",
-            string_data={"token-id": "sign01", "token-secret": "0123456789abcdef", "usage-bootstrap-signing": "true"},
+            string_data={
+                "token-id": "sign01",
+                "token-secret": "0123456789abcdef",
+                "usage-bootstrap-signing": "true",
+            },
         ),
     )
     info = wait_until(
         "cluster-info signed for token sign01",
-        lambda: "jws-kubeconfig-sign01" in (core.read_namespaced_config_map("cluster-info", "kube-public").data or {}),
+        lambda: (
+            "jws-kubeconfig-sign01"
+            in (core.read_namespaced_config_map("cluster-info", "kube-public").data or {})
+        ),
         timeout=30,
     )
     assert info
@@ -78,13 +89,18 @@ def test_the_tokencleaner_deletes_expired_bootstrap_tokens(kube_cluster: KubeClu
     wait_until("the expired token's Secret to be deleted", gone, timeout=30)
 
 
-def test_a_second_cluster_runs_beside_the_first_and_stop_leaves_nothing(kube_cluster: KubeCluster, tmp_path: Path):
+def test_a_second_cluster_runs_beside_the_first_and_stop_leaves_nothing(
+    kube_cluster: KubeCluster, tmp_path: Path
+):
     second = start_cluster(tmp_path / "second")
     try:
         assert second.api_server != kube_cluster.api_server
         assert second.kubectl("get", "--raw", "/readyz").stdout == "ok"
         status = subprocess.run(
-            ["bash", str(CLUSTER_SH), "status", "--dir", str(second.dir)], capture_output=True, text=True, check=True
+            ["bash", str(CLUSTER_SH), "status", "--dir", str(second.dir)],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
             assert f"{component} " in status.stdout and "running (pid" in status.stdout
@@ -95,9 +111,11 @@ def test_a_second_cluster_runs_beside_the_first_and_stop_leaves_nothing(kube_clu
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists(), f"pid {pid} outlived scripts/cluster.sh stop"
     stopped = subprocess.run(
-        ["bash", str(CLUSTER_SH), "status", "--dir", str(second.dir)], capture_output=True, text=True, check=False
+        ["bash", str(CLUSTER_SH), "status", "--dir", str(second.dir)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert stopped.returncode == 1 and "kube-apiserver             stopped" in stopped.stdout
     # The first cluster never noticed.
     assert kube_cluster.kubectl("get", "--raw", "/readyz").stdout == "ok"
-

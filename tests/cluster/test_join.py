@@ -55,7 +55,11 @@ def test_a_kubelet_joins_through_tls_bootstrap_with_what_it_was_given(
     assert node.status.node_info.kubelet_version == "v1.34.2"
 
     # The certificate came from a CSR the bootstrap token made, auto-approved and signed.
-    (csr,) = [c for c in csrs_of(kube_cluster, "system:bootstrap:") if "system:bootstrappers:tuist-cluster-tests" in c.spec.groups]
+    (csr,) = [
+        c
+        for c in csrs_of(kube_cluster, "system:bootstrap:")
+        if "system:bootstrappers:tuist-cluster-tests" in c.spec.groups
+    ]
     assert csr.spec.signer_name == "kubernetes.io/kube-apiserver-client-kubelet"
     assert [c.type for c in csr.status.conditions] == ["Approved"]
     assert csr.status.conditions[0].reason == "AutoApproved"
@@ -70,15 +74,19 @@ def test_a_kubelet_joins_through_tls_bootstrap_with_what_it_was_given(
     first_renewal = lease.spec.renew_time
     wait_until(
         "the node lease to be renewed",
-        lambda: k8s.CoordinationV1Api(kube_cluster.api)
-        .read_namespaced_lease("kura-us-east-1", "kube-node-lease")
-        .spec.renew_time
-        > first_renewal,
+        lambda: (
+            k8s.CoordinationV1Api(kube_cluster.api)
+            .read_namespaced_lease("kura-us-east-1", "kube-node-lease")
+            .spec.renew_time
+            > first_renewal
+        ),
         timeout=20,
     )
 
 
-def test_node_restriction_judges_what_the_node_writes(kube_cluster: KubeCluster, join: Callable[..., Kubelet]):
+def test_node_restriction_judges_what_the_node_writes(
+    kube_cluster: KubeCluster, join: Callable[..., Kubelet]
+):
     me = join("restricted-1")
     join("bystander-1")
     as_node = k8s.CoreV1Api(kube_cluster.user_api(me.kubeconfig))
@@ -86,10 +94,19 @@ def test_node_restriction_judges_what_the_node_writes(kube_cluster: KubeCluster,
     # Its own labels outside the kubernetes.io namespaces: allowed.
     as_node.patch_node("restricted-1", {"metadata": {"labels": {"example.com/rack": "r1"}}})
     # A role label on itself: NodeRestriction refuses (a node must not steer workloads to itself).
-    denied = _status_of(lambda: as_node.patch_node("restricted-1", {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}))
+    denied = _status_of(
+        lambda: as_node.patch_node(
+            "restricted-1", {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}
+        )
+    )
     assert denied == 403
     # Another node: the Node authorizer refuses.
-    assert _status_of(lambda: as_node.patch_node("bystander-1", {"metadata": {"labels": {"example.com/rack": "r1"}}})) == 403
+    assert (
+        _status_of(
+            lambda: as_node.patch_node("bystander-1", {"metadata": {"labels": {"example.com/rack": "r1"}}})
+        )
+        == 403
+    )
 
 
 def _status_of(call: Callable[[], object]) -> int:
@@ -108,17 +125,25 @@ def test_a_restarted_kubelet_keeps_its_certificate_and_its_node(
     csrs_before = len(csrs_of(kube_cluster, "system:"))
     first.stop()
     again = kubelets.start("restart-1", "aaaaaa.bbbbbbbbbbbbbbbb", node_ip=first.node_ip)  # an unusable token
-    wait_until("the restarted kubelet to post status", lambda: "Node was previously registered" in again.log, timeout=30)
+    wait_until(
+        "the restarted kubelet to post status",
+        lambda: "Node was previously registered" in again.log,
+        timeout=30,
+    )
     assert kube_cluster.core.read_node("restart-1").metadata.uid == uid
     assert len(csrs_of(kube_cluster, "system:")) == csrs_before
 
 
-def test_the_node_goes_not_ready_when_its_kubelet_stops(kube_cluster: KubeCluster, join: Callable[..., Kubelet]):
+def test_the_node_goes_not_ready_when_its_kubelet_stops(
+    kube_cluster: KubeCluster, join: Callable[..., Kubelet]
+):
     kubelet = join("stopping-1")
     kubelet.stop()
 
     def not_ready() -> bool:
-        (ready,) = [c for c in kube_cluster.core.read_node("stopping-1").status.conditions if c.type == "Ready"]
+        (ready,) = [
+            c for c in kube_cluster.core.read_node("stopping-1").status.conditions if c.type == "Ready"
+        ]
         return ready.status == "Unknown" and ready.reason == "NodeStatusUnknown"
 
     # scripts/cluster.sh runs the node lifecycle controller with a 20s grace period.
@@ -136,7 +161,11 @@ def test_the_kubelet_asks_for_a_serving_certificate_that_nothing_approves(
     join("serving-1", config={"serverTLSBootstrap": True})
 
     def serving_csr() -> k8s.V1CertificateSigningRequest | None:
-        found = [c for c in csrs_of(kube_cluster, "system:node:serving-1") if c.spec.signer_name == "kubernetes.io/kubelet-serving"]
+        found = [
+            c
+            for c in csrs_of(kube_cluster, "system:node:serving-1")
+            if c.spec.signer_name == "kubernetes.io/kubelet-serving"
+        ]
         return found[0] if found else None
 
     wait_until("the kubelet-serving CSR", serving_csr, timeout=30)

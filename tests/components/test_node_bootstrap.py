@@ -7,6 +7,7 @@ and shows a kubelet joins with them and never gets a certificate without them.
 from __future__ import annotations
 
 import datetime as dt
+
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
@@ -19,7 +20,11 @@ from tests.support.k8s_schema import ManifestRecorder, collect_manifests, valida
 def render(fleets: list[str]) -> ManifestRecorder:
     def build() -> None:
         cluster = k8s.Provider("cluster", render_yaml_to_directory="/nonexistent-render-dir")
-        NodeBootstrap("node-bootstrap", NodeBootstrapArgs(fleets=fleets), opts=pulumi.ResourceOptions(providers=[cluster]))
+        NodeBootstrap(
+            "node-bootstrap",
+            NodeBootstrapArgs(fleets=fleets),
+            opts=pulumi.ResourceOptions(providers=[cluster]),
+        )
 
     return collect_manifests(build)
 
@@ -40,7 +45,10 @@ def group(name: str) -> tuple[str, str, str]:
 
 def test_each_fleets_bootstrap_group_may_create_csrs_and_have_them_auto_approved():
     by_role = bindings_by_role(render(["robot-linux", "ovh-us-east"]))
-    per_fleet = [[group("system:bootstrappers:tuist-ovh-us-east")], [group("system:bootstrappers:tuist-robot-linux")]]
+    per_fleet = [
+        [group("system:bootstrappers:tuist-ovh-us-east")],
+        [group("system:bootstrappers:tuist-robot-linux")],
+    ]
     assert by_role["system:node-bootstrapper"] == per_fleet
     assert by_role["system:certificates.k8s.io:certificatesigningrequests:nodeclient"] == per_fleet
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import time
@@ -51,9 +50,11 @@ __all__ = [
     "KubeCluster",
     "Kubelet",
     "Kubelets",
+    "apply_node_bootstrap",
     "kube_cluster",
     "kubelets",
     "namespace",
+    "node_bootstrap_manifests",
     "unready_marker",
     "wait_until",
 ]
@@ -93,7 +94,9 @@ class KubeCluster:
     def core(self) -> k8s.CoreV1Api:
         return k8s.CoreV1Api(self.api)
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """kubectl with the admin kubeconfig (e.g. `auth can-i ... --as ...`)."""
         return subprocess.run(
             [str(TOOLCHAIN_BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
@@ -129,8 +132,12 @@ def start_cluster(directory: Path, *extra: str) -> KubeCluster:
         check=False,
     )
     if result.returncode != 0:
-        subprocess.run(["bash", str(CLUSTER_SH), "stop", "--dir", str(directory)], capture_output=True, check=False)
-        raise ClusterError(f"scripts/cluster.sh start failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+        subprocess.run(
+            ["bash", str(CLUSTER_SH), "stop", "--dir", str(directory)], capture_output=True, check=False
+        )
+        raise ClusterError(
+            f"scripts/cluster.sh start failed ({result.returncode}):\n{result.stdout}{result.stderr}"
+        )
     kubeconfig = directory / "admin.kubeconfig"
     doc = yaml.safe_load(kubeconfig.read_text())
     cluster = doc["clusters"][0]["cluster"]
@@ -145,7 +152,10 @@ def start_cluster(directory: Path, *extra: str) -> KubeCluster:
 
 def stop_cluster(directory: Path) -> None:
     result = subprocess.run(
-        ["bash", str(CLUSTER_SH), "stop", "--dir", str(directory)], capture_output=True, text=True, check=False
+        ["bash", str(CLUSTER_SH), "stop", "--dir", str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise ClusterError(f"scripts/cluster.sh stop failed:\n{result.stdout}{result.stderr}")
@@ -239,7 +249,9 @@ class Kubelets:
                         "name": "cluster",
                         "cluster": {
                             "server": self.cluster.api_server,
-                            "certificate-authority-data": base64.b64encode(self.cluster.ca_pem.encode()).decode(),
+                            "certificate-authority-data": base64.b64encode(
+                                self.cluster.ca_pem.encode()
+                            ).decode(),
                         },
                     }
                 ],
@@ -304,7 +316,9 @@ class Kubelets:
         if not KUBELET_STANDIN.exists():
             raise ClusterError(f"{KUBELET_STANDIN} is missing: run scripts/bootstrap.sh")
         with open(directory / "kubelet.log", "ab") as log:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
         kubelet = Kubelet(name=name, dir=directory, node_ip=node_ip, process=process)
         self.started.append(kubelet)
         return kubelet
@@ -327,10 +341,28 @@ def kubelets(kube_cluster: KubeCluster, tmp_path: Path) -> Iterator[Kubelets]:
                 kube_cluster.core.delete_node(kubelet.name)
 
 
-def new_token() -> tuple[str, str]:
-    """A bootstrap token's (id, secret), as kubeadm and providers/kube.py make them."""
-    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-    return (
-        "".join(secrets.choice(alphabet) for _ in range(6)),
-        "".join(secrets.choice(alphabet) for _ in range(16)),
-    )
+# --- the program's own RBAC for joining -------------------------------------------------------------
+
+
+def node_bootstrap_manifests(fleets: Sequence[str]) -> list[dict[str, Any]]:
+    """What components/node_bootstrap.py registers for `fleets`, rendered under Pulumi mocks."""
+    import pulumi
+    import pulumi_kubernetes
+
+    from components.node_bootstrap import NodeBootstrap, NodeBootstrapArgs
+    from tests.support.k8s_schema import collect_manifests
+
+    def build() -> None:
+        provider = pulumi_kubernetes.Provider("cluster", render_yaml_to_directory="/nonexistent-render-dir")
+        NodeBootstrap(
+            "node-bootstrap",
+            NodeBootstrapArgs(fleets=list(fleets)),
+            opts=pulumi.ResourceOptions(providers=[provider]),
+        )
+
+    return collect_manifests(build).manifests
+
+
+def apply_node_bootstrap(cluster: KubeCluster, fleets: Sequence[str]) -> None:
+    """Apply exactly those objects to the cluster, so a fleet's kubelets may TLS-bootstrap."""
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(node_bootstrap_manifests(fleets)))
