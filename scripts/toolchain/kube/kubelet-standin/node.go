@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
+	"net/http"
 	"reflect"
 	"runtime"
 	"sync"
@@ -20,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientset "k8s.io/client-go/kubernetes"
@@ -29,6 +33,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/certificate"
+	"k8s.io/client-go/util/connrotation"
+	"k8s.io/client-go/util/keyutil"
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/certificate/bootstrap"
@@ -81,6 +87,13 @@ func run(ctx context.Context, opts *options) error {
 	}
 	restConfig.UserAgent = "kubelet/" + kubeletVersion() + " (linux/" + runtime.GOARCH + ") kubelet-standin"
 	restConfig.QPS, restConfig.Burst = 50, 100
+	if s.rotateCertificates {
+		// As the kubelet does with rotateCertificates: every connection presents the certificate
+		// manager's current client certificate, and rotation closes the old connections.
+		if restConfig, err = rotatingClientConfig(ctx, restConfig, opts.certDir, s.nodeName); err != nil {
+			return err
+		}
+	}
 	client, err := clientset.NewForConfig(restConfig)
 	if err != nil {
 		return err
@@ -92,11 +105,6 @@ func run(ctx context.Context, opts *options) error {
 	defer broadcaster.Shutdown()
 	k.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: s.nodeName})
 
-	if s.rotateCertificates {
-		if err := k.startClientCertRotation(ctx, restConfig); err != nil {
-			return err
-		}
-	}
 	if s.registerNode {
 		if err := k.register(ctx); err != nil {
 			return err
@@ -115,18 +123,29 @@ func run(ctx context.Context, opts *options) error {
 
 // --- certificates -------------------------------------------------------------------------------
 
-// startClientCertRotation renews the client certificate before it expires, as the kubelet's
-// certificate manager does with rotateCertificates: the CSR is made with the node's own credentials
-// (approved through certificatesigningrequests/selfnodeclient). client-go reloads the rotated file.
-func (k *kubelet) startClientCertRotation(ctx context.Context, restConfig *rest.Config) error {
-	store, err := certificate.NewFileStore("kubelet-client", k.opts.certDir, k.opts.certDir, "", "")
+// rotatingClientConfig renews the client certificate before it expires, as the kubelet's certificate
+// manager does with rotateCertificates: the renewal CSR is made with the node's own current
+// certificate (approved through certificatesigningrequests/selfnodeclient), the new pair goes to
+// <cert-dir>/kubelet-client-current.pem, and the returned config always dials with the current one.
+func rotatingClientConfig(ctx context.Context, base *rest.Config, certDir, nodeName string) (*rest.Config, error) {
+	store, err := certificate.NewFileStore("kubelet-client", certDir, certDir, "", "")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	manager, err := certificate.NewManager(&certificate.Config{
-		ClientsetFn: func(*tls.Certificate) (clientset.Interface, error) { return clientset.NewForConfig(restConfig) },
+		ClientsetFn: func(current *tls.Certificate) (clientset.Interface, error) {
+			cfg := rest.AnonymousClientConfig(base)
+			if current != nil {
+				certPEM, keyPEM, err := pemPair(current)
+				if err != nil {
+					return nil, err
+				}
+				cfg.CertData, cfg.KeyData = certPEM, keyPEM
+			}
+			return clientset.NewForConfig(cfg)
+		},
 		Template: &x509.CertificateRequest{
-			Subject: pkix.Name{CommonName: "system:node:" + k.s.nodeName, Organization: []string{"system:nodes"}},
+			Subject: pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
 		},
 		SignerName:       certificatesv1.KubeAPIServerClientKubeletSignerName,
 		GetUsages:        clientUsages,
@@ -134,11 +153,57 @@ func (k *kubelet) startClientCertRotation(ctx context.Context, restConfig *rest.
 		Name:             "kubelet-client",
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	manager.Start()
 	go func() { <-ctx.Done(); manager.Stop() }()
-	return nil
+
+	cfg := rest.AnonymousClientConfig(base)
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tlsConfig == nil {
+		return nil, fmt.Errorf("the kubeconfig's server is not https")
+	}
+	tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if current := manager.Current(); current != nil {
+			return current, nil
+		}
+		return &tls.Certificate{}, nil
+	}
+	dialer := connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+	cfg.Transport = utilnet.SetTransportDefaults(&http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		TLSHandshakeTimeout: 10 * time.Second,
+		TLSClientConfig:     tlsConfig,
+		MaxIdleConnsPerHost: 25,
+		DialContext:         dialer.DialContext,
+	})
+	cfg.TLSClientConfig = rest.TLSClientConfig{}
+	var last []byte
+	if current := manager.Current(); current != nil && current.Leaf != nil {
+		last = current.Leaf.Raw
+	}
+	go wait.Until(func() {
+		current := manager.Current()
+		if current == nil || current.Leaf == nil || bytes.Equal(current.Leaf.Raw, last) {
+			return
+		}
+		last = current.Leaf.Raw
+		klog.InfoS("Certificate rotation detected, shutting down client connections to start using new credentials")
+		dialer.CloseAll()
+	}, time.Second, ctx.Done())
+	return cfg, nil
+}
+
+func pemPair(c *tls.Certificate) ([]byte, []byte, error) {
+	var certPEM []byte
+	for _, der := range c.Certificate {
+		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(c.PrivateKey)
+	return certPEM, keyPEM, err
 }
 
 // startServingCertificate requests the kubelet's serving certificate (kubernetes.io/kubelet-serving)
