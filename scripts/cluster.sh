@@ -430,7 +430,7 @@ stop() {
 case $cmd in
     start) start ;;
     stop) stop ;;
-    status) status ;;
+    status) if status; then exit 0; else exit 1; fi ;;
     kubeconfig) [ -f "$dir/admin.kubeconfig" ] || die "no cluster in $dir (run: scripts/cluster.sh start --dir $dir)"; echo "$dir/admin.kubeconfig" ;;
     *) usage ;;
 esac
