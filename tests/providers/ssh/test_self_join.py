@@ -204,6 +204,7 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
         assert f"    {flag}" in unit
     kubelet_config = (box.info.data_disk / "kubelet/config.yaml").read_text()
     assert "clusterDNS:\n- 10.96.0.10\n" in kubelet_config and "serverTLSBootstrap: true" in kubelet_config
+    assert "clusterDomain: cluster.local\n" in kubelet_config
     bootstrap = box.info.data_disk / "kubelet/bootstrap-kubeconfig"
     assert f"token: {BOOTSTRAP_TOKEN}\n" in bootstrap.read_text()
     assert oct(bootstrap.stat().st_mode & 0o777) == "0o600"
@@ -324,6 +325,7 @@ def test_the_sysctl_shim_fails_on_a_stale_cilium_drop_in_as_a_box_does(
         ({"api_server": "http://cp:6443"}, "api_server 'http://cp:6443' is not https://<host>[:port]"),
         ({"ca_bundle_pem": "nope"}, "ca_bundle_pem holds no PEM certificate"),
         ({"cluster_dns": "kube-dns"}, "cluster_dns 'kube-dns' is not an IP address"),
+        ({"cluster_domain": "Cluster_Local"}, "cluster_domain 'Cluster_Local' is not a DNS domain"),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_field(change: dict[str, object], message: str):
@@ -345,6 +347,7 @@ def test_the_rendered_header_quotes_every_parameter():
     assert "NODE_NAME=kura-us-east-1\n" in header
     assert "NODE_TAINTS=tuist.dev/kura-cache=true:NoSchedule\n" in header
     assert "CLUSTER_DNS=10.96.0.10\n" in header
+    assert "CLUSTER_DOMAIN=cluster.local\n" in header
     assert BOOTSTRAP_TOKEN not in script and SUDO_PASSWORD not in script
     assert os.path.basename(__file__) not in header
 
