@@ -15,20 +15,17 @@ import pytest
 from kubernetes import client as kclient
 
 from providers.kube import BootstrapToken, create_bootstrap_token
-from tests.support.cluster import (  # noqa: F401  (fixtures)
+from tests.support.cluster import (
     KubeCluster,
     Kubelet,
     Kubelets,
     apply_node_bootstrap,
-    kube_cluster,
-    kubelets,
-    namespace,
     wait_until,
 )
 
 
 @pytest.fixture(scope="session")
-def fleet_rbac(kube_cluster: KubeCluster) -> Callable[[str], None]:  # noqa: F811
+def fleet_rbac(kube_cluster: KubeCluster) -> Callable[[str], None]:
     applied: set[str] = set()
 
     def apply(fleet: str) -> None:
@@ -52,8 +49,8 @@ def node_ready(cluster: KubeCluster, name: str) -> kclient.V1Node | None:
 
 @pytest.fixture
 def join(
-    kube_cluster: KubeCluster,  # noqa: F811
-    kubelets: Kubelets,  # noqa: F811
+    kube_cluster: KubeCluster,
+    kubelets: Kubelets,
     fleet_rbac: Callable[[str], None],
 ) -> Iterator[Callable[..., Kubelet]]:
     """join(name, fleet="cluster-tests", rbac=True, wait=True, **standin options) -> Kubelet."""

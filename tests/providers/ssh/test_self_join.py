@@ -21,11 +21,10 @@ from providers.ssh.selfjoin import (
     self_join_secrets,
 )
 from tests.providers.ssh.conftest import BOOTSTRAP_TOKEN, SUDO_PASSWORD, Box, KeyPair, free_port
-from tests.support.cluster import (  # noqa: F401  (the session's control plane)
+from tests.support.cluster import (
     CLUSTER_DNS,
     KubeCluster,
     apply_node_bootstrap,
-    kube_cluster,
     wait_until,
 )
 from vendorsim.boxes import BoxFarm, Hardware
@@ -358,7 +357,7 @@ def test_the_rendered_header_quotes_every_parameter():
 def test_a_box_running_the_self_join_ends_with_a_ready_node(
     farm: BoxFarm,
     fleet_key: KeyPair,
-    kube_cluster: KubeCluster,  # noqa: F811
+    kube_cluster: KubeCluster,
     request: pytest.FixtureRequest,
 ):
     """The whole chain: paramiko -> sshd -> the self-join script in the box sandbox -> systemctl
