@@ -45,6 +45,7 @@ __all__ = [
     "Box",
     "ControlPlaneFirewall",
     "ControlPlaneFirewallArgs",
+    "door_warnings",
     "firewall_rules",
     "leaving_boxes",
     "own_stack_name",
@@ -161,6 +162,27 @@ def firewall_rules(
     return rules
 
 
+def door_warnings(selector: str, servers: Sequence[Any], own_firewalls: Sequence[Any]) -> list[str]:
+    """What the preview should say when the firewall would guard nothing, or close more than the
+    door: a server with a firewall drops every inbound public packet no firewall of its admits, and
+    Hetzner adds up the rules of all the firewalls applied to it."""
+    if not servers:
+        return [
+            f"control-plane firewall: the label selector {selector!r} matches no server of the Hetzner "
+            "project, so the firewall guards nothing"
+        ]
+    ours = {firewall.id for firewall in own_firewalls}
+    bare = sorted(server.name for server in servers if not set(server.firewall_ids) - ours)
+    if not bare:
+        return []
+    return [
+        f"control-plane firewall: {', '.join(bare)} carry no other firewall, so with this one they drop "
+        "every inbound packet on their public interfaces but 6443 from the admitted boxes and operator "
+        "sources: etcd peers, SSH and a load balancer's health checks included, unless those travel a "
+        "private network (docs/control-plane-firewall.md)"
+    ]
+
+
 def _rule(sources: list[str], description: str) -> hcloud.FirewallRuleArgsDict:
     return {
         "direction": "in",
@@ -174,6 +196,7 @@ def _rule(sources: list[str], description: str) -> hcloud.FirewallRuleArgsDict:
 class ControlPlaneFirewall(pulumi.ComponentResource):
     firewall: hcloud.Firewall
     rules: pulumi.Output[list[hcloud.FirewallRuleArgsDict]]
+    warnings: pulumi.Output[list[str]]
 
     def __init__(
         self, name: str, args: ControlPlaneFirewallArgs, opts: pulumi.ResourceOptions | None = None
@@ -205,7 +228,20 @@ class ControlPlaneFirewall(pulumi.ComponentResource):
             rules=self.rules,
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )
-        self.register_outputs({"id": self.firewall.id, "rules": self.rules})
+        # Read-only checks for the preview: the servers the selector names, and this stack's firewalls.
+        invoke = pulumi.InvokeOutputOptions(provider=provider, parent=self)
+        labels = f"managed-by={MANAGED_BY},tuist.dev/environment={args.environment.value}"
+        selector = settings.label_selector
+        self.warnings = pulumi.Output.all(
+            hcloud.get_servers_output(with_selector=selector, opts=invoke),
+            hcloud.get_firewalls_output(with_selector=labels, opts=invoke),
+        ).apply(lambda found: door_warnings(selector, found[0].servers or [], found[1].firewalls or []))
+        self.warnings.apply(self._warn)
+        self.register_outputs({"id": self.firewall.id, "rules": self.rules, "warnings": self.warnings})
+
+    def _warn(self, lines: list[str]) -> None:
+        for line in lines:
+            pulumi.log.warn(line, resource=self)
 
     @property
     def ready(self) -> pulumi.Output[pulumi.Resource]:

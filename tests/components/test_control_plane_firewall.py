@@ -12,6 +12,7 @@ engine and a DIY backend at the end.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import runpy
 import subprocess
@@ -55,10 +56,46 @@ class BoxAddresses:
         return self.by_slot.setdefault(slot, f"203.0.113.{len(self.by_slot) + 10}")
 
 
+def hcloud_server(name: str, labels: dict[str, str], firewall_ids: list[int]) -> dict[str, Any]:
+    """A server as hcloud's getServers data source returns it."""
+    return {
+        "id": abs(hash(name)) % 10**6, "name": name, "labels": labels, "firewallIds": firewall_ids,
+        "backupWindow": "", "backups": False, "datacenter": "fsn1-dc14", "deleteProtection": False,
+        "image": "ubuntu-24.04", "ipv4Address": "49.12.0.1", "ipv6Address": "2a01:4f8::1",
+        "ipv6Network": "2a01:4f8::/64", "iso": "", "location": "fsn1", "primaryDiskSize": 80,
+        "rebuildProtection": False, "rescue": "", "serverType": "cpx31", "status": "running",
+    }
+
+
+@dataclass
+class HetznerProject:
+    """What the hcloud data sources answer: the servers and firewalls of the project."""
+
+    servers: list[dict[str, Any]] = field(default_factory=list)
+    firewalls: list[dict[str, Any]] = field(default_factory=list)
+
+    @staticmethod
+    def control_planes(stack: str, firewall_ids: list[int]) -> HetznerProject:
+        labels = {f"caph-cluster-tuist-{stack}": "owned", "machine_type": "control_plane"}
+        worker = {f"caph-cluster-tuist-{stack}": "owned", "machine_type": "worker"}
+        servers = [hcloud_server(f"tuist-{stack}-control-plane-{i}", labels, firewall_ids) for i in range(3)]
+        servers.append(hcloud_server(f"tuist-{stack}-worker-0", worker, firewall_ids))
+        return HetznerProject(servers=servers)
+
+    def select(self, selector: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Enough of Hetzner's selector language for the stack files: key=value requirements.
+        wanted = dict(requirement.split("=", 1) for requirement in selector.split(","))
+        return [item for item in items if all(item["labels"].get(k) == v for k, v in wanted.items())]
+
+
 class Mocks(pulumi.runtime.Mocks):
-    def __init__(self, addresses: BoxAddresses, last_outputs: dict[str, Any]) -> None:
+    def __init__(
+        self, addresses: BoxAddresses, last_outputs: dict[str, Any], project: HetznerProject
+    ) -> None:
         self.addresses = addresses
         self.last_outputs = last_outputs
+        self.project = project
+        self.calls: list[pulumi.runtime.MockCallArgs] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         inputs = dict(args.inputs)
@@ -90,8 +127,14 @@ class Mocks(pulumi.runtime.Mocks):
             return inputs["name"], {**inputs, "outputs": self.last_outputs, "secret_output_names": []}
         return f"{args.name}-id", inputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
-        return {}, None
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
+        self.calls.append(args)
+        selector = args.args.get("withSelector", "")
+        if args.token == "hcloud:index/getServers:getServers":
+            return {"id": "servers", "servers": self.project.select(selector, self.project.servers)}, []
+        if args.token == "hcloud:index/getFirewalls:getFirewalls":
+            return {"id": "firewalls", "firewalls": self.project.select(selector, self.project.firewalls)}, []
+        raise AssertionError(f"unexpected invoke {args.token}")
 
 
 @dataclass
@@ -156,9 +199,21 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return found
 
 
+class Warnings(logging.Handler):
+    """The engine's log, as the mocks route it: what `pulumi preview` would print as warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 @dataclass
 class Run:
     monitor: RecordingMonitor
+    warnings: list[str]
     exported: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -177,6 +232,7 @@ def run_program(
     addresses: BoxAddresses,
     last_outputs: dict[str, Any] | None = None,
     monkeypatch: pytest.MonkeyPatch | None = None,
+    project: HetznerProject | None = None,
 ) -> Run:
     """__main__.py under mocks with `raw` as the stack config and stand-ins for its secrets."""
     cfg = load_stack_config(raw)
@@ -186,9 +242,16 @@ def run_program(
     if f"{PROJECT}:hcloudToken" in config:
         config[f"{PROJECT}:hcloudToken"] = TOKEN
     pulumi.runtime.set_all_config(config, secret_keys)
-    monitor = RecordingMonitor(Mocks(addresses, last_outputs or {}))
-    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
-    run = Run(monitor)
+    # By default the control plane's servers already carry a cluster firewall of their own (id 7).
+    hetzner = project or HetznerProject.control_planes(stack, firewall_ids=[7])
+    monitor = RecordingMonitor(Mocks(addresses, last_outputs or {}, hetzner))
+    logger = logging.getLogger(f"tests.control_plane_firewall.{id(monitor)}")
+    logger.propagate = False
+    logger.addHandler(warnings := Warnings())
+    pulumi.runtime.set_mocks(
+        monitor.mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor, logger=logger
+    )
+    run = Run(monitor, warnings.lines)
     exported: dict[str, Any] = {}
     patch = monkeypatch or pytest.MonkeyPatch()
     patch.setattr(pulumi, "export", lambda key, value: exported.__setitem__(key, value))
@@ -311,6 +374,44 @@ def test_the_firewall_is_on_exactly_where_the_control_plane_is_on_hetzner_cloud(
     cfg = load_stack_config(stack_raw(stack))
     assert cfg.cluster.control_plane_firewall.enabled is (stack != "dev")
     assert ("hcloudToken" in required_secret_keys(cfg)) is (stack != "dev")
+
+
+def test_a_control_plane_with_its_own_cluster_firewall_previews_without_warnings() -> None:
+    run = run_program("staging", stack_raw("staging"), BoxAddresses())
+    assert run.warnings == []
+    # The preview read the project through the explicit provider: the servers of the selector and
+    # this stack's own firewalls (by the labels it puts on them).
+    selectors = sorted(call.args["withSelector"] for call in run.monitor.mocks.calls)
+    assert selectors == [
+        "caph-cluster-tuist-staging=owned,machine_type=control_plane",
+        "managed-by=tuist-infra,tuist.dev/environment=staging",
+    ]
+
+
+def test_the_preview_warns_when_the_door_would_close_everything_else() -> None:
+    # The control-plane servers carry no firewall but this stack's own (id 42): once it applies, it is
+    # the only thing that admits anything on their public interfaces.
+    project = HetznerProject.control_planes("production", firewall_ids=[42])
+    project.firewalls = [{"id": 42, "name": "tuist-production-control-plane-1a2b3c4", "labels": {
+        "managed-by": "tuist-infra", "tuist.dev/environment": "production"}}]
+    run = run_program("production", stack_raw("production"), BoxAddresses(), project=project)
+    assert run.warnings == [
+        "control-plane firewall: tuist-production-control-plane-0, tuist-production-control-plane-1, "
+        "tuist-production-control-plane-2 carry no other firewall, so with this one they drop every inbound "
+        "packet on their public interfaces but 6443 from the admitted boxes and operator sources: etcd "
+        "peers, SSH and a load balancer's health checks included, unless those travel a private network "
+        "(docs/control-plane-firewall.md)"
+    ]
+
+
+def test_the_preview_warns_when_the_selector_names_no_server() -> None:
+    raw = stack_raw("canary")
+    raw["cluster"]["control_plane_firewall"]["label_selector"] = "caph-cluster-tuist-canray=owned"
+    run = run_program("canary", raw, BoxAddresses())
+    assert run.warnings == [
+        "control-plane firewall: the label selector 'caph-cluster-tuist-canray=owned' matches no server "
+        "of the Hetzner project, so the firewall guards nothing"
+    ]
 
 
 # --- a box removed ------------------------------------------------------------
