@@ -158,34 +158,28 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
-        self.registrations.append(
-            Registration(
-                type=request.type,
-                name=request.name,
-                urn=response.urn,
-                provider=request.provider,
-                dependencies=list(request.dependencies),
-                property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
-                inputs=json_format.MessageToDict(request.object),
-            )
-        )
+        self._record(request, response.urn, request.object)
         return response
 
     def ReadResource(self, request: Any) -> Any:
         # A StackReference is read, not registered.
         response = super().ReadResource(request)
+        self._record(request, response.urn, request.properties)
+        return response
+
+    def _record(self, request: Any, urn: str, properties: Any) -> None:
+        by_property = getattr(request, "propertyDependencies", {})
         self.registrations.append(
             Registration(
                 type=request.type,
                 name=request.name,
-                urn=response.urn,
+                urn=urn,
                 provider=request.provider,
                 dependencies=list(request.dependencies),
-                property_dependencies={},
-                inputs=json_format.MessageToDict(request.properties),
+                property_dependencies={k: list(v.urns) for k, v in by_property.items()},
+                inputs=json_format.MessageToDict(properties),
             )
         )
-        return response
 
     def RegisterResourceOutputs(self, request: Any) -> Any:
         self.outputs.append(json_format.MessageToDict(request.outputs))
