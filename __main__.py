@@ -78,8 +78,8 @@ def main() -> None:
                 token=secrets.hcloud_token,
                 boxes=[
                     Box(fleet=name, slot=machine_name(name, i), public_ipv4=claim.public_ipv4)
-                    for name, fleet_ in fleets.items()
-                    for i, claim in enumerate(fleet_.claims)
+                    for name, built in fleets.items()
+                    for i, claim in enumerate(built.claims)
                 ],
             ),
         )
