@@ -32,6 +32,7 @@ from providers.constants import (
     DEDIBOX_SECRET_KEY,
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
+    HCLOUD_TOKEN,
     KUBECONFIG,
     OVH_APPLICATION_SECRET,
     OVH_CONSUMER_KEY,
@@ -70,6 +71,7 @@ class Secrets:
     fleet_ssh_private_key: pulumi.Output[str] | None = None
     fleet_sudo_password: pulumi.Output[str] | None = None
     kubeconfig: pulumi.Output[str] | None = None
+    hcloud_token: pulumi.Output[str] | None = None
 
 
 _SECRET_FIELDS = {
@@ -80,6 +82,7 @@ _SECRET_FIELDS = {
     FLEET_SSH_PRIVATE_KEY: "fleet_ssh_private_key",
     FLEET_SUDO_PASSWORD: "fleet_sudo_password",
     KUBECONFIG: "kubeconfig",
+    HCLOUD_TOKEN: "hcloud_token",
 }
 
 
@@ -120,11 +123,12 @@ def _required_secret_keys(view: View) -> list[str]:
         [f for _, f in view.fleets],
         [f for _, f in view.failover_ips],
         view.cluster.api_server if view.cluster else None,
+        firewall=bool(view.cluster and view.cluster.control_plane_firewall.enabled),
     )
 
 
 def _secrets_needed(
-    fleets: Sequence[Fleet], failover_ips: Sequence[FailoverIP], api_server: str | None
+    fleets: Sequence[Fleet], failover_ips: Sequence[FailoverIP], api_server: str | None, *, firewall: bool
 ) -> list[str]:
     vendors = {f.vendor for f in fleets} | {f.vendor for f in failover_ips}
     needed: set[str] = set()
@@ -138,6 +142,8 @@ def _secrets_needed(
         needed |= {FLEET_SSH_PRIVATE_KEY, FLEET_SUDO_PASSWORD}
     if api_server is not None:
         needed.add(KUBECONFIG)
+    if firewall:
+        needed.add(HCLOUD_TOKEN)
     return [key for key in SECRET_KEYS if key in needed]
 
 
@@ -145,9 +151,15 @@ def required_secret_keys(cfg: StackConfig) -> list[str]:
     """Which `pulumi config set --secret` keys this stack needs, in SECRET_KEYS order.
 
     OVH keys when any fleet or failover IP is on OVH (likewise Dedibox, Robot); the fleet
-    SSH key and sudo password once any fleet is enabled; kubeconfig once api_server is set.
+    SSH key and sudo password once any fleet is enabled; kubeconfig once api_server is set; the
+    Hetzner Cloud token once the control plane's firewall is on.
     """
-    return _secrets_needed(cfg.fleets, cfg.failover_ips, cfg.cluster.api_server)
+    return _secrets_needed(
+        cfg.fleets,
+        cfg.failover_ips,
+        cfg.cluster.api_server,
+        firewall=cfg.cluster.control_plane_firewall.enabled,
+    )
 
 
 class Yaml12Loader(yaml.SafeLoader):

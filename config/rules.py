@@ -25,6 +25,7 @@ from pydantic import BaseModel, StrictBool, TypeAdapter, ValidationError
 
 from config.models import (
     Cluster,
+    ControlPlaneFirewallConfig,
     DediboxAccount,
     Environment,
     FailoverIP,
@@ -684,6 +685,26 @@ def cluster_rules(view: View) -> Iterator[Problem]:
         problem = image_pin_problem(cluster.runners_controller_image)
         if problem:
             yield Problem(("cluster", "runners_controller_image"), problem)
+    yield from _control_plane_firewall_rules(cluster.control_plane_firewall, env)
+
+
+def _control_plane_firewall_rules(door: ControlPlaneFirewallConfig, env: Environment) -> Iterator[Problem]:
+    loc: Loc = ("cluster", "control_plane_firewall")
+    if door.enabled and env is Environment.DEV:
+        yield Problem(
+            (*loc, "enabled"),
+            "the dev stack's control plane is the local one, not on Hetzner Cloud; leave the firewall off",
+        )
+    elif door.enabled and door.label_selector is None:
+        yield Problem(
+            (*loc, "label_selector"),
+            "required when enabled: the Hetzner labels of the control-plane servers "
+            "(e.g. caph-cluster-<cluster>=owned,machine_type=control_plane)",
+        )
+    for i, source, j in _duplicates(list(enumerate(door.operator_sources)), lambda s: s):
+        yield Problem(
+            (*loc, "operator_sources", i), f"duplicate source {quote(source)} (also operator_sources[{j}])"
+        )
 
 
 def switch_rules(view: View) -> Iterator[Problem]:

@@ -27,6 +27,7 @@ ROBOT_PASSWORD = "robotPassword"
 FLEET_SSH_PRIVATE_KEY = "fleetSshPrivateKey"
 FLEET_SUDO_PASSWORD = "fleetSudoPassword"
 KUBECONFIG = "kubeconfig"
+HCLOUD_TOKEN = "hcloudToken"  # the control plane's Hetzner Cloud project (its firewall)
 SECRET_KEYS = (
     OVH_APPLICATION_SECRET,
     OVH_CONSUMER_KEY,
@@ -35,6 +36,7 @@ SECRET_KEYS = (
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
     KUBECONFIG,
+    HCLOUD_TOKEN,
 )
 
 # The cluster-side claim of a box (providers/machine/record.py, components/claims_crd.py).

@@ -108,7 +108,10 @@ def test_required_secrets_follow_vendors_in_use_and_enabled_fleets() -> None:
     raw["failover_ips"] = [f for f in raw["failover_ips"] if f["vendor"] == "dedibox"]
     raw["regions"] = [dict(r, exposed=False) for r in raw["regions"] if r["id"] == "eu-central"]
     raw["runner_pools"] = []
-    # Parked fleet: no SSH key or sudo password needed yet; no OVH or Robot in use.
+    # Parked fleet: no SSH key or sudo password needed yet; no OVH or Robot in use. The control
+    # plane's firewall stays on: its token is needed whatever the fleets are.
+    assert required_secret_keys(load_stack_config(raw)) == ["dediboxSecretKey", "kubeconfig", "hcloudToken"]
+    raw["cluster"] = dict(raw["cluster"], control_plane_firewall={"enabled": False})
     assert required_secret_keys(load_stack_config(raw)) == ["dediboxSecretKey", "kubeconfig"]
 
 
