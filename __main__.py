@@ -7,14 +7,17 @@ components/outputs.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity import capacity_problems
 from components.claims_crd import MachineClaimsCRD
+from components.control_plane_firewall import Box, ControlPlaneFirewall, ControlPlaneFirewallArgs
 from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.failover_ip import FailoverIP, FailoverIPArgs
-from components.fleet import BareMetalFleet, BareMetalFleetArgs
+from components.fleet import BareMetalFleet, BareMetalFleetArgs, machine_name
 from components.kura_controller import KuraController, KuraControllerArgs, RegionPlacement
 from components.kura_region import KuraRegion, KuraRegionArgs
 from components.outputs import export_outputs, stack_outputs
@@ -47,6 +50,14 @@ def main() -> None:
         if any(fleet.enabled and fleet.size for fleet in cfg.fleets)
         else None
     )
+    # The control plane's door (on Hetzner Cloud): it admits each box from its claim's address, and
+    # every join waits for it. The fleets come first (the firewall needs their claims), so the joins
+    # get the firewall through a deferred output, resolved once it exists.
+    door = cfg.cluster.control_plane_firewall
+    admitted: pulumi.Output[pulumi.Resource] | None = None
+    admit: Callable[[pulumi.Output[pulumi.Resource]], None] | None = None
+    if door.enabled:
+        admitted, admit = pulumi.deferred_output()
     fleets = {
         fleet.name: BareMetalFleet(
             f"fleet-{fleet.name}",
@@ -56,10 +67,26 @@ def main() -> None:
                 cluster=cfg.cluster,
                 allow_production_release=cfg.allow_production_release,
                 claims_crd=claims_crd,
+                join_after=admitted,
             ),
         )
         for fleet in cfg.fleets
     }
+    if admit is not None:
+        firewall = ControlPlaneFirewall(
+            "control-plane-firewall",
+            ControlPlaneFirewallArgs(
+                settings=door,
+                environment=cfg.environment,
+                token=secrets.hcloud_token,
+                boxes=[
+                    Box(fleet=name, slot=machine_name(name, i), public_ipv4=claim.public_ipv4)
+                    for name, built in fleets.items()
+                    for i, claim in enumerate(built.claims)
+                ],
+            ),
+        )
+        admit(firewall.ready)
 
     placements = [
         RegionPlacement(

@@ -35,6 +35,9 @@ class BareMetalFleetArgs:
     allow_production_release: bool = False
     # The MachineClaim CRD (components/claims_crd.py) when the stack has a cluster: claims wait for it.
     claims_crd: pulumi.Resource | None = None
+    # What each join waits for after its claim: the control plane's firewall admitting the box
+    # (components/control_plane_firewall.py), which itself waits for the claims' addresses.
+    join_after: pulumi.Input[pulumi.Resource] | None = None
 
 
 def machine_name(fleet: str, index: int) -> str:
@@ -181,7 +184,11 @@ class BareMetalFleet(pulumi.ComponentResource):
                     "claim_token": claim.claim_token,
                     "urn": urn(slot, MACHINE_TYPE),
                 },
-                pulumi.ResourceOptions(parent=self, protect=production, depends_on=[claim]),
+                pulumi.ResourceOptions(
+                    parent=self,
+                    protect=production,
+                    depends_on=[claim] if args.join_after is None else [claim, args.join_after],
+                ),
             )
             node_labels = NodeLabels(
                 f"{slot}-labels",

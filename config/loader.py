@@ -33,6 +33,7 @@ from providers.constants import (
     DEDIBOX_SECRET_KEY,
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
+    HCLOUD_TOKEN,
     KUBECONFIG,
     OVH_APPLICATION_SECRET,
     OVH_CONSUMER_KEY,
@@ -74,6 +75,7 @@ class Secrets:
     kubeconfig: pulumi.Output[str] | None = None
     tuist_server_token: pulumi.Output[str] | None = None
     cloudflare_api_token: pulumi.Output[str] | None = None
+    hcloud_token: pulumi.Output[str] | None = None
 
 
 _SECRET_FIELDS = {
@@ -86,6 +88,7 @@ _SECRET_FIELDS = {
     KUBECONFIG: "kubeconfig",
     TUIST_SERVER_TOKEN: "tuist_server_token",
     CLOUDFLARE_API_TOKEN: "cloudflare_api_token",
+    HCLOUD_TOKEN: "hcloud_token",
 }
 
 
@@ -127,6 +130,7 @@ def _required_secret_keys(view: View) -> list[str]:
         [f for _, f in view.failover_ips],
         view.cluster,
         runner_pools=bool(view.runner_pools),
+        firewall=bool(view.cluster and view.cluster.control_plane_firewall.enabled),
     )
 
 
@@ -135,6 +139,7 @@ def _secrets_needed(
     failover_ips: Sequence[FailoverIP],
     cluster: Cluster | None,
     *,
+    firewall: bool,
     runner_pools: bool = False,
 ) -> list[str]:
     api_server = cluster.api_server if cluster else None
@@ -154,6 +159,8 @@ def _secrets_needed(
         needed.add(TUIST_SERVER_TOKEN)
     if cluster is not None and cluster.external_dns_provider == "cloudflare":
         needed.add(CLOUDFLARE_API_TOKEN)
+    if firewall:
+        needed.add(HCLOUD_TOKEN)
     return [key for key in SECRET_KEYS if key in needed]
 
 
@@ -163,9 +170,15 @@ def required_secret_keys(cfg: StackConfig) -> list[str]:
     OVH keys when any fleet or failover IP is on OVH (likewise Dedibox, Robot); the fleet
     SSH key and sudo password once any fleet is enabled; kubeconfig once api_server is set; the
     Tuist server token once a runner pool exists; the Cloudflare token when external-dns publishes
-    to Cloudflare.
+    to Cloudflare; the Hetzner Cloud token once the control plane's firewall is on.
     """
-    return _secrets_needed(cfg.fleets, cfg.failover_ips, cfg.cluster, runner_pools=bool(cfg.runner_pools))
+    return _secrets_needed(
+        cfg.fleets,
+        cfg.failover_ips,
+        cfg.cluster,
+        firewall=cfg.cluster.control_plane_firewall.enabled,
+        runner_pools=bool(cfg.runner_pools),
+    )
 
 
 class Yaml12Loader(yaml.SafeLoader):

@@ -423,6 +423,80 @@ class RunnerPool(Strict):
 
 # --- cluster ------------------------------------------------------------------
 
+_SELECTOR_KEY = r"(?:[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_SELECTOR_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
+# Hetzner Cloud's label selector requirements: key=value (or ==), key!=value, key, !key,
+# key in (a,b), key notin (a,b); a selector is requirements joined by ','.
+_SELECTOR_POSITIVE = re.compile(
+    rf"^(?:{_SELECTOR_KEY}\s*==?\s*{_SELECTOR_VALUE}|{_SELECTOR_KEY}"
+    rf"|{_SELECTOR_KEY}\s+in\s+\(\s*{_SELECTOR_VALUE}(?:\s*,\s*{_SELECTOR_VALUE})*\s*\))$"
+)
+_SELECTOR_NEGATIVE = re.compile(
+    rf"^(?:{_SELECTOR_KEY}\s*!=\s*{_SELECTOR_VALUE}|!\s*{_SELECTOR_KEY}"
+    rf"|{_SELECTOR_KEY}\s+notin\s+\(\s*{_SELECTOR_VALUE}(?:\s*,\s*{_SELECTOR_VALUE})*\s*\))$"
+)
+
+
+def _label_selector(v: str) -> str:
+    if not v:
+        raise ValueError("must not be empty: it names the control-plane servers the firewall applies to")
+    requirements = [r.strip() for r in re.split(r",(?![^()]*\))", v)]
+    if not all(_SELECTOR_POSITIVE.match(r) or _SELECTOR_NEGATIVE.match(r) for r in requirements):
+        raise ValueError(
+            f"{quote(v)} is not a Hetzner label selector (key=value, key!=value, key, !key, "
+            "key in (a,b), key notin (a,b), joined by ',')"
+        )
+    if not any(_SELECTOR_POSITIVE.match(r) for r in requirements):
+        raise ValueError(
+            f"{quote(v)} only excludes servers, so it selects every other server of the project; "
+            "name the control plane with key=value, key or key in (...)"
+        )
+    return v
+
+
+def _operator_source(v: str) -> str:
+    """One operator machine: an IPv4 /32, or an IPv6 /64 (a host's SLAAC and privacy addresses
+    rotate inside its /64, so /64 is the narrowest prefix that keeps naming one machine)."""
+    try:
+        network = ipaddress.ip_network(v, strict=False)
+    except ValueError:
+        raise ValueError(f"{quote(v)} is not an IPv4 or IPv6 CIDR (e.g. 203.0.113.7/32)") from None
+    if "/" not in v:
+        raise ValueError(f"{quote(v)} has no prefix length; write '{network}'")
+    widest = 32 if network.version == 4 else 64
+    if network.prefixlen < widest:
+        raise ValueError(
+            f"{quote(v)} is wider than /{widest}; an operator source is one machine (IPv4 /32, IPv6 /64), "
+            "so list each address"
+        )
+    if ipaddress.ip_address(v.split("/")[0]) != network.network_address:
+        raise ValueError(f"{quote(v)} has host bits set; write '{network}'")
+    if str(network) != v:  # Hetzner answers the canonical form: anything else is a diff on every preview
+        raise ValueError(f"{quote(v)} is not written canonically; write '{network}'")
+    if not network.is_global:
+        raise ValueError(
+            f"{quote(v)} is not a public address; a Hetzner Cloud firewall filters the servers' public "
+            "interfaces, where it never arrives"
+        )
+    return v
+
+
+LabelSelector = Annotated[str, AfterValidator(_label_selector)]
+OperatorSource = Annotated[str, AfterValidator(_operator_source)]
+
+
+class ControlPlaneFirewallConfig(Strict):
+    """The control plane's Hetzner Cloud firewall (components/control_plane_firewall.py): on in stacks
+    whose control plane runs on Hetzner Cloud. Secret: hcloudToken."""
+
+    enabled: StrictBool = False
+    # The control-plane servers' Hetzner labels
+    # (caph labels its servers caph-cluster-<cluster>=owned,machine_type=control_plane).
+    label_selector: LabelSelector | None = None
+    # Who else reaches 6443 on the servers' public addresses: operators, a fixed-egress CI runner, the
+    # management cluster. Each adopted box is admitted by the program, never listed here.
+    operator_sources: list[OperatorSource] = Field(default_factory=list)
+
 
 class Cluster(Strict):
     # Kubernetes minor for the apt keyring; must track the control plane.
@@ -446,6 +520,7 @@ class Cluster(Strict):
         "registry.k8s.io/external-dns/external-dns:v0.20.0"
         "@sha256:ddc7f4212ed09a21024deb1f470a05240837712e74e4b9f6d1f2632ff10672e7"
     )
+    control_plane_firewall: ControlPlaneFirewallConfig = Field(default_factory=ControlPlaneFirewallConfig)
 
 
 # --- the stack ----------------------------------------------------------------

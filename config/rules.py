@@ -25,6 +25,7 @@ from pydantic import BaseModel, StrictBool, TypeAdapter, ValidationError
 
 from config.models import (
     Cluster,
+    ControlPlaneFirewallConfig,
     DediboxAccount,
     Environment,
     FailoverIP,
@@ -680,17 +681,37 @@ def cluster_rules(view: View) -> Iterator[Problem]:
         url = cluster.tuist_server_url
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            yield Problem(("cluster", "tuist_server_url"), f"'{url}' is not an http(s) URL")
+            yield Problem(("cluster", "tuist_server_url"), f"{quote(url)} is not an http(s) URL")
         elif env is not Environment.DEV and (parts.scheme != "https" or _is_loopback(url)):
             yield Problem(
                 ("cluster", "tuist_server_url"),
-                f"'{url}' must be the Tuist server's https:// URL in {env.value}",
+                f"{quote(url)} must be the Tuist server's https:// URL in {env.value}",
             )
     elif view.runner_pools:
         yield Problem(
             ("cluster", "tuist_server_url"),
             "required: the runners-controller asks the Tuist server for dispatch and desired replicas "
             "of the runner pools",
+        )
+    yield from _control_plane_firewall_rules(cluster.control_plane_firewall, env)
+
+
+def _control_plane_firewall_rules(door: ControlPlaneFirewallConfig, env: Environment) -> Iterator[Problem]:
+    loc: Loc = ("cluster", "control_plane_firewall")
+    if door.enabled and env is Environment.DEV:
+        yield Problem(
+            (*loc, "enabled"),
+            "the dev stack's control plane is the local one, not on Hetzner Cloud; leave the firewall off",
+        )
+    elif door.enabled and door.label_selector is None:
+        yield Problem(
+            (*loc, "label_selector"),
+            "required when enabled: the Hetzner labels of the control-plane servers "
+            "(e.g. caph-cluster-<cluster>=owned,machine_type=control_plane)",
+        )
+    for i, source, j in _duplicates(list(enumerate(door.operator_sources)), lambda s: s):
+        yield Problem(
+            (*loc, "operator_sources", i), f"duplicate source {quote(source)} (also operator_sources[{j}])"
         )
 
 

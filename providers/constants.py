@@ -29,6 +29,7 @@ FLEET_SUDO_PASSWORD = "fleetSudoPassword"
 KUBECONFIG = "kubeconfig"
 TUIST_SERVER_TOKEN = "tuistServerToken"  # the runners-controller's token for the Tuist server
 CLOUDFLARE_API_TOKEN = "cloudflareApiToken"  # external-dns publishing the kura.tuist.dev zone
+HCLOUD_TOKEN = "hcloudToken"  # the control plane's Hetzner Cloud project (its firewall)
 SECRET_KEYS = (
     OVH_APPLICATION_SECRET,
     OVH_CONSUMER_KEY,
@@ -39,6 +40,7 @@ SECRET_KEYS = (
     KUBECONFIG,
     TUIST_SERVER_TOKEN,
     CLOUDFLARE_API_TOKEN,
+    HCLOUD_TOKEN,
 )
 
 # The cluster-side claim of a box (providers/machine/record.py, components/claims_crd.py).

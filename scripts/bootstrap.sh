@@ -9,6 +9,10 @@
 #   kubernetes plugin   pulumi-resource-kubernetes, built from its Go module
 #   actionlint          the GitHub Actions linter the tests run over .github/workflows,
 #                       built from its Go module (scripts/toolchain/actionlint/go.mod pins it)
+#   kubernetes control plane
+#                       kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and the
+#                       kubelet stand-in, built from k8s.io/kubernetes (scripts/toolchain/kube);
+#                       etcd is Debian's etcd-server (system packages). scripts/cluster.sh runs them.
 # Builds are cached outside the work tree (~/.cache/tuist-infra/toolchain, one
 # directory per build keyed by a hash of its inputs), so a fresh clone on the
 # same machine links them in about a second; .toolchain/bin links them all.
@@ -142,9 +146,36 @@ actionlint_tool() {
     "$root/.toolchain/bin/actionlint" -version >/dev/null || die "the actionlint binary in $bin does not run"
 }
 
+# --- kubernetes control plane -------------------------------------------------------------------
+build_kube() {
+    local out=$1/bin v=k8s.io/component-base/version major minor
+    IFS=. read -r major minor _ <<<"$KUBERNETES_VERSION"
+    grep -qE "^[[:space:]]*(require[[:space:]]+)?k8s\.io/kubernetes v${KUBERNETES_VERSION//./\\.}\$" "$tc/kube/go.mod" ||
+        die "scripts/toolchain/kube/go.mod does not require k8s.io/kubernetes v$KUBERNETES_VERSION (versions.env)"
+    # One go build for all five: they share one dependency graph and compile it once. The version
+    # stamps are the ones the release build sets (kubectl version, the Node's kubeletVersion).
+    (cd "$tc/kube" &&
+        CGO_ENABLED=0 go build -trimpath \
+            -ldflags "-s -w -X $v.gitVersion=v$KUBERNETES_VERSION -X $v.gitMajor=$major -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z" \
+            -o "$out/" \
+            k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+            k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl ./kubelet-standin)
+}
+
+kube_control_plane() {
+    local bin
+    command -v go >/dev/null || die "no Go toolchain to build the Kubernetes control plane"
+    bin=$(cached_build "kubernetes-v$KUBERNETES_VERSION" \
+        "$(inputs_key <(echo "KUBERNETES_VERSION=$KUBERNETES_VERSION") "$tc/kube/go.mod" "$tc/kube/go.sum" "$tc"/kube/*.go "$tc"/kube/kubelet-standin/*.go)" \
+        build_kube)
+    link_bins "$bin"
+    "$root/.toolchain/bin/kube-apiserver" --version >/dev/null || die "the kube-apiserver binary in $bin does not run"
+}
+
 stage "system packages" system_packages
 stage "python virtualenv" python_venv
 stage "pulumi cli v$PULUMI_VERSION" pulumi_cli
 stage "kubernetes plugin v$KUBERNETES_PROVIDER_VERSION" kubernetes_plugin
 stage "actionlint $(actionlint_version)" actionlint_tool
+stage "kubernetes control plane v$KUBERNETES_VERSION" kube_control_plane
 printf '==> set-up complete in %ss: %s\n' "$(( $(date +%s) - overall ))" "$("$root/.toolchain/bin/pulumi" version)" >&2

@@ -60,6 +60,13 @@ ip -V >/dev/null 2>&1 || miss "ip" iproute2
 # forbids it cannot run simulated boxes at all.
 unshare --mount --propagation private /bin/true 2>/dev/null ||
     miss "private mount namespaces (unshare --mount failed; run as root)" util-linux
+# etcd for the local Kubernetes control plane (scripts/cluster.sh): a v3 server.
+etcd_version=$(etcd --version 2>/dev/null || true)
+if [[ $etcd_version != "etcd Version: 3."* ]]; then
+    miss "etcd v3 server (etcd --version)" etcd-server
+fi
+# openssl makes the control plane's certificates.
+openssl version >/dev/null 2>&1 || miss "openssl" openssl
 command -v git >/dev/null || miss "git" git
 command -v go >/dev/null || printf 'missing: the Go toolchain (go); this machine kind ships it\n' >&2
 python3 -c 'import venv, ensurepip' 2>/dev/null || miss "python3 venv/ensurepip" python3-venv

@@ -31,11 +31,21 @@ PROJECT = "tuist-infra"
 class ProgramMocks(ManifestRecorder):
     def __init__(self) -> None:
         super().__init__()
+        self.claims: list[str] = []
         self.machines: list[dict[str, Any]] = []
         self.failover: list[dict[str, Any]] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         inputs = dict(args.inputs)
+        if args.typ == "pulumi-python:dynamic/machine:MachineClaim":
+            # A claim records its box (and the address the control plane's firewall admits) first.
+            n = len(self.claims) + 10
+            self.claims.append(args.name)
+            outs = {**inputs, "box_id": f"box-{args.name}", "public_ipv4": f"198.51.100.{n}"}
+            return f"{args.name}-id", outs
+        if args.typ == "pulumi:pulumi:StackReference":
+            # The stack itself, before its first update: no outputs yet.
+            return inputs["name"], {**inputs, "outputs": {}, "secret_output_names": []}
         if args.typ == "pulumi-python:dynamic/machine:AdoptedMachine":
             # A box as each vendor names it, and the providerID and Node name the machine provider
             # derives from it (providers/machine.py), so the wiring after the machines sees real shapes.
@@ -63,6 +73,10 @@ class ProgramMocks(ManifestRecorder):
             self.failover.append(outs)
             return f"{args.name}-id", outs
         return super().new_resource(args)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
+        # The control plane's firewall reads the Hetzner project (its preview warnings): an empty one.
+        return {}, []
 
 
 def _stack(env: str) -> tuple[dict[str, Any], StackConfig]:

@@ -10,6 +10,8 @@ Each box lives in `<state_dir>/<box_key>/`:
     boot               "rescue" while the rescue system runs (login.sh reads it)
     system-ssh/        the installed OS's SSH identity (host key, keys, user), kept while rescue runs
     hardware/disks     "<name> <bytes>" lines: the box's disks, as lsblk in the box lists them
+    hardware/cpuinfo   the box's CPU threads and memory, bound over /proc/cpuinfo and /proc/meminfo
+    hardware/meminfo   in the box (as lxcfs does), where the kubelet stand-in reads its capacity
     disks/data/        /data's own filesystem, mounted only when the `data-is-separate` flag file exists
 
 Why this shape: the login user (ubuntu, tuist, root) must exist for sshd without creating users on the
@@ -19,6 +21,13 @@ enters a private mount namespace where / is an overlay with the box's disk on to
 runs in bash and really writes files, all of them into the box. sshd itself runs in a mount namespace
 with its own /run (it needs /run/sshd), so nothing on the host changes. StrictModes is off because the
 state dir may sit under a world-writable /tmp.
+
+Services: `systemctl enable --now kubelet` in a box really starts the kubelet stand-in
+(sandbox/shims/systemctl, sim-service), detached from the SSH session, in the box's namespace; its
+supervisor's pid is <disk>/var/lib/sim/systemd/kubelet.service.pid and its output the box's
+/var/log/kubelet.log (`journalctl -u kubelet` in the box). The farm stops every service of a box
+before a reinstall, a rescue boot, a reboot or a stop, and starts the enabled ones when the box
+boots (its sshd starts), as systemd would.
 
 A reinstall wipes the disk and generates a new host key, as a real reinstall does. A rescue boot keeps
 the disk and runs a fresh rescue system (new host key, root with the rescue keys); the sandbox's
@@ -85,6 +94,18 @@ class Disk:
     size: int  # bytes
 
 
+@dataclass(frozen=True)
+class Hardware:
+    """What the box's /proc says about it: CPU threads and memory (the kubelet's capacity)."""
+
+    threads: int
+    memory_bytes: int
+
+
+# Services the sandbox's systemctl really runs (sandbox/shims/systemctl RUNNABLE).
+RUNNABLE_UNITS = ("kubelet.service",)
+
+
 def fingerprint_of(public_key_line: str) -> str:
     """OpenSSH SHA256 fingerprint of a public key line."""
     blob = base64.b64decode(public_key_line.split()[1])
@@ -112,13 +133,16 @@ class BoxFarm:
         disks: Sequence[Disk] | None = None,
         ssh_host: str = "127.0.0.1",
         platform: Mapping[str, object] | None = None,
+        hardware: Hardware | None = None,
     ) -> BoxInfo:
         """Create the box if missing (fresh OS, given key and sudo password) and start its sshd on
         `ssh_host`:`ssh_port` (a loopback address: vendorsim gives each box one of its own).
 
         An existing box keeps its disk, host key, user and keys: only a reinstall changes those.
-        `disks` is hardware: it survives reinstalls and rescue boots. `platform` (vendorsim/macos_disk.py)
-        makes the box a Mac: macOS laid down on its disk, macOS tools on its PATH.
+        `disks` and `hardware` are hardware: they survive reinstalls and rescue boots. Without
+        `hardware`, the box's /proc shows the host's CPUs and memory. `platform`
+        (vendorsim/macos_disk.py) makes the box a Mac: macOS laid down on its disk, macOS tools on
+        its PATH.
         """
         box = self._box_dir(box_key)
         _check_port(box_key, ssh_port)
@@ -128,6 +152,8 @@ class BoxFarm:
                 _write_disks(box_key, box, disks)
             if platform is not None:
                 macos_disk.write_platform(box, platform)
+            if hardware is not None:
+                _write_hardware(box_key, box, hardware)
             if not (box / "ssh" / "ssh_host_ed25519_key").exists():
                 self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
             if data_is_separate is not None:
@@ -248,6 +274,15 @@ class BoxFarm:
 
     def is_running(self, box_key: str) -> bool:
         return self._running_pid(self._box_dir(box_key)) is not None
+
+    def service_pid(self, box_key: str, unit: str = "kubelet.service") -> int | None:
+        """The pid of the supervisor running `unit` in the box, or None when it does not run."""
+        box = self._box_dir(box_key)
+        return next((pid for u, pid in _service_pids(box) if u == unit), None)
+
+    def service_log(self, box_key: str, unit: str = "kubelet.service") -> Path:
+        """The box's log of `unit` (what `journalctl -u` shows in the box), on the host."""
+        return self.info(box_key).sandbox_root / "var" / "log" / f"{unit.removesuffix('.service')}.log"
 
     def stop(self, box_key: str) -> None:
         with self._lock:
@@ -466,10 +501,34 @@ class BoxFarm:
                     f"box {box_key}: sshd exited with status {proc.returncode} on {host}:{port}:\n{tail}"
                 )
             if _answers_ssh(host, port):
+                self._boot_services(box_key)
                 return
             time.sleep(0.02)
         self._stop(box_key)
         raise BoxError(f"box {box_key}: sshd did not answer on {host}:{port} within 10s")
+
+    def _boot_services(self, box_key: str) -> None:
+        """Start the services enabled on the installed OS, as systemd does when the box boots."""
+        box = self._box_dir(box_key)
+        if self._in_rescue(box):
+            return
+        enabled = box / "system" / "root" / "var" / "lib" / "sim" / "systemd" / "enabled"
+        units = enabled.read_text().split() if enabled.exists() else []
+        if not any(u in RUNNABLE_UNITS for u in units):
+            return
+        result = subprocess.run(
+            [str(LOGIN_WRAPPER), str(box), "--boot"],
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise BoxError(
+                f"box {box_key}: starting its enabled services failed (exit {result.returncode}): "
+                + result.stderr.decode(errors="replace")[-800:]
+            )
 
     def _running_pid(self, box: Path) -> int | None:
         pid_file = box / "ssh" / "sshd.pid"
@@ -482,8 +541,10 @@ class BoxFarm:
         return pid if str(box / "ssh" / "sshd_config").encode() in cmdline else None
 
     def _stop(self, box_key: str) -> None:
-        """Stop the box's sshd and every session under it (a reinstall must not leave one running)."""
+        """Stop the box's services, its sshd and every session under it (a reinstall, a rescue boot, a
+        reboot or a stop must not leave one running)."""
         box = self._box_dir(box_key)
+        _stop_services(box)
         pid = self._running_pid(box)
         child = self._children.pop(box_key, None)
         if pid is None and child is not None and child.poll() is None:
@@ -503,10 +564,10 @@ class BoxFarm:
 
 
 def reap_orphans(state_dir: Path) -> list[int]:
-    """SIGKILL every sshd serving a box under `state_dir`, tracked or not.
+    """SIGKILL every sshd serving a box under `state_dir`, and every service a box runs, tracked or not.
 
-    A vendorsim that was SIGKILLed leaves its boxes' sshd running (they are in sessions of their
-    own), holding the boxes' ports; the next start, and test teardowns, sweep them up here.
+    A vendorsim that was SIGKILLed leaves its boxes' sshd and kubelets running (they are in sessions
+    of their own), holding the boxes' ports; the next start, and test teardowns, sweep them up here.
     """
     marker = str(state_dir.resolve()).encode() + b"/"
     killed = []
@@ -517,11 +578,51 @@ def reap_orphans(state_dir: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"sshd" in cmdline and marker in cmdline:
+        if marker not in cmdline:
+            continue
+        pid = int(entry.name)
+        if b"sim-service\0" in cmdline:
+            # The supervisor and the service under it: one process group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(pid)
+        elif b"sshd" in cmdline:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
     return killed
+
+
+def _service_pids(box: Path) -> list[tuple[str, int]]:
+    """(unit, supervisor pid) of every service running in the box, on its disk or rescue system."""
+    found = []
+    for layer in ("system", "rescue"):
+        for pid_file in sorted((box / layer / "root" / "var" / "lib" / "sim" / "systemd").glob("*.pid")):
+            try:
+                pid = int(pid_file.read_text().strip())
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if f"sim-service\0{box}\0{pid_file.stem}\0".encode() in cmdline:
+                found.append((pid_file.stem, pid))
+    return found
+
+
+def _stop_services(box: Path, timeout: float = 10.0) -> None:
+    """SIGTERM each service's process group (the kubelet stops as on shutdown), SIGKILL what is left."""
+    services = _service_pids(box)
+    for _, pid in services:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for _, pid in services:
+        _wait_gone(pid, max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        _wait_gone(pid)
+    for layer in ("system", "rescue"):
+        for pid_file in (box / layer / "root" / "var" / "lib" / "sim" / "systemd").glob("*.pid"):
+            pid_file.unlink(missing_ok=True)
 
 
 def _seed_os(root: Path, box_key: str) -> None:
@@ -580,6 +681,19 @@ def _write_disks(box_key: str, box: Path, disks: Sequence[Disk]) -> None:
         lines.append(f"{disk.name} {disk.size}")
     (box / "hardware").mkdir(parents=True, exist_ok=True)
     (box / "hardware" / "disks").write_text("".join(f"{line}\n" for line in lines))
+
+
+def _write_hardware(box_key: str, box: Path, hardware: Hardware) -> None:
+    if hardware.threads <= 0 or hardware.memory_bytes <= 0:
+        raise BoxError(
+            f"box {box_key}: hardware threads={hardware.threads} "
+            f"memory_bytes={hardware.memory_bytes}; both > 0"
+        )
+    (box / "hardware").mkdir(parents=True, exist_ok=True)
+    (box / "hardware" / "cpuinfo").write_text(
+        "".join(f"processor\t: {i}\nmodel name\t: simulated\n\n" for i in range(hardware.threads))
+    )
+    (box / "hardware" / "meminfo").write_text(f"MemTotal:       {hardware.memory_bytes // 1024} kB\n")
 
 
 def _read_env(path: Path) -> dict[str, str]:

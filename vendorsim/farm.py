@@ -23,6 +23,7 @@ class Farm(Protocol):
         disks: Sequence[Any] | None = None,
         ssh_host: str = "127.0.0.1",
         platform: Mapping[str, object] | None = None,
+        hardware: Any | None = None,
     ) -> Any: ...
 
     def reinstall(
@@ -59,6 +60,7 @@ class NoSshFarm:
         disks: Sequence[Any] | None = None,
         ssh_host: str = "127.0.0.1",
         platform: Mapping[str, object] | None = None,
+        hardware: Any | None = None,
     ) -> None:
         return None
 

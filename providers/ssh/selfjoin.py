@@ -27,6 +27,9 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _PROVIDER_ID = re.compile(r"^(ovh|dedibox|hrobot|scaleway)://[A-Za-z0-9._/-]+$")
 _MINOR = re.compile(r"^v1\.[0-9]{2}$")
 _API_SERVER = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
+_DOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+)
 _BOOTSTRAP_TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The kubelet may set only these labels in the kubernetes.io / k8s.io namespaces (NodeRestriction).
@@ -63,7 +66,11 @@ class SelfJoinParams:
     ca_bundle_pem: str
     kubernetes_minor: str = "v1.34"
     taints: Sequence[NodeTaint] = field(default_factory=tuple)
+    # The kubelet's clusterDNS (the cluster DNS Service's ClusterIP) and clusterDomain: without
+    # clusterDNS, ClusterFirst pods on the node fall back to the host's resolv.conf and cannot
+    # resolve Services.
     cluster_dns: str | None = None
+    cluster_domain: str = "cluster.local"
     # "preinstalled" on Robot boxes, whose post-install baked in containerd 2.x with Kata.
     containerd_source: Literal["apt", "preinstalled"] = "apt"
 
@@ -111,6 +118,8 @@ def _check(params: SelfJoinParams) -> None:
             ipaddress.ip_address(params.cluster_dns)
         except ValueError:
             raise SelfJoinInputError(f"cluster_dns {params.cluster_dns!r} is not an IP address") from None
+    if not _DOMAIN.match(params.cluster_domain):
+        raise SelfJoinInputError(f"cluster_domain {params.cluster_domain!r} is not a DNS domain")
     if params.containerd_source not in ("apt", "preinstalled"):
         raise SelfJoinInputError(f"containerd_source {params.containerd_source!r} is not apt or preinstalled")
 
@@ -128,6 +137,7 @@ def render_self_join_script(params: SelfJoinParams) -> str:
         "API_SERVER": params.api_server,
         "CA_BUNDLE_B64": base64.b64encode(params.ca_bundle_pem.encode()).decode(),
         "CLUSTER_DNS": params.cluster_dns or "",
+        "CLUSTER_DOMAIN": params.cluster_domain,
         "CONTAINERD_SOURCE": params.containerd_source,
     }
     header = "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())

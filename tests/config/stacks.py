@@ -58,11 +58,14 @@ class BadCase:
     base: str
     raw: dict[str, Any]
     expected: list[str]
+    # Secrets the stack needs but the operator has not set: such a case goes through the program's
+    # own path (pulumi config, load_from_pulumi), where secrets are checked.
+    unset_secrets: tuple[str, ...] = ()
 
 
 def load_case(path: Path) -> BadCase:
     spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    unknown = set(spec) - {"why", "base", "set", "repeat", "delete", "append", "expected"}
+    unknown = set(spec) - {"why", "base", "set", "repeat", "delete", "append", "unset_secrets", "expected"}
     assert not unknown, f"{path.name}: unknown corpus keys {sorted(unknown)}"
     raw = copy.deepcopy(stack_raw(spec["base"]))
     for target, value in (spec.get("set") or {}).items():
@@ -79,7 +82,12 @@ def load_case(path: Path) -> BadCase:
         node, last = _parent(raw, target)
         node[last].append(item)
     return BadCase(
-        name=path.stem, why=spec["why"], base=spec["base"], raw=raw, expected=list(spec["expected"])
+        name=path.stem,
+        why=spec["why"],
+        base=spec["base"],
+        raw=raw,
+        expected=list(spec["expected"]),
+        unset_secrets=tuple(spec.get("unset_secrets") or ()),
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from config.loader import ConfigError, load_stack_config
+from config.loader import ConfigError, load_from_pulumi, load_stack_config, required_secret_keys
 from tests.config.stacks import BadCase, corpus, stack_raw
+from tests.config.test_loader import use_stack
 
 CASES = corpus()
 
@@ -23,8 +24,16 @@ def test_every_base_is_valid(base: str) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_config_reports_exactly_the_expected_lines(case: BadCase) -> None:
-    with pytest.raises(ConfigError) as err:
-        load_stack_config(case.raw)
+    if case.unset_secrets:
+        # The stack file itself is fine; the secret is missing from the stack's config.
+        cfg = load_stack_config(case.raw)
+        secrets = {key: f"set-{key}" for key in required_secret_keys(cfg) if key not in case.unset_secrets}
+        use_stack(case.base, case.raw, secrets=secrets)
+        with pytest.raises(ConfigError) as err:
+            load_from_pulumi()
+    else:
+        with pytest.raises(ConfigError) as err:
+            load_stack_config(case.raw)
     assert err.value.problems == case.expected, case.why
 
 

@@ -110,8 +110,12 @@ def test_required_secrets_follow_vendors_in_use_and_enabled_fleets() -> None:
     raw["failover_ips"] = [f for f in raw["failover_ips"] if f["vendor"] == "dedibox"]
     raw["regions"] = [dict(r, exposed=False) for r in raw["regions"] if r["id"] == "eu-central"]
     raw["runner_pools"] = []
-    # Parked fleet: no SSH key or sudo password needed yet; no OVH or Robot in use; no runner pool,
-    # so no Tuist server token; external-dns still publishes to Cloudflare.
+    # Parked fleet: no SSH key or sudo password needed yet; no OVH or Robot in use; no runner pool, so
+    # no Tuist server token; external-dns still publishes to Cloudflare. The control plane's firewall
+    # stays on: its token is needed whatever the fleets are.
+    needed = required_secret_keys(load_stack_config(raw))
+    assert needed == ["dediboxSecretKey", "kubeconfig", "cloudflareApiToken", "hcloudToken"]
+    raw["cluster"] = dict(raw["cluster"], control_plane_firewall={"enabled": False})
     needed = required_secret_keys(load_stack_config(raw))
     assert needed == ["dediboxSecretKey", "kubeconfig", "cloudflareApiToken"]
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vendorsim.boxes import BoxError, BoxFarm, fingerprint_of
+from vendorsim.boxes import BoxError, BoxFarm, Hardware, fingerprint_of, reap_orphans
 
 SUDO_PASSWORD = "box-sudo-pass-7"
 
@@ -322,3 +324,163 @@ def test_stop_all_stops_every_sshd(farm: BoxFarm, keys):
     for info in (a, b):
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", info.ssh_port), timeout=1).close()
+
+
+# --- hardware and services ------------------------------------------------------------------------
+
+# A unit under the name the sandbox runs for real; /bin/sleep stands in for the kubelet here (the
+# kubelet stand-in itself is exercised against a real control plane in tests/providers/ssh).
+SLEEPER_UNIT = """[Unit]
+Description=stand-in service for the farm tests
+[Service]
+ExecStart=/bin/sleep \\
+    1000
+Restart=always
+RestartSec=1
+"""
+
+
+def install_sleeper(info, keys) -> None:
+    script = (
+        "cat > /etc/systemd/system/kubelet.service <<'EOF'\n" + SLEEPER_UNIT + "EOF\n"
+        "systemctl daemon-reload && systemctl enable --now kubelet"
+    )
+    result = ssh(info.ssh_port, keys["fleet"][0], script, user="root")
+    assert result.returncode == 0, result.stderr
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def wait_for(predicate, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_the_box_proc_shows_its_own_hardware(farm: BoxFarm, keys):
+    info = make(farm, keys, hardware=Hardware(threads=16, memory_bytes=64 * 2**30))
+    out = ssh(
+        info.ssh_port, keys["fleet"][0], "grep -c ^processor /proc/cpuinfo; grep MemTotal /proc/meminfo"
+    )
+    assert out.stdout == "16\nMemTotal:       67108864 kB\n"
+    # Hardware survives a reinstall, as the disks do.
+    info = farm.reinstall("box1", user="ubuntu", authorized_key=keys["fleet"][1], sudo_password=SUDO_PASSWORD)
+    assert ssh(info.ssh_port, keys["fleet"][0], "grep -c ^processor /proc/cpuinfo").stdout == "16\n"
+
+
+def test_hardware_must_be_positive(farm: BoxFarm, keys):
+    with pytest.raises(BoxError) as err:
+        make(farm, keys, hardware=Hardware(threads=0, memory_bytes=1))
+    assert str(err.value) == "box box1: hardware threads=0 memory_bytes=1; both > 0"
+
+
+def test_enable_now_runs_the_service_detached_and_sessions_join_its_namespace(farm: BoxFarm, keys):
+    info = make(farm, keys, user="root")
+    install_sleeper(info, keys)
+    pid = farm.service_pid("box1")
+    assert pid is not None
+    # Detached: its own session, not under sshd.
+    assert os.getsid(pid) == pid
+    assert (
+        ssh(info.ssh_port, keys["fleet"][0], "systemctl is-active kubelet", user="root").stdout == "active\n"
+    )
+    # A later session sees the box the service sees: one mount namespace, one filesystem.
+    session_ns = ssh(
+        info.ssh_port, keys["fleet"][0], "readlink /proc/self/ns/mnt", user="root"
+    ).stdout.strip()
+    assert session_ns == os.readlink(f"/proc/{pid}/ns/mnt")
+    log = farm.service_log("box1").read_text()
+    assert "sim-service: starting kubelet.service: /bin/sleep 1000" in log
+    journal = ssh(info.ssh_port, keys["fleet"][0], "journalctl -u kubelet --no-pager", user="root").stdout
+    assert journal == log
+
+
+def test_the_service_restarts_after_restart_sec_when_it_exits(farm: BoxFarm, keys):
+    info = make(farm, keys, user="root")
+    install_sleeper(info, keys)
+    supervisor = farm.service_pid("box1")
+    assert supervisor is not None
+    (first,) = wait_for(lambda: children_of(supervisor))
+    os.kill(first, signal.SIGKILL)
+    (second,) = wait_for(
+        lambda: [
+            c
+            for c in children_of(supervisor)
+            if c != first and "sleep" in Path(f"/proc/{c}/cmdline").read_text()
+        ]
+    )
+    assert second != first
+    assert "kubelet.service exited with status 137; restarting in 1s" in farm.service_log("box1").read_text()
+    assert (
+        ssh(info.ssh_port, keys["fleet"][0], "systemctl is-active kubelet", user="root").stdout == "active\n"
+    )
+
+
+@pytest.mark.parametrize("how", ["reinstall", "rescue", "stop", "stop_all"])
+def test_the_service_stops_when_the_box_is_reinstalled_rescued_or_stopped(farm: BoxFarm, keys, how: str):
+    info = make(farm, keys, user="root")
+    install_sleeper(info, keys)
+    supervisor = farm.service_pid("box1")
+    assert supervisor is not None
+    (child,) = wait_for(lambda: children_of(supervisor))
+    if how == "reinstall":
+        farm.reinstall("box1", user="root", authorized_key=keys["fleet"][1], sudo_password=None)
+    elif how == "rescue":
+        farm.boot_rescue("box1", authorized_key=keys["fleet"][1])
+    elif how == "stop":
+        farm.stop("box1")
+    else:
+        farm.stop_all()
+    for pid in (supervisor, child):
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"
+        )
+    assert farm.service_pid("box1") is None
+
+
+def test_a_box_that_boots_starts_its_enabled_service_again(farm: BoxFarm, keys):
+    info = make(farm, keys, user="root")
+    install_sleeper(info, keys)
+    farm.stop("box1")
+    assert farm.service_pid("box1") is None
+    # Powered on again (vendorsim restarting, say): systemd starts what is enabled.
+    make(farm, keys, user="root", ssh_port=info.ssh_port)
+    assert farm.service_pid("box1") is not None
+    assert (
+        ssh(info.ssh_port, keys["fleet"][0], "systemctl is-active kubelet", user="root").stdout == "active\n"
+    )
+    # A reboot out of the installed OS boots it as well.
+    farm.reboot("box1", new_host_key=False)
+    assert farm.service_pid("box1") is not None
+
+
+def test_reap_orphans_kills_services_a_killed_vendorsim_left_behind(farm: BoxFarm, keys):
+    info = make(farm, keys, user="root")
+    install_sleeper(info, keys)
+    supervisor = farm.service_pid("box1")
+    assert supervisor is not None
+    killed = reap_orphans(farm.state_dir)
+    assert supervisor in killed
+    wait_for(
+        lambda: (
+            not Path(f"/proc/{supervisor}").exists()
+            or "Z" in Path(f"/proc/{supervisor}/stat").read_text().split(") ")[1][:1]
+        )
+    )
+    assert info is not None

@@ -7,27 +7,82 @@
 # (mount, sysctl, modprobe, swapoff, apt, systemctl, curl, sudo, ...) resolve to the shims in
 # sandbox/shims, which record each call and emulate it inside the box.
 #
+# Services the box runs (the kubelet, started by the systemctl shim through sandbox/shims/sim-service)
+# live in the namespace of the session that started them. While one runs, a session joins that
+# namespace instead of mounting the disk a second time, so the box has one filesystem, as a running
+# machine does: what a session writes, the kubelet sees.
+#
 # Usage (from sshd_config): ForceCommand <this file> <box dir>
+#        (vendorsim/boxes.py, at boot): <this file> <box dir> --boot   starts the enabled services
 set -euo pipefail
 
 box_dir=$1
+mode=${2:-session}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-if [[ ${SIM_BOX_INNER:-} != 1 ]]; then
-  # One session at a time per box: two overlay mounts sharing one upper dir is undefined behaviour.
-  exec 9>"$box_dir/session.lock"
-  flock 9
-  SIM_BOX_INNER=1 exec unshare --mount --uts --propagation private -- "${BASH_SOURCE[0]}" "$box_dir"
-fi
-unset SIM_BOX_INNER
-
-# --- inside the box's own mount namespace from here on ----------------------------------------------
 # A Mac mini (Apple silicon) records its platform (vendorsim/macos_disk.py): macOS tools, /Users homes.
 platform=linux
 if [[ -f $box_dir/hardware/platform ]]; then
   # shellcheck source=/dev/null
   platform=$(. "$box_dir/hardware/platform" && printf '%s' "$SIM_OS")
 fi
+
+# The login user's home: /Users on a Mac.
+home_of() {
+  if [[ $1 == root ]]; then echo /root; elif [[ $platform == macos ]]; then echo "/Users/$1"; else echo "/home/$1"; fi
+}
+
+# The pid of a service supervisor running in this box, if any (its command line names the box).
+running_service() {
+  local pidfile pid
+  for pidfile in "$box_dir"/system/root/var/lib/sim/systemd/*.pid; do
+    [[ -f $pidfile ]] || continue
+    pid=$(<"$pidfile")
+    if [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] &&
+      tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "sim-service $box_dir "; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# The shell a session runs in, once inside the box (chrooted or joined).
+session_shell() {
+  local user home
+  # shellcheck source=/dev/null
+  user=$(. "$box_dir/box.env" && printf '%s' "$SIM_USER")
+  home=$(home_of "$user")
+  local command=${SSH_ORIGINAL_COMMAND:-exec bash} extra=()
+  local path=/run/sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  # macOS's own tools (sandbox/macos/shims) answer as a Mac would; the Linux shims stay reachable
+  # only by their path (the macOS sudo wraps the Linux one), never by name.
+  if [[ $platform == macos ]]; then path=/run/sim/macos/shims:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin; fi
+  if [[ $mode == --boot ]]; then
+    # Boot: systemd starts what is enabled. Root, whoever the login user is.
+    # shellcheck disable=SC2016 # expanded by the box's shell
+    command='rm -f /var/lib/sim/systemd/active; for u in $(cat /var/lib/sim/systemd/enabled 2>/dev/null); do systemctl start "$u"; done'
+    extra=(SIM_AS_ROOT=1)
+  fi
+  printf '%s\0' /usr/bin/env -i --chdir="$home" \
+    PATH="$path" \
+    HOME="$home" USER="$user" LOGNAME="$user" SHELL=/bin/bash LANG=C.UTF-8 "${extra[@]}" \
+    /bin/bash -c "$command"
+}
+
+if [[ ${SIM_BOX_INNER:-} != 1 ]]; then
+  # One session at a time per box: two overlay mounts sharing one upper dir is undefined behaviour.
+  exec 9>"$box_dir/session.lock"
+  flock 9
+  if [[ ! -f $box_dir/boot || $(<"$box_dir/boot") != rescue ]] && pid=$(running_service); then
+    mapfile -d '' shell < <(session_shell)
+    exec nsenter --target "$pid" --mount --uts --root -- "${shell[@]}"
+  fi
+  SIM_BOX_INNER=1 exec unshare --mount --uts --propagation private -- "${BASH_SOURCE[0]}" "$box_dir" "$mode"
+fi
+unset SIM_BOX_INNER
+
+# --- inside the box's own mount namespace from here on ----------------------------------------------
 # The running system's layer: the installed OS on the box's disk, or Robot's rescue system in RAM.
 layer=system
 if [[ -f $box_dir/boot && $(<"$box_dir/boot") == rescue ]]; then layer=rescue; fi
@@ -41,6 +96,10 @@ if [[ $platform == macos ]]; then hostfile=$merged/var/lib/sim/hostname; fi
 hostname "$(head -n 1 "$hostfile")"
 
 mount -t proc proc "$merged/proc"
+# The box's own hardware where cAdvisor reads it, as lxcfs does for containers (boxes.py writes them).
+for f in cpuinfo meminfo; do
+  if [[ -f $box_dir/hardware/$f ]]; then mount --bind "$box_dir/hardware/$f" "$merged/proc/$f"; fi
+done
 # The kernel's knobs stay read-only: a script writing /proc/sys directly must not reach the host.
 mount --bind "$merged/proc/sys" "$merged/proc/sys"
 mount -o remount,bind,ro "$merged/proc/sys"
@@ -68,16 +127,20 @@ mkdir -p "$merged/run/sim/bin"
 mount --bind "$here/shims" "$merged/run/sim/bin"
 mount -o remount,bind,ro "$merged/run/sim/bin"
 cp "$box_dir/box.env" "$merged/run/sim/box.env"
+printf 'SIM_BOX_DIR=%s\n' "$box_dir" >>"$merged/run/sim/box.env"
 chmod 0600 "$merged/run/sim/box.env"
-path=/run/sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 if [[ $platform == macos ]]; then
-  # macOS's own tools (sandbox/macos/shims) answer as a Mac would; the Linux shims stay reachable
-  # only by their path (the macOS sudo wraps the Linux one), never by name.
   mkdir -p "$merged/run/sim/macos"
   mount --bind "$here/macos" "$merged/run/sim/macos"
   mount -o remount,bind,ro "$merged/run/sim/macos"
   cp "$box_dir/hardware/platform" "$merged/run/sim/platform"
-  path=/run/sim/macos/shims:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+fi
+# The kubelet the apt shim's package runs: the stand-in built by scripts/bootstrap.sh.
+kubelet_standin=$(readlink -f "$here/../../.toolchain/bin/kubelet-standin" || true)
+if [[ -n $kubelet_standin && -x $kubelet_standin ]]; then
+  touch "$merged/run/sim/kubelet"
+  mount --bind "$kubelet_standin" "$merged/run/sim/kubelet"
+  mount -o remount,bind,ro "$merged/run/sim/kubelet"
 fi
 
 # The box's disks, for lsblk (sandbox/shims/lsblk).
@@ -111,16 +174,7 @@ fi
 
 # shellcheck source=/dev/null
 user=$(. "$box_dir/box.env" && printf '%s' "$SIM_USER")
-if [[ $user == root ]]; then
-  home=/root
-elif [[ $platform == macos ]]; then
-  home=/Users/$user
-else
-  home=/home/$user
-fi
-mkdir -p "$merged$home"
+mkdir -p "$merged$(home_of "$user")"
 
-exec chroot "$merged" /usr/bin/env -i --chdir="$home" \
-  PATH="$path" \
-  HOME="$home" USER="$user" LOGNAME="$user" SHELL=/bin/bash LANG=C.UTF-8 \
-  /bin/bash -c "${SSH_ORIGINAL_COMMAND:-exec bash}"
+mapfile -d '' shell < <(session_shell)
+exec chroot "$merged" "${shell[@]}"

@@ -18,6 +18,7 @@ set -euo pipefail
 : "${API_SERVER:?API_SERVER is required}"
 : "${CA_BUNDLE_B64:?CA_BUNDLE_B64 is required}"
 : "${CLUSTER_DNS=}"
+: "${CLUSTER_DOMAIN:=cluster.local}"
 : "${CONTAINERD_SOURCE:=apt}"
 : "${SUDO_PASSWORD=}"
 : "${BOOTSTRAP_TOKEN:?BOOTSTRAP_TOKEN is required}"
@@ -113,6 +114,11 @@ unset BOOTSTRAP_TOKEN
 set -x
 
 printf '%s' "$CA_BUNDLE_B64" | base64 -d | put /etc/kubernetes/pki/ca.crt 0644
+# A new cluster CA (the box joins another cluster): the client certificate the kubelet holds was
+# signed by the old one and would still look valid to it, so it would never bootstrap again.
+if changed /etc/kubernetes/pki/ca.crt; then
+  as_root sh -c 'rm -f /var/lib/kubelet/kubeconfig /var/lib/kubelet/pki/kubelet-client-*.pem'
+fi
 
 put /etc/modules-load.d/k8s.conf 0644 <<'EOF'
 overlay
@@ -182,11 +188,11 @@ authentication:
     clientCAFile: /etc/kubernetes/pki/ca.crt
 authorization:
   mode: Webhook
-clusterDomain: cluster.local
 runtimeRequestTimeout: 5m
 serverTLSBootstrap: true
 rotateCertificates: true
 EOF
+  printf 'clusterDomain: %s\n' "$CLUSTER_DOMAIN"
   if [ -n "$CLUSTER_DNS" ]; then printf 'clusterDNS:\n- %s\n' "$CLUSTER_DNS"; fi
 } | put /var/lib/kubelet/config.yaml 0644
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 
+from providers.kube import BootstrapToken, create_bootstrap_token
 from providers.ssh.runner import RemoteCommandError, run_script
 from providers.ssh.selfjoin import (
     NodeTaint,
@@ -17,7 +20,14 @@ from providers.ssh.selfjoin import (
     render_self_join_script,
     self_join_secrets,
 )
-from tests.providers.ssh.conftest import BOOTSTRAP_TOKEN, SUDO_PASSWORD, Box, KeyPair
+from tests.providers.ssh.conftest import BOOTSTRAP_TOKEN, SUDO_PASSWORD, Box, KeyPair, free_port
+from tests.support.cluster import (
+    CLUSTER_DNS,
+    KubeCluster,
+    apply_node_bootstrap,
+    wait_until,
+)
+from vendorsim.boxes import BoxFarm, Hardware
 
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBsimulatedCA\n-----END CERTIFICATE-----\n"
 PARAMS = SelfJoinParams(
@@ -71,11 +81,17 @@ def first_index(calls: list[str], predicate: Callable[[str], bool]) -> int:
 
 
 def tree_digest(*roots: Path) -> dict[str, str]:
-    """Content digest of every regular file, minus the logs that grow on each run."""
+    """Content digest of every regular file the script writes: not the logs that grow on each run,
+    nor what the running kubelet writes for itself (its key and certificates under kubelet/pki)."""
     digest: dict[str, str] = {}
     for root in roots:
         for path in sorted(root.rglob("*")):
-            if path.is_file() and not path.is_symlink() and "var/log" not in str(path):
+            if (
+                path.is_file()
+                and not path.is_symlink()
+                and "var/log" not in str(path)
+                and "kubelet/pki/" not in str(path)
+            ):
                 digest[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return digest
 
@@ -187,6 +203,7 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
         assert f"    {flag}" in unit
     kubelet_config = (box.info.data_disk / "kubelet/config.yaml").read_text()
     assert "clusterDNS:\n- 10.96.0.10\n" in kubelet_config and "serverTLSBootstrap: true" in kubelet_config
+    assert "clusterDomain: cluster.local\n" in kubelet_config
     bootstrap = box.info.data_disk / "kubelet/bootstrap-kubeconfig"
     assert f"token: {BOOTSTRAP_TOKEN}\n" in bootstrap.read_text()
     assert oct(bootstrap.stat().st_mode & 0o777) == "0o600"
@@ -307,6 +324,7 @@ def test_the_sysctl_shim_fails_on_a_stale_cilium_drop_in_as_a_box_does(
         ({"api_server": "http://cp:6443"}, "api_server 'http://cp:6443' is not https://<host>[:port]"),
         ({"ca_bundle_pem": "nope"}, "ca_bundle_pem holds no PEM certificate"),
         ({"cluster_dns": "kube-dns"}, "cluster_dns 'kube-dns' is not an IP address"),
+        ({"cluster_domain": "Cluster_Local"}, "cluster_domain 'Cluster_Local' is not a DNS domain"),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_field(change: dict[str, object], message: str):
@@ -328,5 +346,122 @@ def test_the_rendered_header_quotes_every_parameter():
     assert "NODE_NAME=kura-us-east-1\n" in header
     assert "NODE_TAINTS=tuist.dev/kura-cache=true:NoSchedule\n" in header
     assert "CLUSTER_DNS=10.96.0.10\n" in header
+    assert "CLUSTER_DOMAIN=cluster.local\n" in header
     assert BOOTSTRAP_TOKEN not in script and SUDO_PASSWORD not in script
     assert os.path.basename(__file__) not in header
+
+
+# --- against a real control plane ---------------------------------------------------------------------
+
+
+def test_a_box_running_the_self_join_ends_with_a_ready_node(
+    farm: BoxFarm,
+    fleet_key: KeyPair,
+    kube_cluster: KubeCluster,
+    request: pytest.FixtureRequest,
+):
+    """The whole chain: paramiko -> sshd -> the self-join script in the box sandbox -> systemctl
+    starts the kubelet (the stand-in) with the unit's flags -> TLS bootstrap with the program's
+    token and RBAC -> a Ready Node with what the program asked for, capacity from the box."""
+    apply_node_bootstrap(kube_cluster, ["ssh-tests"])
+    key = f"join-{abs(hash(request.node.nodeid)) % 10**6}"
+    info = farm.ensure(
+        key,
+        ssh_port=free_port(),
+        user="ubuntu",
+        authorized_key=fleet_key.public,
+        sudo_password=SUDO_PASSWORD,
+        data_is_separate=True,
+        hardware=Hardware(threads=16, memory_bytes=64 * 2**30),
+    )
+    box = Box(farm, key, "ubuntu", info)
+    token = BootstrapToken.generate()
+    create_bootstrap_token(kube_cluster.api, token, fleet="ssh-tests", node_name="kura-us-east-2")
+    params = SelfJoinParams(
+        node_name="kura-us-east-2",
+        node_ip="127.0.60.2",
+        provider_id="ovh://bhs6/ns5009999.ip-203-0-113.net",
+        labels={"node.cluster.x-k8s.io/pool": "kura-us-east"},
+        taints=(NodeTaint("tuist.dev/kura", "true", "NoSchedule"),),
+        api_server=kube_cluster.api_server,
+        ca_bundle_pem=kube_cluster.ca_pem,
+        cluster_dns=CLUSTER_DNS,
+    )
+    try:
+        run_script(
+            box.target,
+            render_self_join_script(params),
+            private_key=fleet_key.private,
+            env_secrets=self_join_secrets(sudo_password=SUDO_PASSWORD, bootstrap_token=token.value),
+            expected_host_key=info.host_key_fingerprint,
+            step="self-join",
+            retries=1,
+            retry_delay=0,
+            step_timeout=120,
+        )
+
+        def ready() -> k8s.V1Node | None:
+            try:
+                node = kube_cluster.core.read_node("kura-us-east-2")
+            except k8s.ApiException:
+                return None
+            conditions = {c.type: c.status for c in node.status.conditions or []}
+            return node if conditions.get("Ready") == "True" else None
+
+        node = wait_until("node kura-us-east-2 Ready", ready, timeout=90)
+        assert node.spec.provider_id == "ovh://bhs6/ns5009999.ip-203-0-113.net"
+        assert node.metadata.labels["node.cluster.x-k8s.io/pool"] == "kura-us-east"
+        taints = [(t.key, t.value, t.effect) for t in node.spec.taints]
+        assert ("tuist.dev/kura", "true", "NoSchedule") in taints
+        assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == ["127.0.60.2"]
+        assert node.status.capacity["cpu"] == "16" and node.status.capacity["memory"] == "64Gi"
+        # The kubelet's files are where the self-join put its root: on /data.
+        current = info.data_disk / "kubelet" / "pki" / "kubelet-client-current.pem"
+        assert os.readlink(current).startswith("/var/lib/kubelet/pki/kubelet-client-")
+        assert "Successfully registered node" in farm.service_log(key).read_text()
+
+        # A pod on the box; the test fails its readiness probe through a file on the box, over SSH.
+        namespace = kube_cluster.namespace("selfjoin")
+        pod = kube_cluster.core.create_namespaced_pod(
+            namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "kura"},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": "kura-us-east-2"},
+                    "tolerations": [{"key": "tuist.dev/kura", "operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "kura",
+                            "image": "ghcr.io/tuist/kura:0.10.5",
+                            "readinessProbe": {
+                                "httpGet": {"path": "/ready", "port": 8080},
+                                "periodSeconds": 1,
+                            },
+                        }
+                    ],
+                },
+            },
+        )
+
+        def pod_ready(want: str) -> Callable[[], bool]:
+            def probe() -> bool:
+                current = kube_cluster.core.read_namespaced_pod("kura", namespace)
+                return any(c.type == "Ready" and c.status == want for c in current.status.conditions or [])
+
+            return probe
+
+        wait_until("pod kura Ready", pod_ready("True"), timeout=30)
+        box_sh(box, fleet_key, f"sudo touch /var/lib/kubelet/pods/{pod.metadata.uid}/containers/kura/unready")
+        wait_until("pod kura unready", pod_ready("False"), timeout=30)
+        resolv = box_sh(box, fleet_key, f"cat /var/lib/kubelet/pods/{pod.metadata.uid}/resolv.conf")
+        assert resolv.startswith(f"nameserver {CLUSTER_DNS}\n")
+
+        # A reinstall stops the kubelet with the old OS.
+        farm.reinstall(key, user="ubuntu", authorized_key=fleet_key.public, sudo_password=SUDO_PASSWORD)
+        assert farm.service_pid(key) is None
+    finally:
+        farm.stop(key)
+        with contextlib.suppress(k8s.ApiException):
+            kube_cluster.core.delete_node("kura-us-east-2")

@@ -1,0 +1,12 @@
+//go:build tools
+
+// Package tools pins the control-plane main packages so `go mod tidy` keeps
+// their dependency graph in go.sum.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
