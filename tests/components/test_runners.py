@@ -313,26 +313,7 @@ def test_crd_status_fields(rendered: ManifestRecorder) -> None:
     ]
 
 
-# --- explicit zeros survive ------------------------------------------------------------
-
-
-def apply_structural_defaults(obj: Any, schema: dict[str, Any]) -> Any:
-    """What the apiserver does with a structural schema's `default`s: fill a field only
-    where it is absent (or null and not nullable), then descend. Returns a new object."""
-    obj = copy.deepcopy(obj)
-    if isinstance(obj, dict):
-        for key, prop in schema.get("properties", {}).items():
-            if "default" in prop and (key not in obj or (obj[key] is None and not prop.get("nullable"))):
-                obj[key] = copy.deepcopy(prop["default"])
-            if key in obj:
-                obj[key] = apply_structural_defaults(obj[key], prop)
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            for key in set(obj) - set(schema.get("properties", {})):
-                obj[key] = apply_structural_defaults(obj[key], extra)
-    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        obj = [apply_structural_defaults(item, schema["items"]) for item in obj]
-    return obj
+# --- explicit zeros are sent (the apiserver keeping them: tests/cluster/test_k8s_runners.py) --------
 
 
 def assert_autoscaling_zeros(pool_object: dict[str, Any]) -> None:
@@ -358,39 +339,6 @@ def test_pure_manifest_carries_literal_integer_zeros() -> None:
         "scaleDownCooldownSeconds": 0,
     }
     assert all(type(v) is int for k, v in autoscaling.items() if k != "enabled")
-
-
-def test_apiserver_defaulting_keeps_explicit_zeros(rendered: ManifestRecorder) -> None:
-    schema = crd_schema(the(rendered, "CustomResourceDefinition"), "v1alpha1")
-    stored = apply_structural_defaults(pool_object(rendered, "linux-default"), schema)
-    assert_autoscaling_zeros(stored)
-
-
-def test_apiserver_defaulting_fills_fields_config_leaves_unset(rendered: ManifestRecorder) -> None:
-    schema = crd_schema(the(rendered, "CustomResourceDefinition"), "v1alpha1")
-    unset = runner_pool_manifest(linux_pool(), robot_fleet(), "tuist-runners")
-    assert unset["spec"]["autoscaling"] == {"enabled": True}
-    stored = apply_structural_defaults(unset, schema)
-    assert stored["spec"]["autoscaling"] == {
-        "enabled": True,
-        "minWarmPoolFloor": 1,
-        "scaleDownCooldownSeconds": 300,
-    }
-    assert stored["spec"]["replicas"] == 0
-
-
-def test_an_omitted_zero_comes_back_as_one_and_the_check_catches_it(rendered: ManifestRecorder) -> None:
-    # The anchor's regression: omitempty dropped the 0, the apiserver defaulted it to 1.
-    schema = crd_schema(the(rendered, "CustomResourceDefinition"), "v1alpha1")
-    omitempty = copy.deepcopy(pool_object(rendered, "linux-default"))
-    del omitempty["spec"]["autoscaling"]["minWarmPoolFloor"]
-    stored = apply_structural_defaults(omitempty, schema)
-    assert stored["spec"]["autoscaling"]["minWarmPoolFloor"] == 1
-    with pytest.raises(AssertionError, match="minWarmPoolFloor is 1"):
-        assert_autoscaling_zeros(stored)
-
-
-# --- the pools --------------------------------------------------------------------------
 
 
 def test_linux_pool_runs_as_kata_microvms_on_the_runner_tier(rendered: ManifestRecorder) -> None:
