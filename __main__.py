@@ -15,11 +15,14 @@ import pulumi_kubernetes as k8s
 from components.capacity import capacity_problems
 from components.claims_crd import MachineClaimsCRD
 from components.control_plane_firewall import Box, ControlPlaneFirewall, ControlPlaneFirewallArgs
+from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.failover_ip import FailoverIP, FailoverIPArgs
 from components.fleet import BareMetalFleet, BareMetalFleetArgs, machine_name
+from components.kura_controller import KuraController, KuraControllerArgs, RegionPlacement
 from components.kura_region import KuraRegion, KuraRegionArgs
 from components.outputs import export_outputs, stack_outputs
 from components.runners import RunnerPools, RunnerPoolsArgs
+from components.storage import LocalStorageClass, LocalStorageClassArgs
 from config.loader import ConfigError, fail, load_from_pulumi
 
 
@@ -85,42 +88,87 @@ def main() -> None:
         )
         admit(firewall.ready)
 
+    placements = [
+        RegionPlacement(
+            region=region,
+            fleet=cfg.fleet(region.fleet),
+            failover_ip=cfg.failover_ip(region.failover_ip) if region.failover_ip else None,
+        )
+        for region in cfg.regions
+    ]
     regions: dict[str, KuraRegion] = {}
     failover: dict[str, FailoverIP] = {}
-    for region in cfg.regions:
-        fleet = fleets[region.fleet]
-        fip = cfg.failover_ip(region.failover_ip) if region.failover_ip else None
-        if fip is not None:
-            failover[region.id] = FailoverIP(
-                f"failover-{fip.name}",
-                FailoverIPArgs(
-                    failover_ip=fip,
-                    region_id=region.id,
-                    candidates=[machine.box_id for machine in fleet.machines],
-                ),
-            )
-        regions[region.id] = KuraRegion(
-            f"kura-{region.id}",
-            KuraRegionArgs(
-                region=region,
-                fleet=cfg.fleet(region.fleet),
-                failover_ip=fip,
-                kura=cfg.kura,
-                environment=cfg.environment,
-                public_ipv4s=[machine.public_ipv4 for machine in fleet.machines],
-                watcher_image=cfg.kura.failover_watcher_image,
-                vendors=cfg.vendors,
-                secrets=secrets,
+    if cfg.regions:
+        kura = KuraController(
+            "kura-controller",
+            KuraControllerArgs(
+                placements=placements, kura=cfg.kura, environment=cfg.environment, cluster=cfg.cluster
             ),
             opts=on_cluster,
         )
+        # Everything of the regions lives in the Kura namespace: nothing is applied before it exists.
+        in_kura = pulumi.ResourceOptions(providers=[cluster], depends_on=[kura.namespace])
+        external_dns = ExternalDns(
+            "external-dns",
+            ExternalDnsArgs(
+                namespace=cfg.kura.namespace,
+                cluster=cfg.cluster,
+                environment=cfg.environment,
+                cloudflare_api_token=secrets.cloudflare_api_token,
+            ),
+            opts=in_kura,
+        )
+        storage_classes = [
+            LocalStorageClass(f"storage-{name}", LocalStorageClassArgs(name=name), opts=on_cluster)
+            for name in sorted({region.storage_class for region in cfg.regions})
+        ]
+        # config requires a watcher image once a region exists (it runs the demux route reconciler).
+        assert cfg.kura.failover_watcher_image is not None
+        for placement in placements:
+            region, fip = placement.region, placement.failover_ip
+            fleet = fleets[region.fleet]
+            if fip is not None:
+                failover[region.id] = FailoverIP(
+                    f"failover-{fip.name}",
+                    FailoverIPArgs(
+                        failover_ip=fip,
+                        region_id=region.id,
+                        candidates=[machine.box_id for machine in fleet.machines],
+                    ),
+                )
+            regions[region.id] = KuraRegion(
+                f"kura-{region.id}",
+                KuraRegionArgs(
+                    region=region,
+                    fleet=placement.fleet,
+                    failover_ip=fip,
+                    kura=cfg.kura,
+                    environment=cfg.environment,
+                    cluster=cfg.cluster,
+                    watcher_image=cfg.kura.failover_watcher_image,
+                    public_ipv4s=[machine.public_ipv4 for machine in fleet.machines],
+                    node_names=[machine.node_name for machine in fleet.machines],
+                    vendors=cfg.vendors,
+                    secrets=secrets,
+                ),
+                # The DNSEndpoints need their CRD; the volumes their StorageClass.
+                opts=pulumi.ResourceOptions(
+                    providers=[cluster], depends_on=[kura.namespace, external_dns.crd, *storage_classes]
+                ),
+            )
 
     RunnerPools(
         "runners",
-        RunnerPoolsArgs(pools=cfg.runner_pools, fleets=cfg.fleets, cluster=cfg.cluster),
+        RunnerPoolsArgs(
+            pools=cfg.runner_pools,
+            fleets=cfg.fleets,
+            cluster=cfg.cluster,
+            server_token=secrets.tuist_server_token,
+        ),
         opts=on_cluster,
     )
 
     export_outputs(stack_outputs(cfg, fleets=fleets, regions=regions, failover=failover))
+
 
 main()

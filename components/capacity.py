@@ -1,13 +1,16 @@
 """Runner capacity and fleet cost: pure functions of the stack config.
 
-A runner slot is one microVM of 1 vCPU / 4 GiB (seed 003), so a host offers
-min(threads, memory_gib // 4) slots: AX42-U (16 threads, 64 GiB) -> 16, AX162-R
-(96 threads, 256 GiB) -> 64. Money stays Decimal end to end and leaves as a string
-with two decimals, so stack outputs never carry float rounding.
+Capacity is the scheduler's own arithmetic. A runner pod costs its node its requests plus the
+kata-qemu RuntimeClass overhead (components/runner_pool.py), charged against the node's
+allocatable: the box's hardware less what the kubelet holds back (the self-join configures no
+kube/system reservation, so only the default hard-eviction threshold, memory.available 100Mi).
+A pool fits `min(cpu // pod cpu, memory // pod memory)` pods per box.
 
-Slots are seed 003's planning unit and ignore the kata-qemu pod overhead
-(components/runners.py KATA_POD_OVERHEAD, 2560Mi): the scheduler charges a 4 GiB pod
-6.5 GiB, so a 64 GiB AX42-U actually places about 9 such pods, not 16.
+A slot is seed 003's planning unit, one microVM of the standard runner shape (1 vCPU / 4 GiB
+including its overhead): the RunnerPool default size, 900m / 3744Mi plus 50m / 320Mi of overhead
+= 950m / 4064Mi, gives the seed's numbers: 16 per AX42-U (16 threads, 64 GiB) and 64 per AX162-R
+(96 threads, 256 GiB). Money stays Decimal end to end and leaves as a string with two decimals, so
+stack outputs never carry float rounding.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from config.models import Fleet, Hardware, RunnerPool, StackConfig
+from components.runner_pool import KATA_OVERHEAD_CPU_MILLI, KATA_OVERHEAD_MEMORY_MIB
+from config.models import Fleet, Hardware, RunnerOS, RunnerPool, StackConfig
 
-SLOT_THREADS = 1
-SLOT_MEMORY_GIB = 4
+# The kubelet's default hard eviction threshold (memory.available<100Mi) comes off allocatable.
+KUBELET_EVICTION_MEMORY_MIB = 100
 
 # The RunnerPool CRD defaults (components/runners.py renders them into the schema);
 # capacity reports what the controller will actually use when config leaves a field unset.
@@ -29,8 +33,42 @@ DEFAULT_SCALE_DOWN_COOLDOWN_SECONDS = 300
 _CENT = Decimal("0.01")
 
 
+@dataclass(frozen=True)
+class Allocatable:
+    cpu_milli: int
+    memory_mib: int
+
+
+def allocatable(hardware: Hardware) -> Allocatable:
+    """What the kubelet of a box with this hardware reports as allocatable."""
+    return Allocatable(
+        cpu_milli=hardware.threads * 1000, memory_mib=hardware.memory_gib * 1024 - KUBELET_EVICTION_MEMORY_MIB
+    )
+
+
+def pod_footprint(pool: RunnerPool) -> Allocatable:
+    """What the scheduler charges a node for one of the pool's pods: requests plus, for a Linux
+    (kata-qemu) pool, the RuntimeClass overhead."""
+    kata = pool.os is RunnerOS.LINUX
+    return Allocatable(
+        cpu_milli=pool.pod_cpu_milli + (KATA_OVERHEAD_CPU_MILLI if kata else 0),
+        memory_mib=pool.pod_memory_mb + (KATA_OVERHEAD_MEMORY_MIB if kata else 0),
+    )
+
+
+def pods_per_host(hardware: Hardware, pool: RunnerPool) -> int:
+    room, pod = allocatable(hardware), pod_footprint(pool)
+    return min(room.cpu_milli // pod.cpu_milli, room.memory_mib // pod.memory_mib)
+
+
+# The standard runner pod: a Linux pool at the RunnerPool defaults.
+STANDARD_POOL = RunnerPool(
+    name="slot", os=RunnerOS.LINUX, fleet="slot", dispatch_label="slot", image="slot@sha256:" + "0" * 64
+)
+
+
 def slots_per_host(hardware: Hardware) -> int:
-    return min(hardware.threads // SLOT_THREADS, hardware.memory_gib // SLOT_MEMORY_GIB)
+    return pods_per_host(hardware, STANDARD_POOL)
 
 
 def fleet_slots(fleet: Fleet) -> int:
@@ -38,6 +76,13 @@ def fleet_slots(fleet: Fleet) -> int:
     if not fleet.enabled:
         return 0
     return slots_per_host(fleet.hardware) * fleet.size
+
+
+def pool_slots(pool: RunnerPool, fleet: Fleet) -> int:
+    """How many of the pool's pods its fleet holds right now (0 while parked)."""
+    if not fleet.enabled:
+        return 0
+    return pods_per_host(fleet.hardware, pool) * fleet.size
 
 
 @dataclass(frozen=True)
@@ -85,11 +130,14 @@ def capacity_problems(cfg: StackConfig) -> list[str]:
         max_replicas = pool.autoscaling.max_replicas
         if fleet is None or max_replicas is None:
             continue
-        slots = fleet_slots(fleet)
+        slots = pool_slots(pool, fleet)
         if max_replicas > slots:
+            per_host = pods_per_host(fleet.hardware, pool)
+            foot = pod_footprint(pool)
             problems.append(
-                f"runner_pools[{i}].autoscaling.max_replicas: {max_replicas} exceeds the {slots} slots"
-                f" of fleet '{fleet.name}' ({_fleet_shape(fleet)})"
+                f"runner_pools[{i}].autoscaling.max_replicas: {max_replicas} exceeds the {slots} pods"
+                f" of fleet '{fleet.name}' ({_fleet_shape(fleet)}; {per_host} of this pool's pods of"
+                f" {foot.cpu_milli}m / {foot.memory_mib}Mi with overhead fit a host)"
             )
     return problems
 
@@ -126,6 +174,7 @@ def capacity_outputs(cfg: StackConfig) -> dict[str, Any]:
         pool_fleet = by_name.get(pool.fleet)
         runner_pools[pool.name] = {
             "fleet": pool.fleet,
+            # The fleet's slots (the outputs contract); capacity_problems checks the pool's own size.
             "slots": 0 if pool_fleet is None else fleet_slots(pool_fleet),
             "min_warm_pool_floor": effective_min_warm_pool_floor(pool),
             "max_replicas": pool.autoscaling.max_replicas,

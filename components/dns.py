@@ -1,9 +1,10 @@
 """Regional DNS records as external-dns DNSEndpoint objects (anchor 4.4).
 
-The peer plane (`peer.<host>`, `*.peer.<host>` and each account's peer host) points at
-the region's failover IP, which the failover watcher keeps on a box with a Ready demux.
-The literal `peer.<host>` exists because a wildcard does not cover a name that has
-records of its own below it (RFC 4592), e.g. an account called `peer`.
+The peer plane (`peer.<host>` and `*.peer.<host>`) points at the region's failover IP, which the
+failover watcher keeps on a box with a Ready demux. The wildcard covers every account's peer host,
+so a new account needs no record (the demux routes it from the cluster, demux/). The literal
+`peer.<host>` exists because a wildcard does not cover a name that has records of its own below it
+(RFC 4592), e.g. an account called `peer`.
 The public wildcard `*.<host>` points at the region's boxes (the hostNetwork gateways).
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import metadata, region_labels
+from components.k8s import child_options, metadata, region_labels
 
 __all__ = [
     "DNS_TTL",
@@ -39,11 +40,8 @@ def _a_record(name: str, targets: Any) -> dict[str, Any]:
     return {"dnsName": name, "recordType": "A", "recordTTL": DNS_TTL, "targets": targets}
 
 
-def peer_endpoints(
-    host: str, failover_address: str, account_peer_hosts: Sequence[str] = ()
-) -> list[dict[str, Any]]:
-    names = [f"peer.{host}", f"*.peer.{host}", *sorted(account_peer_hosts)]
-    return [_a_record(n, [failover_address]) for n in names]
+def peer_endpoints(host: str, failover_address: str) -> list[dict[str, Any]]:
+    return [_a_record(n, [failover_address]) for n in (f"peer.{host}", f"*.peer.{host}")]
 
 
 def public_endpoints(host: str, targets: Any) -> list[dict[str, Any]]:
@@ -57,7 +55,6 @@ class DnsRecordsArgs:
     namespace: str
     # None while the region's failover IP is parked (or the region has none).
     failover_address: str | None
-    account_peer_hosts: Sequence[str] = ()
     # The boxes' public IPv4s (from the fleet's machines); empty publishes no public wildcard.
     public_ipv4s: pulumi.Input[Sequence[pulumi.Input[str]]] = field(default_factory=tuple)
 
@@ -70,7 +67,7 @@ class DnsRecords(pulumi.ComponentResource):
     def __init__(self, name: str, args: DnsRecordsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tuist:dns:DnsRecords", name, None, opts)
         labels = region_labels(name="kura-dns", component="dns", region=args.region_id)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         self.public: k8s.apiextensions.CustomResource | None = None
         self.peer: k8s.apiextensions.CustomResource | None = None
 
@@ -92,7 +89,7 @@ class DnsRecords(pulumi.ComponentResource):
                 api_version=DNSENDPOINT_API_VERSION,
                 kind="DNSEndpoint",
                 metadata=metadata(f"kura-peer-{args.region_id}-dns", args.namespace, labels),
-                spec={"endpoints": peer_endpoints(args.host, args.failover_address, args.account_peer_hosts)},
+                spec={"endpoints": peer_endpoints(args.host, args.failover_address)},
                 opts=child,
             )
         self.peer_records = pulumi.Output.from_input(self.peer is not None)

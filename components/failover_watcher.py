@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import POOL_LABEL, metadata, region_labels
+from components.k8s import POOL_LABEL, child_options, metadata, region_labels
 from config.models import FailoverIP, Fleet, Region, Vendors
 from providers.clients import SECRET_KEYS_BY_VENDOR
 from watcher.mover import (
@@ -61,7 +61,9 @@ class FailoverWatcherArgs:
     dedibox_secret_key: pulumi.Input[str] | None = None
     robot_password: pulumi.Input[str] | None = None
     credentials_dir: str = DEFAULT_CREDENTIALS_DIR
-    poll_seconds: int = 30
+    # A short poll: a terminating demux pod makes its box ineligible at once (watcher/decision.py),
+    # and the IP must leave within the demux's preStop drain (components/peer_demux.py).
+    poll_seconds: int = 5
     confirm_polls: int = 2
 
     def vendor_credentials(self) -> dict[str, pulumi.Input[str] | None]:
@@ -99,7 +101,7 @@ class FailoverWatcher(pulumi.ComponentResource):
         region, ns = args.region, args.namespace
         wname = watcher_name(region.id)
         labels = region_labels(name="kura-failover-watcher", component="failover-watcher", region=region.id)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=wname, namespace=ns)
 
         self.service_account = k8s.core.v1.ServiceAccount(
@@ -232,6 +234,6 @@ class FailoverWatcher(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.credentials]),
+            opts=child_options(self, opts, depends_on=[self.credentials]),
         )
         self.register_outputs({"name": wname, "ip": fip.address})

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import metadata, pool_node_selector, pool_tolerations, region_labels
+from components.k8s import child_options, metadata, pool_node_selector, pool_tolerations, region_labels
 from config.models import Fleet, GatewayMode, Region
 
 __all__ = [
-    "GATEWAY_IMAGE",
     "GATEWAY_SERVICE_ACCOUNT",
     "Gateway",
     "GatewayArgs",
@@ -26,7 +25,6 @@ __all__ = [
     "nginx_settings",
 ]
 
-GATEWAY_IMAGE = "registry.k8s.io/ingress-nginx/controller:v1.11.3"
 GATEWAY_SERVICE_ACCOUNT = "kura-gateway-ingress-nginx"
 
 # Shared with the platform chart's ingress-nginx values (anchor 4.3); only
@@ -140,6 +138,8 @@ class GatewayArgs:
     region: Region
     fleet: Fleet
     namespace: str
+    # ingress-nginx, pinned by digest (kura.gateway_image): a release with the CVE-2025-1974 fix.
+    image: str
 
 
 class Gateway(pulumi.ComponentResource):
@@ -151,7 +151,7 @@ class Gateway(pulumi.ComponentResource):
         host_network = region.gateway is GatewayMode.HOST_NETWORK
         gw = gateway_name(region.id)
         labels = region_labels(name="kura-gateway", component="gateway", region=region.id)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         # One ServiceAccount name per region: several regions share the namespace.
         sa_name = f"{GATEWAY_SERVICE_ACCOUNT}-{region.id}"
 
@@ -213,8 +213,9 @@ class Gateway(pulumi.ComponentResource):
             f"{name}-deployment",
             metadata=metadata(gw, ns, labels),
             spec=k8s.apps.v1.DeploymentSpecArgs(
-                # One controller per box: on hostNetwork two on one box would fight for :443.
-                replicas=max(1, args.fleet.size),
+                # One controller per box: on hostNetwork two on one box would fight for :443. A
+                # parked fleet has no box: zero replicas, so nothing waits on a pod that cannot run.
+                replicas=args.fleet.size if args.fleet.enabled else 0,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 # hostNetwork ports cannot surge on the same box; replace one box at a time.
                 strategy=k8s.apps.v1.DeploymentStrategyArgs(
@@ -247,7 +248,7 @@ class Gateway(pulumi.ComponentResource):
                         containers=[
                             k8s.core.v1.ContainerArgs(
                                 name="controller",
-                                image=GATEWAY_IMAGE,
+                                image=args.image,
                                 args=controller_args(region, ns),
                                 env=[
                                     k8s.core.v1.EnvVarArgs(
@@ -297,7 +298,7 @@ class Gateway(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.config_map]),
+            opts=child_options(self, opts, depends_on=[self.config_map]),
         )
         self.register_outputs(
             {

@@ -7,7 +7,10 @@ these, so a region's objects agree on names, labels and which boxes they run on.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from typing import Any
 
+import pulumi
 import pulumi_kubernetes as k8s
 
 from config.models import Environment, Fleet
@@ -15,6 +18,7 @@ from config.models import Environment, Fleet
 __all__ = [
     "MANAGED_BY",
     "POOL_LABEL",
+    "child_options",
     "config_hash",
     "env_suffix",
     "metadata",
@@ -78,3 +82,19 @@ def pool_tolerations(fleet: Fleet) -> list[k8s.core.v1.TolerationArgs]:
 
 def config_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def child_options(
+    parent: pulumi.Resource,
+    opts: pulumi.ResourceOptions | None,
+    *,
+    depends_on: Sequence[pulumi.Resource] = (),
+    **extra: Any,
+) -> pulumi.ResourceOptions:
+    """Options for a component's child: parented, and held back by what the component itself was
+    told to wait for (Pulumi does not pass a component's depends_on on to its children), e.g. the
+    namespace its objects live in."""
+    given: Any = opts.depends_on if opts is not None else None
+    inherited = [] if given is None else [given] if isinstance(given, pulumi.Resource) else list(given)
+    deps = [*inherited, *depends_on]
+    return pulumi.ResourceOptions(parent=parent, depends_on=deps or None, **extra)

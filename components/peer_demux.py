@@ -1,62 +1,83 @@
-"""Per-region SNI peer demux: a hostNetwork nginx on :7443 that routes TLS by SNI.
+"""Per-region SNI peer demux: a hostNetwork nginx on :7443 that routes TLS by SNI, and the
+reconciler that keeps its routes in step with the cluster.
 
-Routes are explicit: one map entry per account listed in `kura.accounts`, from the
-account's public peer host to its peer Service in the Kura namespace. Anything else,
-including any SNI that is not exactly one of those hosts, maps to "" and nginx closes
-the connection. TLS is never terminated (the peer plane is mTLS end to end).
-See docs/peer-demux.md for why the map is explicit rather than a regex.
+The routes come from the cluster (demux/): a per-region route reconciler watches the account peer
+Services of the Kura namespace and writes the nginx map entries into the region's routes
+ConfigMap; each demux pod runs nginx under demux/nginx-reload.sh, which reloads it gracefully when
+that ConfigMap changes. A new account is therefore a ConfigMap update, not a deploy and not a roll.
+Only a change of the static nginx.conf or of the reload script rolls the DaemonSet (its pod
+template carries their hash). TLS is never terminated: the peer plane is mTLS end to end.
+
+A roll keeps the peer plane (seed 000: the failover IP drains off a box whose demux is rolling):
+one box at a time (maxUnavailable 1, no surge: hostNetwork ports), each new pod Ready for
+minReadySeconds before the next box goes, and a preStop wait during which the old pod still serves
+while the failover watcher, which treats a terminating demux pod as ineligible at once, moves the
+IP to another box. See docs/peer-demux.md.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import (
+    POOL_LABEL,
+    child_options,
     config_hash,
-    env_suffix,
     metadata,
     pool_node_selector,
     pool_tolerations,
     region_labels,
 )
-from config.models import Environment, Fleet, Kura, Region
+from config.models import Cluster, Environment, Fleet, Kura, Region
+from demux.reconciler import FIELD_MANAGER
+from demux.routes import ROUTES_KEY, RouteSettings, render_demux_config
 
 __all__ = [
     "CONFIG_HASH_ANNOTATION",
-    "DEMUX_IMAGE",
+    "DEMUX_DRAIN_SECONDS",
+    "DEMUX_MIN_READY_SECONDS",
     "DEMUX_PORT",
     "PeerDemux",
     "PeerDemuxArgs",
-    "PeerRoute",
-    "account_peer_host",
+    "demux_config",
     "demux_labels",
     "demux_name",
-    "peer_routes",
-    "peer_service_name",
-    "render_demux_config",
+    "route_settings",
+    "routes_labels",
+    "routes_name",
 ]
 
-DEMUX_IMAGE = "nginx:1.27.3-alpine"
 DEMUX_PORT = 7443
 CONFIG_HASH_ANNOTATION = "tuist.dev/peer-demux-config-hash"
-# nginx needs a resolver to look backends up per connection; a name is resolved once at
-# startup through the pod's resolv.conf (ClusterFirstWithHostNet), so no IP is hard-coded.
-CLUSTER_RESOLVER = "kube-dns.kube-system.svc.cluster.local"
-KURA_PUBLIC_ZONE = "kura.tuist.dev"
+RELOAD_SCRIPT = Path(__file__).resolve().parent.parent / "demux" / "nginx-reload.sh"
 
-_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# Where the pod mounts what (demux/nginx-reload.sh reads these through its environment).
+CONFIG_DIR = "/etc/kura-peer-demux/config"
+ROUTES_DIR = "/etc/kura-peer-demux/routes"
+RUN_DIR = "/run/kura-peer-demux"
+ROUTES_FILE = f"{RUN_DIR}/routes.map"
 
-
-def _is_dns_name(name: str) -> bool:
-    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in name.split("."))
+# The old pod keeps serving this long after it is told to stop: the failover watcher sees the
+# terminating pod within one poll (5 s) and the vendor move (OVH /ip/move task, Dedibox attach)
+# completes well within a minute, so the IP has left the box before nginx stops accepting.
+DEMUX_DRAIN_SECONDS = 60
+# After preStop, nginx drains open connections (SIGQUIT) until the grace period ends.
+DEMUX_TERMINATION_GRACE_SECONDS = DEMUX_DRAIN_SECONDS + 60
+# A new pod must stay Ready this long before the next box's pod goes: several watcher polls, so
+# the box is eligible again (and can take the IP back) before its neighbour drains.
+DEMUX_MIN_READY_SECONDS = 30
 
 
 def demux_name(region_id: str) -> str:
     return f"kura-peer-demux-{region_id}"
+
+
+def routes_name(region_id: str) -> str:
+    return f"kura-peer-demux-routes-{region_id}"
 
 
 def demux_labels(region_id: str) -> dict[str, str]:
@@ -64,113 +85,32 @@ def demux_labels(region_id: str) -> dict[str, str]:
     return region_labels(name="kura-peer-demux", component="peer-demux", region=region_id)
 
 
-def peer_service_name(handle: str, region_id: str) -> str:
-    """The account's per-region peer Service (ClusterIP on hostNetwork regions)."""
-    name = f"kura-{handle}-{region_id}-peer"
-    if len(name) > 63 or not _LABEL.match(name):
-        raise ValueError(
-            f"kura.accounts: peer Service name '{name}' for account '{handle}' in region "
-            f"'{region_id}' is not a DNS label of at most 63 characters; shorten the handle"
-        )
-    return name
+def routes_labels(region_id: str) -> dict[str, str]:
+    # Not component=peer-demux: these pods are no demux, and the watcher must never count them.
+    return region_labels(name="kura-peer-demux", component="peer-demux-routes", region=region_id)
 
 
-def account_peer_host(handle: str, region: Region, environment: Environment) -> str:
-    """`peer.<handle>-<cluster_id><env_suffix>.kura.tuist.dev` (regions.ex, anchor 4.4)."""
-    label = f"{handle}-{region.cluster_id}{env_suffix(environment)}"
-    if len(label) > 63:
-        raise ValueError(
-            f"kura.accounts: account '{handle}' gives the host label '{label}' in region "
-            f"'{region.id}', longer than 63 characters"
-        )
-    return f"peer.{label}.{KURA_PUBLIC_ZONE}"
-
-
-@dataclass(frozen=True)
-class PeerRoute:
-    """One SNI host and the `<service>.<ns>.svc.cluster.local:<port>` it is passed to."""
-
-    host: str
-    backend: str
-
-
-def peer_routes(region: Region, kura: Kura, environment: Environment) -> list[PeerRoute]:
-    service_domain = f"{kura.namespace}.svc.cluster.local"
-    routes = [
-        PeerRoute(
-            host=account_peer_host(handle, region, environment),
-            backend=f"{peer_service_name(handle, region.id)}.{service_domain}:{kura.peer_port}",
-        )
-        for handle in kura.accounts
-    ]
-    return sorted(routes, key=lambda r: r.host)
-
-
-def _check_route(route: PeerRoute) -> None:
-    # The config is text: refuse anything that could end a map entry or address
-    # something outside the cluster's service domain before it reaches nginx.
-    if not _is_dns_name(route.host):
-        raise ValueError(f"peer route host '{route.host}' is not a lowercase DNS name")
-    service, _, port = route.backend.rpartition(":")
-    if not (port.isdigit() and 0 < int(port) < 65536):
-        raise ValueError(f"peer route backend '{route.backend}' for '{route.host}' has no valid port")
-    parts = service.split(".")
-    if len(parts) != 5 or parts[2:] != ["svc", "cluster", "local"] or not _is_dns_name(service):
-        raise ValueError(
-            f"peer route backend '{route.backend}' for '{route.host}' is not "
-            "<service>.<namespace>.svc.cluster.local:<port>"
-        )
-
-
-def render_demux_config(
-    routes: list[PeerRoute], *, port: int = DEMUX_PORT, resolver: str = CLUSTER_RESOLVER
-) -> str:
-    """The demux's whole nginx.conf (stream only). Pure; the same routes give the same bytes."""
-    hosts = [r.host for r in routes]
-    if len(set(hosts)) != len(hosts):
-        raise ValueError(f"peer routes repeat a host: {sorted(h for h in set(hosts) if hosts.count(h) > 1)}")
-    for route in routes:
-        _check_route(route)
-    entries = "".join(f'        "ok:{r.host}" {r.backend};\n' for r in sorted(routes, key=lambda r: r.host))
-    # nginx lowercases map keys and lookups, so an uppercase SNI would otherwise match.
-    # The first map tags an SNI "ok" only when it is already lowercase and DNS-shaped;
-    # the second only routes "ok:<exact host>". Everything else gets "" and is closed.
-    return (
-        "# Generated by tuist-infra (components/peer_demux.py). Do not edit.\n"
-        "worker_processes auto;\n"
-        "pid /tmp/nginx.pid;\n"
-        "error_log /dev/stderr warn;\n"
-        "\n"
-        "events {\n"
-        "    worker_connections 4096;\n"
-        "}\n"
-        "\n"
-        "stream {\n"
-        f"    resolver {resolver} valid=10s ipv6=off;\n"
-        "    resolver_timeout 2s;\n"
-        # Keys are "ok:" + a host of up to 253 bytes; nginx's default bucket (64) refuses
-        # to start with ordinary peer hosts.
-        "    map_hash_bucket_size 256;\n"
-        "\n"
-        "    map $ssl_preread_server_name $kura_peer_sni_shape {\n"
-        '        "~^[a-z0-9-]{1,63}(\\.[a-z0-9-]{1,63}){1,126}$" ok;\n'
-        "        default bad;\n"
-        "    }\n"
-        "\n"
-        '    map "$kura_peer_sni_shape:$ssl_preread_server_name" $kura_peer_backend {\n'
-        '        default "";\n'
-        f"{entries}"
-        "    }\n"
-        "\n"
-        "    server {\n"
-        f"        listen {port};\n"
-        "        ssl_preread on;\n"
-        "        proxy_pass $kura_peer_backend;\n"
-        "        proxy_connect_timeout 5s;\n"
-        "        proxy_timeout 10m;\n"
-        "    }\n"
-        "}\n"
+def route_settings(region: Region, kura: Kura, environment: Environment, cluster: Cluster) -> RouteSettings:
+    return RouteSettings(
+        region=region.id,
+        region_host=region.host,
+        namespace=kura.namespace,
+        peer_port=kura.peer_port,
+        cluster_domain=cluster.domain,
     )
+
+
+def demux_config(kura: Kura, cluster: Cluster) -> dict[str, str]:
+    """The static ConfigMap data: nginx.conf and the entrypoint that reloads it on new routes.
+
+    The resolver is the cluster DNS Service IP (what every kubelet gets as clusterDNS), so nginx
+    needs no name lookup to start."""
+    return {
+        "nginx.conf": render_demux_config(
+            port=kura.peer_port, resolver=cluster.dns_service_ip, routes_file=ROUTES_FILE
+        ),
+        "nginx-reload.sh": RELOAD_SCRIPT.read_text(),
+    }
 
 
 @dataclass(frozen=True)
@@ -179,85 +119,216 @@ class PeerDemuxArgs:
     fleet: Fleet
     kura: Kura
     environment: Environment
+    cluster: Cluster
+    # The image that runs `python -m demux` (the failover watcher's image carries the package).
+    reconciler_image: str
 
 
 class PeerDemux(pulumi.ComponentResource):
-    """ConfigMap + hostNetwork DaemonSet `kura-peer-demux-<region>` on the region's pool."""
+    """ConfigMaps + hostNetwork DaemonSet `kura-peer-demux-<region>` on the region's pool, and the
+    route reconciler Deployment `kura-peer-demux-routes-<region>` with its namespaced RBAC."""
 
     config_hash: pulumi.Output[str]
-    routes: list[PeerRoute]
 
     def __init__(self, name: str, args: PeerDemuxArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tuist:peer_demux:PeerDemux", name, None, opts)
-        region, kura = args.region, args.kura
-        # An empty route list still deploys the demux: the failover watcher only routes
-        # the IP to a box with a Ready demux pod, accounts or not.
-        self.routes = peer_routes(region, kura, args.environment)
-        conf = render_demux_config(self.routes, port=kura.peer_port)
-        digest = config_hash(conf)
+        region, kura, ns = args.region, args.kura, args.kura.namespace
+        data = demux_config(kura, args.cluster)
+        digest = config_hash("".join(f"{key}\0{data[key]}\0" for key in sorted(data)))
         labels = demux_labels(region.id)
-        child = pulumi.ResourceOptions(parent=self)
+        rlabels = routes_labels(region.id)
+        child = child_options(self, opts)
+        settings = route_settings(region, kura, args.environment, args.cluster)
 
         self.config_map = k8s.core.v1.ConfigMap(
-            f"{name}-config",
-            metadata=metadata(demux_name(region.id), kura.namespace, labels),
-            data={"nginx.conf": conf},
-            opts=child,
+            f"{name}-config", metadata=metadata(demux_name(region.id), ns, labels), data=data, opts=child
+        )
+        # The reconciler owns this ConfigMap's data (server-side apply, its own field manager);
+        # the program creates it so the reconciler needs no create permission, and never sends data.
+        self.routes = k8s.core.v1.ConfigMap(
+            f"{name}-routes",
+            metadata=metadata(
+                routes_name(region.id),
+                ns,
+                rlabels,
+                annotations={"tuist.dev/data-owner": f"field manager {FIELD_MANAGER} (python -m demux)"},
+            ),
+            opts=child_options(self, opts, ignore_changes=["data"]),
         )
         self.daemon_set = k8s.apps.v1.DaemonSet(
             f"{name}-daemonset",
-            metadata=metadata(demux_name(region.id), kura.namespace, labels),
+            metadata=metadata(demux_name(region.id), ns, labels),
             spec=k8s.apps.v1.DaemonSetSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                # One box at a time, no surge (the new pod needs the old one's :7443), and a new
+                # pod proves itself Ready for a while before the next box drains.
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable=1, max_surge=0),
+                ),
+                min_ready_seconds=DEMUX_MIN_READY_SECONDS,
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(
                         labels=labels, annotations={CONFIG_HASH_ANNOTATION: digest}
                     ),
+                    spec=self._pod_spec(args, settings),
+                ),
+            ),
+            opts=child_options(self, opts, depends_on=[self.config_map, self.routes]),
+        )
+        self._reconciler(name, args, settings, rlabels, opts)
+        self.config_hash = pulumi.Output.from_input(digest)
+        self.register_outputs(
+            {"name": demux_name(region.id), "config_hash": digest, "routes": routes_name(region.id)}
+        )
+
+    @staticmethod
+    def _pod_spec(args: PeerDemuxArgs, settings: RouteSettings) -> k8s.core.v1.PodSpecArgs:
+        kura, region = args.kura, args.region
+        env = {
+            "NGINX_CONF": f"{CONFIG_DIR}/nginx.conf",
+            "ROUTES_SOURCE": f"{ROUTES_DIR}/{ROUTES_KEY}",
+            "ROUTES_FILE": ROUTES_FILE,
+        }
+        return k8s.core.v1.PodSpecArgs(
+            host_network=True,
+            dns_policy="ClusterFirstWithHostNet",
+            node_selector=pool_node_selector(args.fleet),
+            tolerations=pool_tolerations(args.fleet),
+            termination_grace_period_seconds=DEMUX_TERMINATION_GRACE_SECONDS,
+            containers=[
+                k8s.core.v1.ContainerArgs(
+                    name="nginx",
+                    image=kura.demux_image,
+                    command=["/bin/sh", f"{CONFIG_DIR}/nginx-reload.sh"],
+                    env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
+                    ports=[
+                        k8s.core.v1.ContainerPortArgs(
+                            name="peer", container_port=kura.peer_port, protocol="TCP"
+                        )
+                    ],
+                    readiness_probe=k8s.core.v1.ProbeArgs(
+                        tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=kura.peer_port),
+                        initial_delay_seconds=5,
+                        period_seconds=10,
+                    ),
+                    lifecycle=k8s.core.v1.LifecycleArgs(
+                        pre_stop=k8s.core.v1.LifecycleHandlerArgs(
+                            sleep=k8s.core.v1.SleepActionArgs(seconds=DEMUX_DRAIN_SECONDS)
+                        )
+                    ),
+                    resources=k8s.core.v1.ResourceRequirementsArgs(
+                        requests={"cpu": "50m", "memory": "64Mi"},
+                        limits={"memory": "256Mi"},
+                    ),
+                    volume_mounts=[
+                        k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_DIR, read_only=True),
+                        # A directory mount (no subPath), so the kubelet swaps in new routes.
+                        k8s.core.v1.VolumeMountArgs(name="routes", mount_path=ROUTES_DIR, read_only=True),
+                        k8s.core.v1.VolumeMountArgs(name="run", mount_path=RUN_DIR),
+                    ],
+                )
+            ],
+            volumes=[
+                k8s.core.v1.VolumeArgs(
+                    name="config",
+                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=demux_name(region.id)),
+                ),
+                k8s.core.v1.VolumeArgs(
+                    name="routes",
+                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                        name=routes_name(region.id), optional=True
+                    ),
+                ),
+                k8s.core.v1.VolumeArgs(
+                    name="run",
+                    empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit="1Mi"),
+                ),
+            ],
+        )
+
+    def _reconciler(
+        self,
+        name: str,
+        args: PeerDemuxArgs,
+        settings: RouteSettings,
+        labels: dict[str, str],
+        opts: pulumi.ResourceOptions | None,
+    ) -> None:
+        ns, rname = args.kura.namespace, routes_name(args.region.id)
+        child = child_options(self, opts)
+        self.reconciler_account = k8s.core.v1.ServiceAccount(
+            f"{name}-routes-sa", metadata=metadata(rname, ns, labels), opts=child
+        )
+        # Least privilege: read the Services of the Kura namespace, write this one ConfigMap.
+        self.reconciler_role = k8s.rbac.v1.Role(
+            f"{name}-routes-role",
+            metadata=metadata(rname, ns, labels),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["services"], verbs=["list", "watch"]),
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=[""], resources=["configmaps"], resource_names=[rname], verbs=["get", "patch"]
+                ),
+            ],
+            opts=child,
+        )
+        self.reconciler_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-routes-rolebinding",
+            metadata=metadata(rname, ns, labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=rname),
+            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=rname, namespace=ns)],
+            opts=child,
+        )
+        env = {**settings.to_env(), "ROUTES_CONFIGMAP": rname}
+        self.reconciler = k8s.apps.v1.Deployment(
+            f"{name}-routes-deployment",
+            metadata=metadata(rname, ns, labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                replicas=1,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
-                        host_network=True,
-                        dns_policy="ClusterFirstWithHostNet",
-                        node_selector=pool_node_selector(args.fleet),
-                        tolerations=pool_tolerations(args.fleet),
+                        service_account_name=rname,
+                        # Off the boxes it routes for: a lost box must not also take the reconciler.
+                        affinity=k8s.core.v1.AffinityArgs(
+                            node_affinity=k8s.core.v1.NodeAffinityArgs(
+                                preferred_during_scheduling_ignored_during_execution=[
+                                    k8s.core.v1.PreferredSchedulingTermArgs(
+                                        weight=100,
+                                        preference=k8s.core.v1.NodeSelectorTermArgs(
+                                            match_expressions=[
+                                                k8s.core.v1.NodeSelectorRequirementArgs(
+                                                    key=POOL_LABEL,
+                                                    operator="NotIn",
+                                                    values=[args.fleet.node_pool],
+                                                )
+                                            ]
+                                        ),
+                                    )
+                                ]
+                            )
+                        ),
                         containers=[
                             k8s.core.v1.ContainerArgs(
-                                name="nginx",
-                                image=DEMUX_IMAGE,
-                                ports=[
-                                    k8s.core.v1.ContainerPortArgs(
-                                        name="peer", container_port=kura.peer_port, protocol="TCP"
-                                    )
-                                ],
-                                readiness_probe=k8s.core.v1.ProbeArgs(
-                                    tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=kura.peer_port),
-                                    initial_delay_seconds=5,
-                                    period_seconds=10,
-                                ),
+                                name="reconciler",
+                                image=args.reconciler_image,
+                                command=["python", "-m", "demux"],
+                                env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
                                 resources=k8s.core.v1.ResourceRequirementsArgs(
-                                    requests={"cpu": "50m", "memory": "64Mi"},
-                                    limits={"memory": "256Mi"},
+                                    requests={"cpu": "10m", "memory": "64Mi"}, limits={"memory": "128Mi"}
                                 ),
-                                volume_mounts=[
-                                    k8s.core.v1.VolumeMountArgs(
-                                        name="config",
-                                        mount_path="/etc/nginx/nginx.conf",
-                                        sub_path="nginx.conf",
-                                        read_only=True,
-                                    )
-                                ],
-                            )
-                        ],
-                        volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="config",
-                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=demux_name(region.id)),
+                                security_context=k8s.core.v1.SecurityContextArgs(
+                                    run_as_non_root=True,
+                                    run_as_user=65532,
+                                    read_only_root_filesystem=True,
+                                    allow_privilege_escalation=False,
+                                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+                                ),
                             )
                         ],
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.config_map]),
-        )
-        self.config_hash = pulumi.Output.from_input(digest)
-        self.register_outputs(
-            {"name": demux_name(region.id), "config_hash": digest, "hosts": [r.host for r in self.routes]}
+            opts=child_options(self, opts, depends_on=[self.routes, self.reconciler_binding]),
         )

@@ -36,6 +36,25 @@ RUNNER_TIER_TOLERATION: dict[str, str] = {
 KATA_NODE_LABELS: dict[str, str] = {"katacontainers.io/kata-runtime": "true"}
 KATA_RUNTIME_CLASS = "kata-qemu"
 
+# What a runner microVM costs the host besides its containers' requests (seed 003: ~45-50 MiB of
+# VMM overhead per pod at the 1 vCPU / 4 GiB slot). The Robot pre-bake writes the guest's base
+# size as a Kata drop-in (providers/ssh/scripts/robot-postinstall.sh, 50-tuist-runner-slot.toml):
+# 256 MiB, Kata's floor (a smaller default_memory is silently replaced by its 2048 default), one
+# boot vCPU, and sandbox_cgroup_only, so QEMU, virtiofsd and the shim are charged to the pod. The
+# container limits are hot-plugged on top of the base. The stock guest (2048 MiB) with a 2560Mi
+# overhead fitted about 9 runner pods on an AX42-U; this fits the seed's 16 (components/capacity.py).
+KATA_GUEST_BASE_MEMORY_MIB = 256
+KATA_GUEST_BASE_VCPUS = 1
+# QEMU's own memory, virtiofsd and containerd-shim-kata-v2 on the host.
+KATA_HOST_OVERHEAD_MIB = 64
+# Their CPU: the QEMU main loop and I/O threads, virtiofsd and the shim are light when idle.
+KATA_OVERHEAD_CPU_MILLI = 50
+KATA_OVERHEAD_MEMORY_MIB = KATA_GUEST_BASE_MEMORY_MIB + KATA_HOST_OVERHEAD_MIB
+KATA_POD_OVERHEAD: dict[str, str] = {
+    "cpu": f"{KATA_OVERHEAD_CPU_MILLI}m",
+    "memory": f"{KATA_OVERHEAD_MEMORY_MIB}Mi",
+}
+
 # What the runner registers with on GitHub; the server mints JIT configs with these
 # plus the dispatch label and treats an empty list as a bug, so every pool sets them.
 RUNNER_LABELS: dict[models.RunnerOS, list[str]] = {

@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 from components.capacity import DEFAULT_MIN_WARM_POOL_FLOOR, DEFAULT_SCALE_DOWN_COOLDOWN_SECONDS
 from components.runner_pool import (
     KATA_NODE_LABELS,
+    KATA_POD_OVERHEAD,
     KATA_RUNTIME_CLASS,
     RUNNER_POOL_GROUP,
     RUNNER_POOL_KIND,
@@ -33,14 +34,6 @@ RUNNER_POOL_CRD_NAME = f"{RUNNER_POOL_PLURAL}.{RUNNER_POOL_GROUP}"
 # Stamped by the Robot install next to Kata's own label; ours scopes the Cilium override
 # to the bare-metal Kata hosts and leaves every other node's Cilium alone.
 KATA_CILIUM_NODE_LABELS: dict[str, str] = {"tuist.dev/kata-runtime": "true"}
-
-# kata-qemu boots every pod as a guest with 2 GiB of base memory (default_memory in
-# configuration-qemu.toml) and hot-plugs the container limit on top, and the host adds
-# ~512 MiB for QEMU, virtiofsd and the shim: 2048 + 512 = 2560 MiB the scheduler must
-# see on top of the container requests. The older 512 MiB value hid the guest base,
-# over-committed hosts and ended in SIGBUS. CPU: the guest's extra boot vCPU runs only
-# its kernel and the agent, and QEMU/virtiofsd I/O threads are light: a quarter core.
-KATA_POD_OVERHEAD: dict[str, str] = {"cpu": "250m", "memory": "2560Mi"}
 
 CILIUM_NODE_CONFIG_NAME = "kata-bare-metal"
 CILIUM_NAMESPACE = "kube-system"
@@ -252,13 +245,35 @@ def controller_args(namespace: str) -> list[str]:
     ]
 
 
+SERVER_SECRET = "runners-controller-tuist-server"
+SERVER_TOKEN_KEY = "token"
+
+
 @dataclass(frozen=True)
 class RunnersControllerArgs:
     namespace: str
     # Pinned (release tag or digest) outside dev: config.rules checks it.
     image: str
+    # The Tuist server it asks for dispatch and for desired replicas every 5 s (seed 003), and the
+    # stack secret tuistServerToken that authenticates it; both required once a pool exists.
+    server_url: str | None = None
+    server_token: pulumi.Input[str] | None = None
     # Two replicas with leader election: a node drain never leaves pools unreconciled.
     replicas: int = 2
+
+
+def controller_env(server_url: str) -> list[k8s.core.v1.EnvVarArgs]:
+    """The server URL as plain env; the token by reference to its Secret, so the Deployment (and
+    `kubectl describe`) never holds the value."""
+    return [
+        k8s.core.v1.EnvVarArgs(name="TUIST_SERVER_URL", value=server_url),
+        k8s.core.v1.EnvVarArgs(
+            name="TUIST_SERVER_TOKEN",
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=SERVER_SECRET, key=SERVER_TOKEN_KEY)
+            ),
+        ),
+    ]
 
 
 class RunnersController(pulumi.ComponentResource):
@@ -288,10 +303,28 @@ class RunnersController(pulumi.ComponentResource):
             ],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, role]),
         )
+        env: list[k8s.core.v1.EnvVarArgs] | None = None
+        deps: list[pulumi.Resource] = [ns]
+        if args.server_url is not None:
+            if args.server_token is None:
+                raise ValueError(
+                    "runners-controller: a Tuist server URL was given without its token (tuistServerToken)"
+                )
+            self.server_token = k8s.core.v1.Secret(
+                f"{name}-tuist-server",
+                metadata=meta(name=SERVER_SECRET, namespace=args.namespace, labels=CONTROLLER_LABELS),
+                type="Opaque",
+                # Output.secret, whatever the caller passed: encrypted in state, masked in diffs.
+                string_data={SERVER_TOKEN_KEY: pulumi.Output.secret(args.server_token)},
+                opts=in_ns,
+            )
+            deps.append(self.server_token)
+            env = controller_env(args.server_url)
         container = k8s.core.v1.ContainerArgs(
             name="manager",
             image=args.image,
             args=controller_args(args.namespace),
+            env=env,
             ports=[
                 k8s.core.v1.ContainerPortArgs(name="metrics", container_port=8080, protocol="TCP"),
                 k8s.core.v1.ContainerPortArgs(name="health", container_port=8081, protocol="TCP"),
@@ -334,7 +367,7 @@ class RunnersController(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=in_ns,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
         )
         self.register_outputs({"namespace": args.namespace, "deployment": CONTROLLER_NAME})
 
@@ -408,6 +441,8 @@ class RunnerPoolsArgs:
     pools: list[RunnerPoolConfig]
     fleets: list[Fleet]
     cluster: Cluster
+    # The stack secret tuistServerToken (config.loader.Secrets).
+    server_token: pulumi.Input[str] | None = None
 
 
 class RunnerPools(pulumi.ComponentResource):
@@ -446,7 +481,12 @@ class RunnerPools(pulumi.ComponentResource):
         fleets = {fleet.name: fleet for fleet in args.fleets}
         self.controller = RunnersController(
             f"{name}-controller",
-            RunnersControllerArgs(namespace=namespace, image=args.cluster.runners_controller_image),
+            RunnersControllerArgs(
+                namespace=namespace,
+                image=args.cluster.runners_controller_image,
+                server_url=args.cluster.tuist_server_url,
+                server_token=args.server_token,
+            ),
             opts=child,
         )
         self.kata = KataRuntime(f"{name}-kata", KataRuntimeArgs(), opts=child)

@@ -23,12 +23,13 @@ import yaml
 from pulumi.runtime import config as pulumi_runtime_config
 from pydantic import ValidationError
 
-from config.models import FailoverIP, Fleet, StackConfig, Vendor
+from config.models import Cluster, FailoverIP, Fleet, StackConfig, Vendor
 from config.problems import SECRETS_SECTION, ConfigError, Problem, from_validation_error, ordered_lines
 from config.rules import View, build_view, cross_field_problems
 
 # One home for the project name and the secret keys (in the order required_secret_keys reports).
 from providers.constants import (
+    CLOUDFLARE_API_TOKEN,
     DEDIBOX_SECRET_KEY,
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
@@ -39,6 +40,7 @@ from providers.constants import (
     PROJECT,
     ROBOT_PASSWORD,
     SECRET_KEYS,
+    TUIST_SERVER_TOKEN,
 )
 
 __all__ = [
@@ -71,6 +73,8 @@ class Secrets:
     fleet_ssh_private_key: pulumi.Output[str] | None = None
     fleet_sudo_password: pulumi.Output[str] | None = None
     kubeconfig: pulumi.Output[str] | None = None
+    tuist_server_token: pulumi.Output[str] | None = None
+    cloudflare_api_token: pulumi.Output[str] | None = None
     hcloud_token: pulumi.Output[str] | None = None
 
 
@@ -82,6 +86,8 @@ _SECRET_FIELDS = {
     FLEET_SSH_PRIVATE_KEY: "fleet_ssh_private_key",
     FLEET_SUDO_PASSWORD: "fleet_sudo_password",
     KUBECONFIG: "kubeconfig",
+    TUIST_SERVER_TOKEN: "tuist_server_token",
+    CLOUDFLARE_API_TOKEN: "cloudflare_api_token",
     HCLOUD_TOKEN: "hcloud_token",
 }
 
@@ -122,14 +128,21 @@ def _required_secret_keys(view: View) -> list[str]:
     return _secrets_needed(
         [f for _, f in view.fleets],
         [f for _, f in view.failover_ips],
-        view.cluster.api_server if view.cluster else None,
+        view.cluster,
+        runner_pools=bool(view.runner_pools),
         firewall=bool(view.cluster and view.cluster.control_plane_firewall.enabled),
     )
 
 
 def _secrets_needed(
-    fleets: Sequence[Fleet], failover_ips: Sequence[FailoverIP], api_server: str | None, *, firewall: bool
+    fleets: Sequence[Fleet],
+    failover_ips: Sequence[FailoverIP],
+    cluster: Cluster | None,
+    *,
+    firewall: bool,
+    runner_pools: bool = False,
 ) -> list[str]:
+    api_server = cluster.api_server if cluster else None
     vendors = {f.vendor for f in fleets} | {f.vendor for f in failover_ips}
     needed: set[str] = set()
     if Vendor.OVH in vendors:
@@ -142,6 +155,10 @@ def _secrets_needed(
         needed |= {FLEET_SSH_PRIVATE_KEY, FLEET_SUDO_PASSWORD}
     if api_server is not None:
         needed.add(KUBECONFIG)
+    if runner_pools:
+        needed.add(TUIST_SERVER_TOKEN)
+    if cluster is not None and cluster.external_dns_provider == "cloudflare":
+        needed.add(CLOUDFLARE_API_TOKEN)
     if firewall:
         needed.add(HCLOUD_TOKEN)
     return [key for key in SECRET_KEYS if key in needed]
@@ -152,13 +169,15 @@ def required_secret_keys(cfg: StackConfig) -> list[str]:
 
     OVH keys when any fleet or failover IP is on OVH (likewise Dedibox, Robot); the fleet
     SSH key and sudo password once any fleet is enabled; kubeconfig once api_server is set; the
-    Hetzner Cloud token once the control plane's firewall is on.
+    Tuist server token once a runner pool exists; the Cloudflare token when external-dns publishes
+    to Cloudflare; the Hetzner Cloud token once the control plane's firewall is on.
     """
     return _secrets_needed(
         cfg.fleets,
         cfg.failover_ips,
-        cfg.cluster.api_server,
+        cfg.cluster,
         firewall=cfg.cluster.control_plane_firewall.enabled,
+        runner_pools=bool(cfg.runner_pools),
     )
 
 

@@ -11,7 +11,7 @@ import ipaddress
 import re
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Literal, get_args
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -356,6 +356,9 @@ class Region(Strict):
     storage_size_gi: int = Field(default=50, gt=0)
     egress_floor_mbps: int = Field(default=25, gt=0)
     egress_burst_mbps: int = Field(gt=0)
+    # Local volumes (each storage_size_gi, on /data) pre-created per box for Kura's claims:
+    # an account's instance takes one per replica (components/storage.py).
+    volumes_per_box: int = Field(default=4, ge=1)
     # Public host of the region, e.g. eu-central.staging.kura.tuist.dev; the peer
     # plane is peer.<host> and *.peer.<host>.
     host: DnsName
@@ -364,6 +367,12 @@ class Region(Strict):
 
 
 class Kura(Strict):
+    # Removed keys, with what replaced them (config/problems.py prints this instead of "unknown").
+    REMOVED_FIELDS: ClassVar[dict[str, str]] = {
+        "accounts": "removed: the peer demux now routes every account peer Service it finds in the "
+        "Kura namespace (docs/peer-demux.md); delete this key",
+    }
+
     namespace: DnsLabel = "kura"
     # Explicit runtime image tag; floating tags (latest, main) only in dev.
     runtime_image: str = "ghcr.io/tuist/kura"
@@ -373,10 +382,18 @@ class Kura(Strict):
     bootstrap_tmp_dir_max_bytes: int = Field(default=8 * 1024**3, gt=0)
     bootstrap_max_concurrent_peers: int = Field(default=4, gt=0)
     bootstrap_artifact_concurrency: int = Field(default=16, gt=0)
-    # Accounts whose peer Service the SNI demux routes to: account handle list.
-    accounts: list[DnsLabel] = Field(default_factory=list)
     # The runtime failover watcher (watcher/); required once a region's failover IP is ordered.
+    # The same image runs the peer demux's route reconciler (`python -m demux`).
     failover_watcher_image: str | None = None
+    # The regional gateway: ingress-nginx with the CVE-2025-1974 (IngressNightmare) fix.
+    gateway_image: DigestImage = (
+        "registry.k8s.io/ingress-nginx/controller:v1.13.3"
+        "@sha256:1b044f6dcac3afbb59e05d98463f1dec6f3d3fb99940bc12ca5d80270358e3bd"
+    )
+    # The SNI demux: stock nginx with the stream and ssl_preread modules (anchor 4.2).
+    demux_image: DigestImage = (
+        "nginx:1.27.3-alpine@sha256:814a8e88df978ade80e584cc5b333144b9372a8e3c98872d07137dbf3b44d0e4"
+    )
 
 
 # --- runners ------------------------------------------------------------------
@@ -396,8 +413,11 @@ class RunnerPool(Strict):
     fleet: str  # the fleet its pods run on (Robot fleet for Linux)
     dispatch_label: str = Field(min_length=1)
     image: DigestImage
-    pod_cpu_milli: int = Field(default=1000, gt=0)
-    pod_memory_mb: int = Field(default=4096, gt=0)
+    # What each runner pod requests. The defaults fill one slot of seed 003 (1 vCPU / 4 GiB)
+    # with the kata-qemu pod overhead on top: 16 pods on an AX42-U, 64 on an AX162-R
+    # (components/capacity.py).
+    pod_cpu_milli: int = Field(default=900, gt=0)
+    pod_memory_mb: int = Field(default=3744, gt=0)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
 
 
@@ -486,6 +506,20 @@ class Cluster(Strict):
     render_dir: str | None = None
     runners_namespace: DnsLabel = "tuist-runners"
     runners_controller_image: str = Field(min_length=1)
+    # The Tuist server the runners-controller asks for dispatch and desired replicas (seed 003);
+    # its token is the stack secret tuistServerToken. Required once a runner pool exists.
+    tuist_server_url: str | None = None
+    # What every kubelet gets as clusterDNS and clusterDomain (the self-join writes them); the
+    # defaults match kubeadm's and scripts/cluster.sh's service CIDR 10.96.0.0/16.
+    dns_service_ip: IPv4 = "10.96.0.10"
+    domain: DnsName = "cluster.local"
+    # external-dns publishes the regions' DNSEndpoints: cloudflare (the kura.tuist.dev zone;
+    # secret cloudflareApiToken) or, in dev only, its in-memory provider.
+    external_dns_provider: Literal["cloudflare", "inmemory"] = "cloudflare"
+    external_dns_image: DigestImage = (
+        "registry.k8s.io/external-dns/external-dns:v0.20.0"
+        "@sha256:ddc7f4212ed09a21024deb1f470a05240837712e74e4b9f6d1f2632ff10672e7"
+    )
     control_plane_firewall: ControlPlaneFirewallConfig = Field(default_factory=ControlPlaneFirewallConfig)
 
 

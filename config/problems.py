@@ -145,6 +145,9 @@ def _message(err: ErrorDetails, parent: Any) -> str:
         return "required"
     if kind == "extra_forbidden":
         field = str(err["loc"][-1])
+        removed: dict[str, str] = getattr(parent, "REMOVED_FIELDS", {}) if _is_model(parent) else {}
+        if field in removed:
+            return removed[field]
         what = "unknown config key" if parent is StackConfig else "unknown field"
         if any(word in field.lower() for word in _SECRET_WORDS):
             # Never point at a similar field name: the value belongs in a pulumi secret.

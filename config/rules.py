@@ -42,6 +42,7 @@ from config.models import (
 from config.problems import Loc, Problem
 from config.text import quote
 from providers.constants import MARKER_RULES
+from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 
 KURA_ZONE = "kura.tuist.dev"
 FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly"})
@@ -383,23 +384,24 @@ def _ovh_datacenter_rules(view: View) -> Iterator[Problem]:
 
 
 def _release_rules(view: View) -> Iterator[Problem]:
-    if view.environment is not Environment.PRODUCTION:
+    # Release, reinstall and re-claim is the normal cycle in canary and production too (seed 000);
+    # production only asks for both switches, so a single edit never reinstalls a production box.
+    if view.environment is not Environment.PRODUCTION or view.allow_production_release is not False:
         return
     for i, fleet in view.fleets:
         if not fleet.allow_release:
             continue
         served = [r.id for _, r in view.regions if r.fleet == fleet.name]
-        if served:
-            yield Problem(
-                ("fleets", i, "allow_release"),
-                f"production Kura fleet {quote(fleet.name)} serves region {', '.join(served)}; releasing "
-                "reinstalls its boxes and wipes the cache, so it is never allowed",
-            )
-        elif view.allow_production_release is False:
-            yield Problem(
-                ("fleets", i, "allow_release"),
-                "releasing a production box also needs allow_production_release: true",
-            )
+        what = (
+            f"Kura fleet {quote(fleet.name)} (region {', '.join(served)}; its cache is wiped)"
+            if served
+            else f"fleet {quote(fleet.name)}"
+        )
+        yield Problem(
+            ("fleets", i, "allow_release"),
+            f"releasing a box of production {what} reinstalls it: also set allow_production_release: true "
+            "in Pulumi.production.yaml, then `pulumi state unprotect` the machine before removing it",
+        )
 
 
 def _address(fip: FailoverIP) -> str | None:
@@ -451,6 +453,15 @@ def region_rules(view: View) -> Iterator[Problem]:
     ):
         for i, value, j in _duplicates(regions, operator.attrgetter(attr)):
             yield Problem(("regions", i, attr), f"duplicate {what} {quote(value)} (also regions[{j}])")
+    for i, region in regions:
+        for j, shorter in regions:
+            if region.id.endswith(f"-{shorter.id}"):
+                # The demux reads the account back from kura-<account>-<region>-peer (demux/routes.py).
+                yield Problem(
+                    ("regions", i, "id"),
+                    f"{quote(region.id)} ends with '-{shorter.id}' (regions[{j}]): the peer Service "
+                    f"kura-<account>-{region.id}-peer would also read as an account of {shorter.id}",
+                )
     fleets = [f.name for _, f in view.fleets]
     fips = [f.name for _, f in view.failover_ips]
     host_network_fleets: dict[str, tuple[int, str]] = {}
@@ -512,6 +523,12 @@ def region_rules(view: View) -> Iterator[Problem]:
                 )
             else:
                 used_fips[region.failover_ip] = (i, region.id)
+        if region.storage_class not in NODE_LOCAL_STORAGE_CLASSES:
+            yield Problem(
+                ("regions", i, "storage_class"),
+                f"'{region.storage_class}' is not a node-local class the release of a box cleans up "
+                f"(one of: {', '.join(NODE_LOCAL_STORAGE_CLASSES)}); Kura's claims live on the box's /data",
+            )
         if region.egress_floor_mbps > region.egress_burst_mbps:
             yield Problem(
                 ("regions", i, "egress_floor_mbps"),
@@ -584,16 +601,6 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
             )
 
 
-def _peer_service_name(handle: str, region_id: str) -> str:
-    # Mirrors components/peer_demux.py, so a handle too long for a region fails here, before deploy.
-    return f"kura-{handle}-{region_id}-peer"
-
-
-def _peer_host_label(handle: str, cluster_id: str, env: Environment) -> str:
-    suffix = "" if env is Environment.PRODUCTION else f"-{env.value}"
-    return f"{handle}-{cluster_id}{suffix}"
-
-
 def kura_rules(view: View) -> Iterator[Problem]:
     kura = view.kura
     if kura is None:
@@ -609,13 +616,12 @@ def kura_rules(view: View) -> Iterator[Problem]:
         problem = image_pin_problem(kura.controller_image)
         if problem:
             yield Problem(("kura", "controller_image"), problem)
-    routed = [r.id for _, r in view.regions if r.failover_ip and (f := view.failover_ip(r.failover_ip))
-              and f.address is not None]
-    if routed and not kura.failover_watcher_image:
+    region_ids = [r.id for _, r in view.regions]
+    if region_ids and not kura.failover_watcher_image:
         yield Problem(
             ("kura", "failover_watcher_image"),
-            f"required: the failover IPs of {', '.join(routed)} are routed and need the watcher that keeps "
-            "them on a healthy box",
+            f"required: it runs the peer demux route reconciler of {', '.join(region_ids)} (python -m demux) "
+            "and the failover watcher that keeps each routed failover IP on a healthy box",
         )
     elif kura.failover_watcher_image and env not in (None, Environment.DEV):
         problem = image_pin_problem(kura.failover_watcher_image)
@@ -623,25 +629,6 @@ def kura_rules(view: View) -> Iterator[Problem]:
             yield Problem(("kura", "failover_watcher_image"), problem)
     if not 1 <= kura.peer_port <= 65535:
         yield Problem(("kura", "peer_port"), f"{kura.peer_port} is not a TCP port (1-65535)")
-    indexed = list(enumerate(kura.accounts))
-    for i, handle, j in _duplicates(indexed, lambda h: h):
-        yield Problem(("kura", "accounts", i), f"duplicate account {quote(handle)} (also kura.accounts[{j}])")
-    for i, handle in indexed:
-        # One line per handle, naming the longest name it makes (a DNS label holds 63).
-        regions = view.regions
-        names = [("peer Service name", _peer_service_name(handle, r.id)) for _, r in regions]
-        if env is not None:
-            names += [("peer host label", _peer_host_label(handle, r.cluster_id, env)) for _, r in regions]
-        too_long = [(what, name) for what, name in names if len(name) > 63]
-        if too_long:
-            what, name = max(too_long, key=lambda wn: len(wn[1]))
-            yield Problem(
-                ("kura", "accounts", i),
-                # The name is made from a DNS label: shown whole, it stays short enough to read.
-                f"account {quote(handle)} is too long: it makes the {what} '{name}' "
-                f"({len(name)} characters, "
-                "at most 63)",
-            )
 
 
 def cluster_rules(view: View) -> Iterator[Problem]:
@@ -685,6 +672,27 @@ def cluster_rules(view: View) -> Iterator[Problem]:
         problem = image_pin_problem(cluster.runners_controller_image)
         if problem:
             yield Problem(("cluster", "runners_controller_image"), problem)
+        if cluster.external_dns_provider == "inmemory":
+            yield Problem(
+                ("cluster", "external_dns_provider"),
+                f"'inmemory' publishes nothing; {env.value} publishes the {KURA_ZONE} zone with 'cloudflare'",
+            )
+    if cluster.tuist_server_url is not None:
+        url = cluster.tuist_server_url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            yield Problem(("cluster", "tuist_server_url"), f"{quote(url)} is not an http(s) URL")
+        elif env is not Environment.DEV and (parts.scheme != "https" or _is_loopback(url)):
+            yield Problem(
+                ("cluster", "tuist_server_url"),
+                f"{quote(url)} must be the Tuist server's https:// URL in {env.value}",
+            )
+    elif view.runner_pools:
+        yield Problem(
+            ("cluster", "tuist_server_url"),
+            "required: the runners-controller asks the Tuist server for dispatch and desired replicas "
+            "of the runner pools",
+        )
     yield from _control_plane_firewall_rules(cluster.control_plane_firewall, env)
 
 

@@ -27,6 +27,8 @@ ROBOT_PASSWORD = "robotPassword"
 FLEET_SSH_PRIVATE_KEY = "fleetSshPrivateKey"
 FLEET_SUDO_PASSWORD = "fleetSudoPassword"
 KUBECONFIG = "kubeconfig"
+TUIST_SERVER_TOKEN = "tuistServerToken"  # the runners-controller's token for the Tuist server
+CLOUDFLARE_API_TOKEN = "cloudflareApiToken"  # external-dns publishing the kura.tuist.dev zone
 HCLOUD_TOKEN = "hcloudToken"  # the control plane's Hetzner Cloud project (its firewall)
 SECRET_KEYS = (
     OVH_APPLICATION_SECRET,
@@ -36,6 +38,8 @@ SECRET_KEYS = (
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
     KUBECONFIG,
+    TUIST_SERVER_TOKEN,
+    CLOUDFLARE_API_TOKEN,
     HCLOUD_TOKEN,
 )
 

@@ -19,8 +19,10 @@ import pytest
 import yaml
 
 from config.loader import required_secret_keys
-from config.models import StackConfig
+from config.models import StackConfig, Vendor
+from providers.machine.spec import node_name_for, provider_id_for
 from tests.support.k8s_schema import ManifestRecorder, validate_manifest
+from watcher.decision import box_id_from_provider_id
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "tuist-infra"
@@ -45,14 +47,23 @@ class ProgramMocks(ManifestRecorder):
             # The stack itself, before its first update: no outputs yet.
             return inputs["name"], {**inputs, "outputs": {}, "secret_output_names": []}
         if args.typ == "pulumi-python:dynamic/machine:AdoptedMachine":
+            # A box as each vendor names it, and the providerID and Node name the machine provider
+            # derives from it (providers/machine.py), so the wiring after the machines sees real shapes.
+            n = len(self.machines) + 1
+            vendor = Vendor(inputs["vendor"])
+            box_id, datacenter = {
+                Vendor.OVH: (f"ns10{n:02d}.ip-203-0-113.net", "bhs6"),
+                Vendor.DEDIBOX: (f"fr-par-2/2001{n:02d}", "DC5"),
+                Vendor.ROBOT: (f"23456{n:02d}", "FSN1-DC14"),
+            }[vendor]
             outs = {
                 **inputs,
-                "box_id": f"box-{args.name}",
+                "box_id": box_id,
                 "name": args.name,
-                "datacenter": "dc1",
-                "public_ipv4": f"203.0.113.{len(self.machines) + 10}",
-                "provider_id": f"{inputs['vendor']}://dc1/box-{args.name}",
-                "node_name": args.name,
+                "datacenter": datacenter,
+                "public_ipv4": f"203.0.113.{n + 10}",
+                "provider_id": provider_id_for(vendor, box_id, datacenter),
+                "node_name": node_name_for(inputs["fleet"], box_id),
             }
             self.machines.append(outs)
             return f"{args.name}-id", outs
@@ -111,3 +122,31 @@ def test_the_program_adopts_exactly_the_enabled_fleets_sizes(env: str) -> None:
     expected = sum(f.size for f in cfg.fleets if f.enabled)
     assert len(mocks.machines) == expected
 
+
+@pytest.mark.parametrize("env", ["dev", "staging", "canary", "production"])
+def test_the_failover_watcher_reads_back_every_box_the_program_routes_to(env: str) -> None:
+    # The failover IP is routed to machine box ids; the watcher finds the box of a Node from its
+    # providerID (hrobot://, ovh://, dedibox://). Both must name the same box.
+    mocks = run_program(env)
+    for machine in mocks.machines:
+        assert box_id_from_provider_id(machine["provider_id"]) == machine["box_id"], machine["provider_id"]
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "canary", "production"])
+def test_kura_volumes_are_pinned_to_the_adopted_boxes_of_their_region(env: str) -> None:
+    _, cfg = _stack(env)
+    mocks = run_program(env)
+    nodes_by_fleet: dict[str, set[str]] = {}
+    for m in mocks.machines:
+        nodes_by_fleet.setdefault(m["fleet"], set()).add(m["node_name"])
+    for region in cfg.regions:
+        pvs = [
+            pv
+            for pv in mocks.of_kind("PersistentVolume")
+            if pv["metadata"]["labels"]["tuist.dev/region"] == region.id
+        ]
+        fleet = cfg.fleet(region.fleet)
+        assert len(pvs) == (fleet.size if fleet.enabled else 0) * region.volumes_per_box
+        for pv in pvs:
+            [term] = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+            assert set(term["matchExpressions"][0]["values"]) <= nodes_by_fleet[region.fleet]

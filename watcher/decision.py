@@ -79,6 +79,10 @@ class Decision:
     target: str | None  # box id the IP should be on; None for STAY
     node: str | None
     reason: str
+    # The current box is being drained on purpose (its demux pod terminating, the node cordoned or
+    # deleted): that never flaps back, so the move needs no confirming poll and must beat the
+    # demux's preStop wait (components/peer_demux.py).
+    drain: bool = False
 
 
 def ineligibility(node: NodeView, demux_pods: list[PodView]) -> str | None:
@@ -109,7 +113,18 @@ def decide(current: str | None, nodes: list[NodeView], demux_pods: list[PodView]
         return Decision(Action.STAY, None, None, f"no eligible box in pool ({why}); IP left on {current}")
     best = eligible[0]
     was = "unrouted" if current is None else f"current box {current} is not eligible"
-    return Decision(Action.MOVE, best.box_id, best.name, f"{was}; lowest eligible node is {best.name}")
+    drain = any(n.box_id == current and _draining(n, demux_pods) for n in nodes)
+    return Decision(
+        Action.MOVE, best.box_id, best.name, f"{was}; lowest eligible node is {best.name}", drain=drain
+    )
+
+
+def _draining(node: NodeView, demux_pods: list[PodView]) -> bool:
+    return (
+        node.terminating
+        or node.unschedulable
+        or any(p.node_name == node.name and p.terminating for p in demux_pods)
+    )
 
 
 class MoveConfirmer:
@@ -131,6 +146,9 @@ class MoveConfirmer:
         if decision.action is not Action.MOVE:
             self._target, self._streak = None, 0
             return False
+        if decision.drain:
+            self._target, self._streak = decision.target, self.required
+            return True
         if decision.target == self._target:
             self._streak += 1
         else:

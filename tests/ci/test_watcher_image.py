@@ -30,7 +30,8 @@ def test_the_build_stage_copies_the_lock_and_the_packages_the_watcher_imports() 
     assert copies[:2] == ["pyproject.toml", "requirements.lock"]
     # The project packages a running watcher has loaded (its imports, transitively).
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, watcher.__main__; print(' '.join(sys.modules))"],
+        # The image also runs each region's demux route reconciler (python -m demux).
+        [sys.executable, "-c", "import sys, watcher.__main__, demux.__main__; print(' '.join(sys.modules))"],
         cwd=REPO,
         text=True,
         capture_output=True,
@@ -39,7 +40,7 @@ def test_the_build_stage_copies_the_lock_and_the_packages_the_watcher_imports() 
     ours = {name.split(".")[0] for name in loaded} & {
         p.name for p in REPO.iterdir() if (p / "__init__.py").exists()
     }
-    assert ours == {"config", "providers", "watcher"}
+    assert ours == {"config", "demux", "providers", "watcher"}
     assert sorted(c.rstrip("/") for c in copies[2:]) == sorted(ours)
 
 
@@ -91,3 +92,11 @@ def test_the_installed_copy_runs_the_watcher(tmp_path: Path) -> None:
     # Every import went through; it stops at its first missing setting, as in a Pod without env.
     assert started.returncode == 1, started.stderr
     assert started.stderr.strip() == "watcher: environment variable FAILOVER_IP is required"
+    reconciler = subprocess.run(
+        [sys.executable, "-m", "demux"], cwd=elsewhere, env=env, text=True, capture_output=True, check=False
+    )
+    assert reconciler.returncode == 1, reconciler.stderr
+    assert reconciler.stderr.strip() == (
+        "demux: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, PEER_PORT, "
+        "CLUSTER_DOMAIN required"
+    )

@@ -7,6 +7,7 @@ import pytest
 
 from config.loader import Secrets
 from config.models import (
+    Cluster,
     Environment,
     FailoverIP,
     Fleet,
@@ -77,7 +78,16 @@ def kura() -> Kura:
     return Kura(
         runtime_image_tag="0.10.5",
         controller_image="ghcr.io/tuist/kura-controller:1.4.0",
-        accounts=["acme", "globex"],
+        failover_watcher_image=WATCHER_IMAGE,
+    )
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    return Cluster(
+        api_server="https://k8s.staging.tuist.dev:6443",
+        runners_controller_image="ghcr.io/tuist/runners-controller:1.4.2",
+        tuist_server_url="https://staging.tuist.dev",
     )
 
 

@@ -15,6 +15,8 @@ from components.capacity import (
     effective_scale_down_cooldown_seconds,
     fleet_cost,
     fleet_slots,
+    pod_footprint,
+    pods_per_host,
     slots_per_host,
 )
 from config.loader import load_stack_config
@@ -92,6 +94,23 @@ def test_slots_per_host_is_one_vcpu_and_four_gib_per_slot(hardware: Hardware, sl
     assert slots_per_host(hardware) == slots
 
 
+def test_a_slot_is_the_default_pod_plus_the_kata_overhead_within_1_vcpu_and_4_gib() -> None:
+    # Seed 003: "~50 MiB VMM overhead" on a "4 GiB Pod allocation" at "1 vCPU / 4 GB".
+    foot = pod_footprint(pool())
+    assert foot.cpu_milli <= 1000 and foot.memory_mib <= 4096
+    assert pod_footprint(pool()).memory_mib - pool().pod_memory_mb == 256 + 64
+
+
+def test_the_overhead_is_charged_so_a_4_gib_request_does_not_fit_16_on_an_ax42_u() -> None:
+    full = pool().model_copy(update={"pod_cpu_milli": 1000, "pod_memory_mb": 4096})
+    assert pods_per_host(AX42_U, full) == 14
+
+
+def test_a_macos_pool_pays_no_kata_overhead() -> None:
+    mac = pool().model_copy(update={"os": RunnerOS.DARWIN, "pod_cpu_milli": 4000, "pod_memory_mb": 16384})
+    assert (pod_footprint(mac).cpu_milli, pod_footprint(mac).memory_mib) == (4000, 16384)
+
+
 def test_fleet_slots_multiply_by_size() -> None:
     assert fleet_slots(robot_fleet(size=2)) == 128
     assert fleet_slots(robot_fleet(size=0)) == 0
@@ -107,8 +126,8 @@ def test_a_parked_fleet_offers_no_slots() -> None:
 def test_max_replicas_above_fleet_slots_is_a_config_error() -> None:
     cfg = stack([robot_fleet()], [pool(max_replicas=130)])
     assert capacity_problems(cfg) == [
-        "runner_pools[0].autoscaling.max_replicas: 130 exceeds the 128 slots of fleet 'runners-linux'"
-        " (2 x AX162-R, 64 slots each)"
+        "runner_pools[0].autoscaling.max_replicas: 130 exceeds the 128 pods of fleet 'runners-linux'"
+        " (2 x AX162-R, 64 slots each; 64 of this pool's pods of 950m / 4064Mi with overhead fit a host)"
     ]
 
 
@@ -119,8 +138,9 @@ def test_max_replicas_equal_to_fleet_slots_is_fine() -> None:
 def test_max_replicas_on_a_parked_fleet_is_a_config_error() -> None:
     cfg = stack([robot_fleet(enabled=False, size=1, hardware=AX42_U)], [pool(max_replicas=14)])
     assert capacity_problems(cfg) == [
-        "runner_pools[0].autoscaling.max_replicas: 14 exceeds the 0 slots of fleet 'runners-linux'"
-        " (parked, 1 x AX42-U, 16 slots each)"
+        "runner_pools[0].autoscaling.max_replicas: 14 exceeds the 0 pods of fleet 'runners-linux'"
+        " (parked, 1 x AX42-U, 16 slots each; 16 of this pool's pods of 950m / 4064Mi with overhead"
+        " fit a host)"
     ]
 
 
@@ -135,8 +155,8 @@ def test_problems_name_the_pool_by_index() -> None:
         [robot_fleet(), small], [pool("ok", max_replicas=100), pool("big", "runners-small", max_replicas=17)]
     )
     assert capacity_problems(cfg) == [
-        "runner_pools[1].autoscaling.max_replicas: 17 exceeds the 16 slots of fleet 'runners-small'"
-        " (1 x AX42-U, 16 slots each)"
+        "runner_pools[1].autoscaling.max_replicas: 17 exceeds the 16 pods of fleet 'runners-small'"
+        " (1 x AX42-U, 16 slots each; 16 of this pool's pods of 950m / 4064Mi with overhead fit a host)"
     ]
 
 

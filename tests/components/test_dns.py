@@ -10,7 +10,6 @@ from components.dns import DnsRecords, DnsRecordsArgs, peer_endpoints
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
 HOST = "us-east.staging.kura.tuist.dev"
-ACCOUNT_HOSTS = ["peer.globex-us-east-1-staging.kura.tuist.dev", "peer.acme-us-east-1-staging.kura.tuist.dev"]
 
 
 def render(
@@ -28,7 +27,6 @@ def render(
                 host=HOST,
                 namespace="kura",
                 failover_address=failover,
-                account_peer_hosts=ACCOUNT_HOSTS,
                 public_ipv4s=list(public),
             ),
         )
@@ -47,8 +45,6 @@ def test_peer_plane_points_at_the_failover_ip() -> None:
         "endpoints": [
             a(f"peer.{HOST}", "203.0.113.7"),
             a(f"*.peer.{HOST}", "203.0.113.7"),
-            a("peer.acme-us-east-1-staging.kura.tuist.dev", "203.0.113.7"),
-            a("peer.globex-us-east-1-staging.kura.tuist.dev", "203.0.113.7"),
         ]
     }
 

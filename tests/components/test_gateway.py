@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.gateway import Gateway, GatewayArgs
-from config.models import Fleet, GatewayMode, Region
+from config.models import Fleet, GatewayMode, Kura, Region
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
 NAME = "kura-gateway-us-east"
@@ -28,8 +28,13 @@ SHARED = {
 }
 
 
+IMAGE = Kura(runtime_image_tag="0.10.5", controller_image="kc:1").gateway_image
+
+
 def render(region: Region, fleet: Fleet) -> ManifestRecorder:
-    return collect_manifests(lambda: Gateway("gw", GatewayArgs(region=region, fleet=fleet, namespace="kura")))
+    return collect_manifests(
+        lambda: Gateway("gw", GatewayArgs(region=region, fleet=fleet, namespace="kura", image=IMAGE))
+    )
 
 
 def lb(region: Region) -> Region:
@@ -105,6 +110,12 @@ def test_hostnetwork_gateway_is_one_per_box_and_never_surges(region: Region, fle
     assert term["topologyKey"] == "kubernetes.io/hostname"
 
 
+def test_a_parked_fleet_gets_a_gateway_with_no_replica(region: Region, fleet: Fleet) -> None:
+    # Nothing can run without the fleet's boxes, and the engine must not wait for a pod that cannot.
+    parked = fleet.model_copy(update={"enabled": False})
+    assert render(region, parked).find("Deployment", NAME)["spec"]["replicas"] == 0
+
+
 def test_image_probes_ports_and_resources_match_the_anchor(region: Region, fleet: Fleet) -> None:
     [c] = pod_spec(render(region, fleet))["containers"]
     probe = {
@@ -113,7 +124,11 @@ def test_image_probes_ports_and_resources_match_the_anchor(region: Region, fleet
         "periodSeconds": 10,
         "timeoutSeconds": 1,
     }
-    assert c["image"] == "registry.k8s.io/ingress-nginx/controller:v1.11.3"
+    # v1.13.3 carries the CVE-2025-1974 (IngressNightmare) fix (v1.12.1 / v1.11.5 and later).
+    assert c["image"] == (
+        "registry.k8s.io/ingress-nginx/controller:v1.13.3"
+        "@sha256:1b044f6dcac3afbb59e05d98463f1dec6f3d3fb99940bc12ca5d80270358e3bd"
+    )
     assert (c["livenessProbe"], c["readinessProbe"]) == (probe, probe)
     assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [
         ("http", 80),

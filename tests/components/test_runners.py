@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+import tomllib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,12 +14,14 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.runner_pool import runner_pool_manifest
-from components.runners import (
-    RunnerPools,
-    RunnerPoolsArgs,
-    runner_pool_openapi_schema,
+from components.runner_pool import (
+    KATA_GUEST_BASE_MEMORY_MIB,
+    KATA_GUEST_BASE_VCPUS,
+    KATA_HOST_OVERHEAD_MIB,
+    KATA_POD_OVERHEAD,
+    runner_pool_manifest,
 )
+from components.runners import RunnerPools, RunnerPoolsArgs
 from config.loader import load_stack_config
 from config.models import Autoscaling, Cluster, Fleet, Hardware, Pricing, RunnerOS, RunnerPool, Taint, Vendor
 from tests.support.k8s_schema import ManifestError, ManifestRecorder, collect_manifests, validate_manifest
@@ -205,7 +209,12 @@ class ProviderRecorder(ManifestRecorder):
 def stack_file_args(env: str) -> RunnerPoolsArgs:
     raw = yaml.safe_load((REPO / f"Pulumi.{env}.yaml").read_text())["config"]
     cfg = load_stack_config({key.removeprefix("tuist-infra:"): value for key, value in raw.items()})
-    return RunnerPoolsArgs(pools=cfg.runner_pools, fleets=cfg.fleets, cluster=cfg.cluster)
+    return RunnerPoolsArgs(
+        pools=cfg.runner_pools,
+        fleets=cfg.fleets,
+        cluster=cfg.cluster,
+        server_token=pulumi.Output.secret("stand-in-tuist-server-token"),
+    )
 
 
 @pytest.mark.parametrize("env", ["staging", "canary", "production"])
@@ -304,26 +313,7 @@ def test_crd_status_fields(rendered: ManifestRecorder) -> None:
     ]
 
 
-# --- explicit zeros survive ------------------------------------------------------------
-
-
-def apply_structural_defaults(obj: Any, schema: dict[str, Any]) -> Any:
-    """What the apiserver does with a structural schema's `default`s: fill a field only
-    where it is absent (or null and not nullable), then descend. Returns a new object."""
-    obj = copy.deepcopy(obj)
-    if isinstance(obj, dict):
-        for key, prop in schema.get("properties", {}).items():
-            if "default" in prop and (key not in obj or (obj[key] is None and not prop.get("nullable"))):
-                obj[key] = copy.deepcopy(prop["default"])
-            if key in obj:
-                obj[key] = apply_structural_defaults(obj[key], prop)
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            for key in set(obj) - set(schema.get("properties", {})):
-                obj[key] = apply_structural_defaults(obj[key], extra)
-    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        obj = [apply_structural_defaults(item, schema["items"]) for item in obj]
-    return obj
+# --- explicit zeros are sent (the apiserver keeping them: tests/cluster/test_k8s_runners.py) --------
 
 
 def assert_autoscaling_zeros(pool_object: dict[str, Any]) -> None:
@@ -349,39 +339,6 @@ def test_pure_manifest_carries_literal_integer_zeros() -> None:
         "scaleDownCooldownSeconds": 0,
     }
     assert all(type(v) is int for k, v in autoscaling.items() if k != "enabled")
-
-
-def test_apiserver_defaulting_keeps_explicit_zeros(rendered: ManifestRecorder) -> None:
-    schema = crd_schema(the(rendered, "CustomResourceDefinition"), "v1alpha1")
-    stored = apply_structural_defaults(pool_object(rendered, "linux-default"), schema)
-    assert_autoscaling_zeros(stored)
-
-
-def test_apiserver_defaulting_fills_fields_config_leaves_unset(rendered: ManifestRecorder) -> None:
-    schema = crd_schema(the(rendered, "CustomResourceDefinition"), "v1alpha1")
-    unset = runner_pool_manifest(linux_pool(), robot_fleet(), "tuist-runners")
-    assert unset["spec"]["autoscaling"] == {"enabled": True}
-    stored = apply_structural_defaults(unset, schema)
-    assert stored["spec"]["autoscaling"] == {
-        "enabled": True,
-        "minWarmPoolFloor": 1,
-        "scaleDownCooldownSeconds": 300,
-    }
-    assert stored["spec"]["replicas"] == 0
-
-
-def test_an_omitted_zero_comes_back_as_one_and_the_check_catches_it(rendered: ManifestRecorder) -> None:
-    # The anchor's regression: omitempty dropped the 0, the apiserver defaulted it to 1.
-    schema = crd_schema(the(rendered, "CustomResourceDefinition"), "v1alpha1")
-    omitempty = copy.deepcopy(pool_object(rendered, "linux-default"))
-    del omitempty["spec"]["autoscaling"]["minWarmPoolFloor"]
-    stored = apply_structural_defaults(omitempty, schema)
-    assert stored["spec"]["autoscaling"]["minWarmPoolFloor"] == 1
-    with pytest.raises(AssertionError, match="minWarmPoolFloor is 1"):
-        assert_autoscaling_zeros(stored)
-
-
-# --- the pools --------------------------------------------------------------------------
 
 
 def test_linux_pool_runs_as_kata_microvms_on_the_runner_tier(rendered: ManifestRecorder) -> None:
@@ -563,11 +520,36 @@ def test_controller_runs_non_root_read_only_without_escalation(rendered: Manifes
 # --- Kata runtime and Cilium --------------------------------------------------------------
 
 
-def test_runtime_class_is_kata_qemu_with_qemu_sized_overhead(rendered: ManifestRecorder) -> None:
+def test_runtime_class_is_kata_qemu_with_the_slot_sized_overhead(rendered: ManifestRecorder) -> None:
     runtime_class = the(rendered, "RuntimeClass")
     assert runtime_class["metadata"]["name"] == "kata-qemu"
     assert runtime_class["handler"] == "kata-qemu"
-    assert runtime_class["overhead"] == {"podFixed": {"cpu": "250m", "memory": "2560Mi"}}
+    # The 256 MiB guest the pre-bake sizes plus 64 MiB of QEMU, virtiofsd and shim (seed 003:
+    # ~45-50 MiB of VMM per pod).
+    assert runtime_class["overhead"] == {"podFixed": {"cpu": "50m", "memory": "320Mi"}}
+
+
+def prebake_kata_dropin() -> dict[str, Any]:
+    """The Kata drop-in the Robot post-install script writes, parsed as Kata reads it (TOML)."""
+    script = (REPO / "providers/ssh/scripts/robot-postinstall.sh").read_text()
+    match = re.search(r"config\.d/50-tuist-runner-slot\.toml <<'TOML'\n(.*?)\nTOML\n", script, re.S)
+    assert match, "robot-postinstall.sh no longer writes the runner-slot Kata drop-in"
+    return tomllib.loads(match.group(1))
+
+
+def test_the_prebaked_guest_is_the_size_the_runtime_class_charges_for() -> None:
+    dropin = prebake_kata_dropin()
+    assert dropin["hypervisor"]["qemu"]["default_memory"] == KATA_GUEST_BASE_MEMORY_MIB
+    assert dropin["hypervisor"]["qemu"]["default_vcpus"] == KATA_GUEST_BASE_VCPUS
+    # Every Kata process in the pod's cgroup: the overhead is what the host really pays.
+    assert dropin["runtime"]["sandbox_cgroup_only"] is True
+    assert KATA_POD_OVERHEAD["memory"] == f"{KATA_GUEST_BASE_MEMORY_MIB + KATA_HOST_OVERHEAD_MIB}Mi"
+
+
+def test_the_guest_base_is_not_below_kata_s_floor() -> None:
+    # virtcontainers MinHypervisorMemory: a smaller default_memory is silently replaced by 2048 MiB,
+    # and the host would then commit 1.8 GiB per pod more than the RuntimeClass charges.
+    assert prebake_kata_dropin()["hypervisor"]["qemu"]["default_memory"] >= 256
 
 
 def test_runtime_class_schedules_only_onto_kata_runner_hosts(rendered: ManifestRecorder) -> None:
@@ -611,5 +593,40 @@ def test_cilium_override_shrinks_and_caps_bpf_maps(rendered: ManifestRecorder) -
     }
 
 
-def test_pure_schema_is_what_the_crd_carries(rendered: ManifestRecorder) -> None:
-    assert crd_schema(the(rendered, "CustomResourceDefinition"), "v1alpha1") == runner_pool_openapi_schema()
+# --- the Tuist server --------------------------------------------------------------------------
+
+
+def server_args(token: Any = None) -> RunnerPoolsArgs:
+    args = stack_args()
+    cluster = args.cluster.model_copy(update={"tuist_server_url": "https://staging.tuist.dev"})
+    return RunnerPoolsArgs(pools=args.pools, fleets=args.fleets, cluster=cluster, server_token=token)
+
+
+def test_the_controller_knows_the_server_and_takes_its_token_from_a_secret() -> None:
+    out = render(server_args(pulumi.Output.secret("token-value")))
+    (container,) = the(out, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["env"] == [
+        {"name": "TUIST_SERVER_URL", "value": "https://staging.tuist.dev"},
+        {
+            "name": "TUIST_SERVER_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "runners-controller-tuist-server", "key": "token"}},
+        },
+    ]
+    secret = out.find("Secret", "runners-controller-tuist-server")
+    assert secret["metadata"]["namespace"] == "tuist-runners"
+    assert secret["stringData"] == {"token": "token-value"}
+
+
+def test_the_token_is_registered_as_a_secret_output_even_when_passed_plain() -> None:
+    out = render(server_args("plain-token-value"))
+    registered = out.registered[("Secret", "runners-controller-tuist-server")]["stringData"]
+    # pulumi.runtime.rpc wraps a secret in its signature object: encrypted in state, masked in diffs.
+    assert registered == {
+        "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
+        "value": {"token": "plain-token-value"},
+    }
+
+
+def test_a_server_url_without_its_token_is_refused() -> None:
+    with pytest.raises(ValueError, match="a Tuist server URL was given without its token"):
+        render(server_args(None))

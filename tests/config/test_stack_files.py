@@ -99,6 +99,8 @@ def test_dev_needs_no_kubeconfig() -> None:
         "robotPassword",
         "fleetSshPrivateKey",
         "fleetSudoPassword",
+        # dev has a runner pool, whose controller talks to the Tuist server; DNS stays in memory.
+        "tuistServerToken",
     ]
 
 
@@ -108,11 +110,14 @@ def test_required_secrets_follow_vendors_in_use_and_enabled_fleets() -> None:
     raw["failover_ips"] = [f for f in raw["failover_ips"] if f["vendor"] == "dedibox"]
     raw["regions"] = [dict(r, exposed=False) for r in raw["regions"] if r["id"] == "eu-central"]
     raw["runner_pools"] = []
-    # Parked fleet: no SSH key or sudo password needed yet; no OVH or Robot in use. The control
-    # plane's firewall stays on: its token is needed whatever the fleets are.
-    assert required_secret_keys(load_stack_config(raw)) == ["dediboxSecretKey", "kubeconfig", "hcloudToken"]
+    # Parked fleet: no SSH key or sudo password needed yet; no OVH or Robot in use; no runner pool, so
+    # no Tuist server token; external-dns still publishes to Cloudflare. The control plane's firewall
+    # stays on: its token is needed whatever the fleets are.
+    needed = required_secret_keys(load_stack_config(raw))
+    assert needed == ["dediboxSecretKey", "kubeconfig", "cloudflareApiToken", "hcloudToken"]
     raw["cluster"] = dict(raw["cluster"], control_plane_firewall={"enabled": False})
-    assert required_secret_keys(load_stack_config(raw)) == ["dediboxSecretKey", "kubeconfig"]
+    needed = required_secret_keys(load_stack_config(raw))
+    assert needed == ["dediboxSecretKey", "kubeconfig", "cloudflareApiToken"]
 
 
 @pytest.mark.parametrize("name", REAL_STACKS)

@@ -76,7 +76,17 @@ def test_dev_stack_lifecycle(engine: Engine) -> None:
     # What a pull request shows on a stack with nothing adopted yet: every value downstream of a
     # machine is unknown at this point, and the preview must still go through.
     first_preview = engine.run("preview", "-s", "dev", "--diff")
-    assert "+ 3 to create" not in first_preview.stdout  # sanity: the whole estate is planned
+    # Every slot of every dev fleet (three per vendor) is planned as a machine to create, and
+    # nothing in the dev stack exists yet, so nothing is updated, replaced or deleted.
+    planned = re.findall(
+        r"\+ pulumi-python:dynamic/machine:AdoptedMachine: \(create\)\n\s+\[urn=[^\]]*::([^\]:]+)\]",
+        first_preview.stdout,
+    )
+    slots = [f"{fleet}-{i}" for fleet in ("kura-ovh", "kura-dedibox", "runners-linux") for i in range(3)]
+    assert sorted(planned) == sorted(slots), first_preview.stdout
+    assert not re.search(r"^\s*[~+-]{1,2} \d+ to (update|replace|delete)", first_preview.stdout, re.M), (
+        first_preview.stdout
+    )
     up = engine.run("up", "-s", "dev", "--yes")
     outputs = json.loads(engine.run("stack", "output", "-s", "dev", "--json").stdout)
     machines = [m for fleet in outputs["fleets"].values() for m in fleet["machines"]]

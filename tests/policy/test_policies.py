@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from components.peer_demux import PeerRoute, render_demux_config
+from components.peer_demux import demux_config
+from config.models import Cluster, Kura
 from policy.tuist_policy import advisory, mandatory
 from policy.tuist_policy.images import floating_reason
 from tests.policy.support import UNKNOWN, check_resource, check_stack, deployment, resource
@@ -192,13 +193,9 @@ def _demux_config(conf: str) -> dict[str, Any]:
 
 
 def test_the_program_s_demux_config_passes() -> None:
-    routes = [
-        PeerRoute(
-            "peer.acme-eu-central-1-staging.kura.tuist.dev",
-            "kura-acme-eu-central-peer.kura.svc.cluster.local:7443",
-        )
-    ]
-    conf = render_demux_config(routes)
+    kura = Kura(runtime_image_tag="0.10.5", controller_image="ghcr.io/tuist/kura-controller:1.4.0")
+    cluster = Cluster(runners_controller_image="ghcr.io/tuist/runners-controller:1.4.2")
+    conf = demux_config(kura, cluster)["nginx.conf"]
     assert not check_resource(mandatory.peer_demux_passthrough, CONFIG_MAP, _demux_config(conf))
 
 

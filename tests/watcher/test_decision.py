@@ -25,6 +25,7 @@ def demux(node_name: str, *, ready: bool = True, terminating: bool = False) -> P
     return PodView(name=f"demux-{node_name}", node_name=node_name, ready=ready, terminating=terminating)
 
 
+MOVE_OFF_A = "current box box-a is not eligible; lowest eligible node is b"
 CASES: list[tuple[str, str | None, list[NodeView], list[PodView], Decision]] = [
     (
         "current eligible stays put even when not the lowest",
@@ -61,14 +62,14 @@ CASES: list[tuple[str, str | None, list[NodeView], list[PodView], Decision]] = [
         "box-a",
         [node("a"), node("b")],
         [demux("a", terminating=True), demux("b")],
-        Decision(Action.MOVE, "box-b", "b", "current box box-a is not eligible; lowest eligible node is b"),
+        Decision(Action.MOVE, "box-b", "b", MOVE_OFF_A, drain=True),
     ),
     (
         "current cordoned moves",
         "box-a",
         [node("a", unschedulable=True), node("b")],
         [demux("a"), demux("b")],
-        Decision(Action.MOVE, "box-b", "b", "current box box-a is not eligible; lowest eligible node is b"),
+        Decision(Action.MOVE, "box-b", "b", MOVE_OFF_A, drain=True),
     ),
     (
         "demux pod on another node does not make a node eligible",
@@ -157,6 +158,17 @@ def test_both_boxes_flapping_in_turn_does_not_ping_pong() -> None:
         "box-b",
         "box-b",
     ]
+
+
+def test_a_rolling_demux_moves_the_ip_on_the_first_poll() -> None:
+    # The demux's preStop drain is the time there is: a terminating pod never comes back, so waiting
+    # for a second poll only shortens the window (components/peer_demux.py DEMUX_DRAIN_SECONDS).
+    rolling = ([node("a"), node("b")], [demux("a", terminating=True), demux("b")])
+    assert run_polls([rolling], "box-a", required=3) == ["box-b"]
+
+
+def test_a_not_ready_box_still_needs_its_confirming_polls() -> None:
+    assert run_polls([A_DOWN], "box-a", required=2) == ["box-a"]
 
 
 def test_confirmation_restarts_when_the_target_changes() -> None:

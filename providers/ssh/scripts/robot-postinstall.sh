@@ -75,6 +75,22 @@ fetch "$KATA_STATIC_URL" "$KATA_STATIC_SHA256" "$work/kata-static.tar.zst"
 tar --zstd -C / -xf "$work/kata-static.tar.zst"
 test -x /opt/kata/bin/containerd-shim-kata-v2
 
+# 5b. Guest sizing of a runner slot (seed 003: 1 vCPU / 4 GiB, ~50 MiB of VMM per pod), as a
+#     drop-in Kata reads after configuration-qemu.toml. The guest boots with 256 MiB (Kata's floor:
+#     a smaller default_memory is silently replaced by 2048) and one vCPU, the container's limits
+#     are hot-plugged on top, and every Kata process runs in the pod's cgroup, so the kata-qemu
+#     RuntimeClass overhead (components/runner_pool.py: 256 MiB guest + 64 MiB host side) is what
+#     the host pays per pod. tests/components/test_runners.py holds the two files to the same numbers.
+mkdir -p /opt/kata/share/defaults/kata-containers/config.d
+cat >/opt/kata/share/defaults/kata-containers/config.d/50-tuist-runner-slot.toml <<'TOML'
+[hypervisor.qemu]
+default_vcpus = 1
+default_memory = 256
+
+[runtime]
+sandbox_cgroup_only = true
+TOML
+
 # 6. containerd config: the 2.x default, systemd cgroups, the registry mirror directory, and kata-qemu.
 mkdir -p /etc/containerd
 containerd config default |

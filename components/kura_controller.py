@@ -1,0 +1,297 @@
+"""kura-controller: the Kura namespace, the controller's Deployment with the seeds' settings as its
+environment, and least-privilege RBAC.
+
+Seed 000 and 001 name what the controller is told, and nothing else is added here:
+- `KURA_DISCOVERY_DNS_NAME`: Local scope on the account peer Service, so managed peers dial each
+  other pod to pod; no global discovery name is wired at all (seed 000, "stop wiring the global
+  discovery name").
+- replicas 2 on bare-metal regions (a warm standby the controller fails the cache Service over to),
+  with each region's pool, taints, storage and egress numbers: `TUIST_KURA_REGIONS`.
+- the bootstrap tmp budget knobs (seed 001): `KURA_TMP_DIR_MAX_BYTES`, the concurrent peers and
+  the per-peer artifact concurrency (seed 000: buffer_unordered, default 16).
+- the explicit runtime image tag (seed 001: deploy with an explicit kura_runtime_image_tag).
+- `TUIST_KURA_AVAILABLE_REGIONS` and `TUIST_KURA_PEER_FAILOVER_IPS` (only ordered IPs: a parked
+  one stays out, as the seed parks it in values until ordered).
+Every setting is in the pod template, so changing one rolls the controller.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.k8s import MANAGED_BY, child_options, pool_node_selector
+from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
+
+__all__ = [
+    "CONTROLLER_LEASE_NAME",
+    "CONTROLLER_NAME",
+    "EGRESS_BANDWIDTH_ANNOTATION",
+    "EGRESS_FLOOR_RESOURCE",
+    "KuraController",
+    "KuraControllerArgs",
+    "RegionPlacement",
+    "controller_cluster_rules",
+    "controller_env",
+    "controller_rules",
+    "region_exposed",
+]
+
+CONTROLLER_NAME = "kura-controller"
+CONTROLLER_LEASE_NAME = "kura-controller.tuist.dev"
+KURA_GROUP = "kura.tuist.dev"
+EGRESS_FLOOR_RESOURCE = "tuist.dev/egress-mbps"
+EGRESS_BANDWIDTH_ANNOTATION = "kubernetes.io/egress-bandwidth"
+LABELS = {
+    "app.kubernetes.io/name": CONTROLLER_NAME,
+    "app.kubernetes.io/component": "controller",
+    "app.kubernetes.io/part-of": "kura",
+    "app.kubernetes.io/managed-by": MANAGED_BY,
+}
+CONTROLLER_UID = 65532
+
+
+def region_exposed(region: Region, fleet: Fleet) -> bool:
+    """Exposed when config says so and the fleet can have a box: a parked or empty fleet would
+    advertise a region that serves nothing."""
+    return region.exposed and fleet.enabled and fleet.size > 0
+
+
+@dataclass(frozen=True)
+class RegionPlacement:
+    region: Region
+    fleet: Fleet
+    failover_ip: FailoverIP | None
+
+
+def _region_settings(p: RegionPlacement, kura: Kura, environment: Environment) -> dict[str, Any]:
+    region, fleet = p.region, p.fleet
+    tolerations = [
+        {"key": t.key, "operator": "Equal" if t.value else "Exists", "effect": t.effect.value}
+        | ({"value": t.value} if t.value else {})
+        for t in fleet.taints
+    ]
+    return {
+        "cluster_id": region.cluster_id,
+        "host": region.host,
+        "gateway": region.gateway.value,
+        "ingress_class": region.ingress_class,
+        "replicas": region.replicas,
+        "storage_class": region.storage_class,
+        "storage_size": f"{region.storage_size_gi}Gi",
+        "node_selector": pool_node_selector(fleet),
+        "tolerations": tolerations,
+        "pod_resource_requests": {EGRESS_FLOOR_RESOURCE: str(region.egress_floor_mbps)},
+        "pod_annotations": {EGRESS_BANDWIDTH_ANNOTATION: f"{region.egress_burst_mbps}M"},
+        # The per-region public peer Service the region's SNI demux routes to (demux/routes.py).
+        "mesh_peer_host_network": True,
+        "public_peer_service": f"kura-{{account}}-{region.id}-peer",
+        # Under the region's *.peer.<host> wildcard record: no DNS record per account.
+        "public_peer_host": f"{{account}}.peer.{region.host}",
+    }
+
+
+def controller_env(
+    placements: Sequence[RegionPlacement], kura: Kura, environment: Environment, cluster: Cluster
+) -> dict[str, str]:
+    """The kura-controller's environment: the seeds' settings, nothing else (see the module doc).
+
+    `{account}` is filled in per account by kura-controller."""
+    exposed = [p.region.id for p in placements if region_exposed(p.region, p.fleet)]
+    routed = sorted(
+        (p.region.id, p.failover_ip.address)
+        for p in placements
+        if p.failover_ip is not None and p.failover_ip.address is not None
+    )
+    regions = {p.region.id: _region_settings(p, kura, environment) for p in placements}
+    return {
+        "KURA_RUNTIME_IMAGE": f"{kura.runtime_image}:{kura.runtime_image_tag}",
+        "KURA_DISCOVERY_DNS_NAME": f"kura-{{account}}-peer.{kura.namespace}.svc.{cluster.domain}",
+        "KURA_PEER_PORT": str(kura.peer_port),
+        "KURA_TMP_DIR_MAX_BYTES": str(kura.bootstrap_tmp_dir_max_bytes),
+        "KURA_BOOTSTRAP_MAX_CONCURRENT_PEERS": str(kura.bootstrap_max_concurrent_peers),
+        "KURA_BOOTSTRAP_ARTIFACT_CONCURRENCY": str(kura.bootstrap_artifact_concurrency),
+        "TUIST_KURA_AVAILABLE_REGIONS": ",".join(exposed),
+        "TUIST_KURA_PEER_FAILOVER_IPS": ",".join(f"{region}={ip}" for region, ip in routed),
+        "TUIST_KURA_REGIONS": json.dumps(regions, sort_keys=True, separators=(",", ":")),
+    }
+
+
+def controller_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    """What kura-controller does in the Kura namespace, and nothing outside it: no Secrets, no
+    wildcards. It runs each account's instances as StatefulSets behind Services (the account peer
+    Service, the cache Service it fails over to a Ready standby), watches their pods, and owns the
+    KuraInstance objects."""
+    rule = k8s.rbac.v1.PolicyRuleArgs
+    write = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    return [
+        rule(api_groups=["apps"], resources=["statefulsets"], verbs=write),
+        rule(api_groups=[""], resources=["services"], verbs=write),
+        # Readiness and the runtime-confirmed serving check the failover waits for.
+        rule(api_groups=[""], resources=["pods"], verbs=["get", "list", "watch"]),
+        # The StatefulSet controller creates the claims; an account's removal deletes them.
+        rule(api_groups=[""], resources=["persistentvolumeclaims"], verbs=["get", "list", "watch", "delete"]),
+        rule(
+            api_groups=[KURA_GROUP],
+            resources=["kurainstances"],
+            verbs=["get", "list", "watch", "update", "patch"],
+        ),
+        rule(
+            api_groups=[KURA_GROUP],
+            resources=["kurainstances/status", "kurainstances/finalizers"],
+            verbs=["get", "update", "patch"],
+        ),
+        rule(api_groups=["", "events.k8s.io"], resources=["events"], verbs=["create", "patch"]),
+        # Leader election: create cannot be narrowed by name, the rest can.
+        rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
+        rule(
+            api_groups=["coordination.k8s.io"],
+            resources=["leases"],
+            resource_names=[CONTROLLER_LEASE_NAME],
+            verbs=["get", "update"],
+        ),
+    ]
+
+
+def controller_cluster_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    # A Local-scope peer answers with its direct node URL: the node's InternalIP (seed 001).
+    return [k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"])]
+
+
+def controller_args(namespace: str) -> list[str]:
+    return [
+        "--leader-elect=true",
+        f"--leader-election-id={CONTROLLER_LEASE_NAME}",
+        f"--leader-election-namespace={namespace}",
+        f"--watch-namespace={namespace}",
+        "--health-probe-bind-address=:8081",
+        "--metrics-bind-address=:8080",
+    ]
+
+
+@dataclass(frozen=True)
+class KuraControllerArgs:
+    placements: Sequence[RegionPlacement]
+    kura: Kura
+    environment: Environment
+    cluster: Cluster
+    # Two, leader-elected: a drained node never leaves the cache without its failover controller.
+    replicas: int = 2
+
+
+class KuraController(pulumi.ComponentResource):
+    """Namespace `kura`, ServiceAccount, Role + ClusterRole (nodes, read-only) and the Deployment."""
+
+    namespace: k8s.core.v1.Namespace
+
+    def __init__(self, name: str, args: KuraControllerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("tuist:kura_controller:KuraController", name, None, opts)
+        kura, ns = args.kura, args.kura.namespace
+        meta = k8s.meta.v1.ObjectMetaArgs
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=meta(
+                name=ns,
+                labels={"app.kubernetes.io/part-of": "kura", "app.kubernetes.io/managed-by": MANAGED_BY},
+            ),
+            opts=child_options(self, opts),
+        )
+        in_ns = child_options(self, opts, depends_on=[self.namespace])
+        named = meta(name=CONTROLLER_NAME, namespace=ns, labels=LABELS)
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=CONTROLLER_NAME, namespace=ns)
+        ref = k8s.rbac.v1.RoleRefArgs
+
+        self.service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=named, opts=in_ns)
+        self.role = k8s.rbac.v1.Role(f"{name}-role", metadata=named, rules=controller_rules(), opts=in_ns)
+        self.role_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-rolebinding",
+            metadata=named,
+            role_ref=ref(api_group="rbac.authorization.k8s.io", kind="Role", name=CONTROLLER_NAME),
+            subjects=[subject],
+            opts=in_ns,
+        )
+        self.cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-clusterrole",
+            metadata=meta(name=CONTROLLER_NAME, labels=LABELS),
+            rules=controller_cluster_rules(),
+            opts=child_options(self, opts),
+        )
+        self.cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-clusterrolebinding",
+            metadata=meta(name=CONTROLLER_NAME, labels=LABELS),
+            role_ref=ref(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=CONTROLLER_NAME),
+            subjects=[subject],
+            opts=child_options(self, opts, depends_on=[self.cluster_role]),
+        )
+        env = controller_env(args.placements, kura, args.environment, args.cluster)
+        env_vars = [
+            k8s.core.v1.EnvVarArgs(
+                name="POD_NAMESPACE",
+                value_from=k8s.core.v1.EnvVarSourceArgs(
+                    field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.namespace")
+                ),
+            ),
+            *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
+        ]
+        probe = k8s.core.v1.ProbeArgs
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=named,
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                replicas=args.replicas,
+                selector=k8s.meta.v1.LabelSelectorArgs(
+                    match_labels={"app.kubernetes.io/name": CONTROLLER_NAME}
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=LABELS),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=CONTROLLER_NAME,
+                        security_context=k8s.core.v1.PodSecurityContextArgs(
+                            run_as_non_root=True,
+                            run_as_user=CONTROLLER_UID,
+                            run_as_group=CONTROLLER_UID,
+                            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+                        ),
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name="manager",
+                                image=kura.controller_image,
+                                args=controller_args(ns),
+                                env=env_vars,
+                                ports=[
+                                    k8s.core.v1.ContainerPortArgs(
+                                        name="metrics", container_port=8080, protocol="TCP"
+                                    ),
+                                    k8s.core.v1.ContainerPortArgs(
+                                        name="health", container_port=8081, protocol="TCP"
+                                    ),
+                                ],
+                                liveness_probe=probe(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="health"),
+                                    period_seconds=20,
+                                ),
+                                readiness_probe=probe(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/readyz", port="health"),
+                                    period_seconds=10,
+                                ),
+                                resources=k8s.core.v1.ResourceRequirementsArgs(
+                                    requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}
+                                ),
+                                security_context=k8s.core.v1.SecurityContextArgs(
+                                    allow_privilege_escalation=False,
+                                    read_only_root_filesystem=True,
+                                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+                                ),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+            opts=child_options(self, opts, depends_on=[self.namespace, self.role_binding]),
+        )
+        self.register_outputs({"namespace": ns, "deployment": CONTROLLER_NAME})

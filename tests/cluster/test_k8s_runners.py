@@ -1,0 +1,208 @@
+"""The runners on the real control plane: the real scheduler fits seed 003's density (16 runner
+microVMs on an AX42-U, 64 on an AX162-R, the next one Pending) with the kata-qemu RuntimeClass the
+program renders; the RunnerPool CRD keeps explicit zeros through the apiserver's defaulting; the
+runners-controller gets its Tuist server token from a Secret it cannot read through the API."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pulumi
+import pytest
+from kubernetes import client as k8s
+
+from components.capacity import pods_per_host, slots_per_host
+from components.runner_pool import KATA_NODE_LABELS, KATA_RUNTIME_CLASS, RUNNER_POOL_GROUP
+from components.runners import RunnerPools, RunnerPoolsArgs
+from config.models import (
+    Autoscaling,
+    Cluster,
+    Fleet,
+    Hardware,
+    RunnerOS,
+    RunnerPool,
+    Taint,
+    TaintEffect,
+    Vendor,
+)
+from tests.cluster.k8s_support import apply, can, install_crd_fixture, rendered, sa, suffix
+from tests.support.cluster import KubeCluster, Kubelet, wait_until
+
+AX42_U = Hardware(offer="AX42-U", threads=16, memory_gib=64)
+AX162_R = Hardware(offer="AX162-R", threads=96, memory_gib=256)
+IMAGE = "ghcr.io/tuist/linux-runner@sha256:" + "c" * 64
+TOKEN = "tuist-server-token-for-the-test"
+
+
+def runner_objects(namespace: str, hardware: Hardware, **autoscaling: Any) -> list[dict[str, Any]]:
+    fleet = Fleet(
+        name="runners-linux",
+        vendor=Vendor.ROBOT,
+        marker="tuist-bm-staging-",
+        size=1,
+        node_pool="runners-linux",
+        labels=dict(KATA_NODE_LABELS),
+        hardware=hardware,
+        taints=[Taint(key="tuist.dev/runner-tier", value="bare-metal", effect=TaintEffect.NO_SCHEDULE)],
+    )
+    pool = RunnerPool(
+        name="linux",
+        os=RunnerOS.LINUX,
+        fleet="runners-linux",
+        dispatch_label="tuist-linux",
+        image=IMAGE,
+        autoscaling=Autoscaling(**autoscaling),
+    )
+    cluster = Cluster(
+        runners_namespace=namespace,
+        runners_controller_image="ghcr.io/tuist/runners-controller:1.4.2",
+        tuist_server_url="https://staging.tuist.dev",
+    )
+    args = RunnerPoolsArgs(
+        pools=[pool], fleets=[fleet], cluster=cluster, server_token=pulumi.Output.secret(TOKEN)
+    )
+    return rendered(lambda: RunnerPools("runners", args))
+
+
+@pytest.fixture(autouse=True)
+def cilium_crd(kube_cluster: KubeCluster) -> None:
+    # Cilium installs its CRDs itself; the program only creates a CiliumNodeConfig.
+    install_crd_fixture(kube_cluster, "ciliumnodeconfig.yaml")
+
+
+def runner_pod(name: str, pool: RunnerPool) -> dict[str, Any]:
+    """A runner microVM as the runners-controller builds it from its RunnerPool: the pool's size,
+    the kata-qemu RuntimeClass (whose admission adds the overhead and the Kata node selector and
+    toleration), on the fleet's pool."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "runner"}},
+        "spec": {
+            "runtimeClassName": KATA_RUNTIME_CLASS,
+            "nodeSelector": {"node.cluster.x-k8s.io/pool": "runners-linux"},
+            "containers": [
+                {
+                    "name": "runner",
+                    "image": IMAGE,
+                    "resources": {
+                        "requests": {"cpu": f"{pool.pod_cpu_milli}m", "memory": f"{pool.pod_memory_mb}Mi"},
+                        "limits": {"cpu": f"{pool.pod_cpu_milli}m", "memory": f"{pool.pod_memory_mb}Mi"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+STANDARD = RunnerPool(name="linux", os=RunnerOS.LINUX, fleet="runners-linux", dispatch_label="x", image=IMAGE)
+
+
+def scheduled(core: k8s.CoreV1Api, namespace: str) -> tuple[int, int]:
+    pods = core.list_namespaced_pod(namespace, label_selector="app=runner").items
+    placed = sum(1 for p in pods if p.spec.node_name)
+    unschedulable = sum(
+        1
+        for p in pods
+        if any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in p.status.conditions or [])
+    )
+    return placed, unschedulable
+
+
+@pytest.mark.parametrize(("hardware", "slots"), [(AX42_U, 16), (AX162_R, 64)], ids=["AX42-U", "AX162-R"])
+def test_the_real_scheduler_fits_seed_003s_density_and_not_one_more(
+    kube_cluster: KubeCluster, join: Callable[..., Kubelet], hardware: Hardware, slots: int
+) -> None:
+    # The capacity outputs say the same number the scheduler finds.
+    assert slots_per_host(hardware) == pods_per_host(hardware, STANDARD) == slots
+    ns = f"runners-{suffix()}"
+    node = f"runner-{hardware.offer.lower()}-{suffix()}"
+    join(
+        node,
+        labels={**KATA_NODE_LABELS, "node.cluster.x-k8s.io/pool": "runners-linux"},
+        taints=["tuist.dev/runner-tier=bare-metal:NoSchedule"],
+        threads=hardware.threads,
+        memory_bytes=hardware.memory_gib * 2**30,
+    )
+    # The RuntimeClass the program renders (and the rest of the runners' objects, as applied).
+    apply(kube_cluster, runner_objects(ns, hardware))
+    core = kube_cluster.core
+    for i in range(slots + 1):
+        core.create_namespaced_pod(ns, runner_pod(f"runner-{i}", STANDARD))
+
+    wait_until(
+        f"{slots} runner pods placed and one unschedulable",
+        lambda: scheduled(core, ns) == (slots, 1),
+        timeout=180,
+    )
+    pods = core.list_namespaced_pod(ns, label_selector="app=runner").items
+    assert {p.spec.node_name for p in pods if p.spec.node_name} == {node}
+    # RuntimeClass admission charged the overhead the density depends on.
+    assert pods[0].spec.overhead == {"cpu": "50m", "memory": "320Mi"}
+    [pending] = [p for p in pods if not p.spec.node_name]
+    message = next(c.message for c in pending.status.conditions if c.type == "PodScheduled")
+    assert "Insufficient" in message, message
+    for pod in pods:
+        core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+    kube_cluster.delete_namespace(ns)
+
+
+def test_explicit_zeros_survive_the_apiserver_and_unset_fields_get_the_crd_defaults(
+    kube_cluster: KubeCluster,
+) -> None:
+    ns = f"runners-{suffix()}"
+    apply(
+        kube_cluster,
+        runner_objects(ns, AX42_U, min_warm_pool_floor=0, max_replicas=0, scale_down_cooldown_seconds=0),
+    )
+    custom = k8s.CustomObjectsApi(kube_cluster.api)
+    stored = custom.get_namespaced_custom_object(RUNNER_POOL_GROUP, "v1alpha1", ns, "runnerpools", "linux")
+    assert stored["spec"]["autoscaling"] == {
+        "enabled": True,
+        "minWarmPoolFloor": 0,
+        "maxReplicas": 0,
+        "scaleDownCooldownSeconds": 0,
+    }
+    # The anchor's incident: an omitted floor comes back as 1, an omitted cooldown as 300.
+    unset = {**stored, "metadata": {"name": "defaults", "namespace": ns}}
+    unset["spec"] = {**stored["spec"], "autoscaling": {"enabled": True}}
+    created = custom.create_namespaced_custom_object(RUNNER_POOL_GROUP, "v1alpha1", ns, "runnerpools", unset)
+    assert created["spec"]["autoscaling"] == {
+        "enabled": True,
+        "minWarmPoolFloor": 1,
+        "scaleDownCooldownSeconds": 300,
+    }
+    assert created["spec"]["replicas"] == 0
+    kube_cluster.delete_namespace(ns)
+
+
+def test_a_runner_pool_without_runner_labels_is_refused_by_the_apiserver(kube_cluster: KubeCluster) -> None:
+    ns = f"runners-{suffix()}"
+    apply(kube_cluster, runner_objects(ns, AX42_U))
+    custom = k8s.CustomObjectsApi(kube_cluster.api)
+    stored = custom.get_namespaced_custom_object(RUNNER_POOL_GROUP, "v1alpha1", ns, "runnerpools", "linux")
+    bad = {**stored, "metadata": {"name": "no-labels", "namespace": ns}}
+    bad["spec"] = {**stored["spec"], "runnerLabels": []}
+    with pytest.raises(k8s.ApiException) as error:
+        custom.create_namespaced_custom_object(RUNNER_POOL_GROUP, "v1alpha1", ns, "runnerpools", bad)
+    assert error.value.status == 422
+    assert "runnerLabels" in error.value.body
+    kube_cluster.delete_namespace(ns)
+
+
+def test_the_controller_gets_the_server_token_from_a_secret_it_cannot_read(kube_cluster: KubeCluster) -> None:
+    ns = f"runners-{suffix()}"
+    apply(kube_cluster, runner_objects(ns, AX42_U))
+    secret = kube_cluster.core.read_namespaced_secret("runners-controller-tuist-server", ns)
+    assert base64.b64decode(secret.data["token"]).decode() == TOKEN
+    deployment = k8s.AppsV1Api(kube_cluster.api).read_namespaced_deployment("runners-controller", ns)
+    [container] = deployment.spec.template.spec.containers
+    env = {e.name: e for e in container.env}
+    assert env["TUIST_SERVER_URL"].value == "https://staging.tuist.dev"
+    assert env["TUIST_SERVER_TOKEN"].value is None
+    assert env["TUIST_SERVER_TOKEN"].value_from.secret_key_ref.name == "runners-controller-tuist-server"
+    # The kubelet puts the token in the container; the controller's own identity cannot read it.
+    assert not can(kube_cluster, sa(ns, "runners-controller"), "get", "secrets", namespace=ns)
+    kube_cluster.delete_namespace(ns)

@@ -1,0 +1,233 @@
+"""KuraController under Pulumi mocks: the seeds' settings as the Deployment's environment, nothing
+more; least-privilege RBAC; a knob change is a pod-template change (the real rollout is proven in
+tests/cluster/test_k8s_kura_controller.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from components.kura_controller import KuraController, KuraControllerArgs, RegionPlacement, controller_env
+from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
+from demux.routes import RouteSettings
+from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
+
+
+def placements(region: Region, fleet: Fleet, fip: FailoverIP | None) -> list[RegionPlacement]:
+    hidden = region.model_copy(update={"id": "ca-east", "cluster_id": "ca-east-1", "exposed": False})
+    parked_fleet = fleet.model_copy(update={"name": "dedibox", "enabled": False})
+    parked = region.model_copy(update={"id": "eu-central", "cluster_id": "eu-central-1", "fleet": "dedibox"})
+    return [
+        RegionPlacement(region, fleet, fip),
+        RegionPlacement(hidden, fleet, None),
+        RegionPlacement(parked, parked_fleet, None),
+    ]
+
+
+def env_of(recorded: ManifestRecorder) -> dict[str, Any]:
+    [container] = recorded.find("Deployment", "kura-controller")["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def render(
+    region: Region, fleet: Fleet, fip: FailoverIP | None, kura: Kura, cluster: Cluster
+) -> ManifestRecorder:
+    args = KuraControllerArgs(
+        placements=placements(region, fleet, fip), kura=kura, environment=Environment.STAGING, cluster=cluster
+    )
+    return collect_manifests(lambda: KuraController("kura-controller", args))
+
+
+@pytest.fixture
+def recorded(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP, kura: Kura, cluster: Cluster
+) -> ManifestRecorder:
+    return render(region, fleet, failover_ip, kura, cluster)
+
+
+def test_the_environment_is_exactly_the_seeds_settings(recorded: ManifestRecorder) -> None:
+    assert sorted(env_of(recorded)) == [
+        "KURA_BOOTSTRAP_ARTIFACT_CONCURRENCY",
+        "KURA_BOOTSTRAP_MAX_CONCURRENT_PEERS",
+        "KURA_DISCOVERY_DNS_NAME",
+        "KURA_PEER_PORT",
+        "KURA_RUNTIME_IMAGE",
+        "KURA_TMP_DIR_MAX_BYTES",
+        "POD_NAMESPACE",
+        "TUIST_KURA_AVAILABLE_REGIONS",
+        "TUIST_KURA_PEER_FAILOVER_IPS",
+        "TUIST_KURA_REGIONS",
+    ]
+
+
+def test_discovery_is_local_scope_on_the_account_peer_service_and_no_global_name(
+    recorded: ManifestRecorder,
+) -> None:
+    env = env_of(recorded)
+    assert env["KURA_DISCOVERY_DNS_NAME"] == "kura-{account}-peer.kura.svc.cluster.local"
+    assert [name for name in env if "GLOBAL" in name] == []
+
+
+def test_discovery_name_follows_the_cluster_domain(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    other = cluster.model_copy(update={"domain": "k8s.internal"})
+    env = controller_env([RegionPlacement(region, fleet, None)], kura, Environment.STAGING, other)
+    assert env["KURA_DISCOVERY_DNS_NAME"] == "kura-{account}-peer.kura.svc.k8s.internal"
+
+
+def test_bootstrap_tmp_budget_and_concurrency_of_seed_001(recorded: ManifestRecorder) -> None:
+    env = env_of(recorded)
+    assert (
+        env["KURA_TMP_DIR_MAX_BYTES"],
+        env["KURA_BOOTSTRAP_MAX_CONCURRENT_PEERS"],
+        env["KURA_BOOTSTRAP_ARTIFACT_CONCURRENCY"],
+    ) == (str(8 * 1024**3), "4", "16")
+
+
+def test_runtime_image_carries_the_explicit_tag(recorded: ManifestRecorder) -> None:
+    assert env_of(recorded)["KURA_RUNTIME_IMAGE"] == "ghcr.io/tuist/kura:0.10.5"
+
+
+def test_available_regions_leave_out_hidden_and_parked_regions(recorded: ManifestRecorder) -> None:
+    assert env_of(recorded)["TUIST_KURA_AVAILABLE_REGIONS"] == "us-east"
+
+
+def test_peer_failover_ips_name_only_ordered_ips(
+    region: Region, fleet: Fleet, parked_ip: FailoverIP, kura: Kura, cluster: Cluster
+) -> None:
+    assert env_of(render(region, fleet, None, kura, cluster))["TUIST_KURA_PEER_FAILOVER_IPS"] == ""
+    routed = FailoverIP(
+        name="us-east-peer", vendor=parked_ip.vendor, fleet=parked_ip.fleet, address="203.0.113.7"
+    )
+    assert (
+        env_of(render(region, fleet, routed, kura, cluster))["TUIST_KURA_PEER_FAILOVER_IPS"]
+        == "us-east=203.0.113.7"
+    )
+    assert env_of(render(region, fleet, parked_ip, kura, cluster))["TUIST_KURA_PEER_FAILOVER_IPS"] == ""
+
+
+def test_each_region_runs_two_replicas_on_its_pool_with_its_storage_and_egress(
+    recorded: ManifestRecorder,
+) -> None:
+    us_east = json.loads(env_of(recorded)["TUIST_KURA_REGIONS"])["us-east"]
+    assert us_east["replicas"] == 2
+    assert (us_east["storage_class"], us_east["storage_size"]) == ("scw-local-nvme", "50Gi")
+    assert us_east["node_selector"] == {"node.cluster.x-k8s.io/pool": "kura-us-east"}
+    assert us_east["tolerations"] == [
+        {"key": "tuist.dev/kura", "operator": "Equal", "effect": "NoSchedule", "value": "true"},
+        {"key": "tuist.dev/bare-metal", "operator": "Exists", "effect": "NoExecute"},
+    ]
+    assert us_east["pod_resource_requests"] == {"tuist.dev/egress-mbps": "25"}
+    assert us_east["pod_annotations"] == {"kubernetes.io/egress-bandwidth": "1500M"}
+
+
+def test_the_public_peer_service_and_host_are_what_the_demux_routes(
+    recorded: ManifestRecorder, region: Region, kura: Kura, cluster: Cluster
+) -> None:
+    # The controller names each account's peer Service and host from these templates; the demux
+    # reads the account back from the Service name and routes that host. They must agree.
+    us_east = json.loads(env_of(recorded)["TUIST_KURA_REGIONS"])["us-east"]
+    demux = RouteSettings(
+        region=region.id,
+        region_host=region.host,
+        namespace=kura.namespace,
+        peer_port=kura.peer_port,
+        cluster_domain=cluster.domain,
+    )
+    service = us_east["public_peer_service"].format(account="acme")
+    assert demux.handle_of(service) == "acme"
+    assert us_east["public_peer_host"].format(account="acme") == demux.peer_host("acme")
+    assert demux.peer_host("acme") == "acme.peer.us-east.staging.kura.tuist.dev"
+    assert us_east["mesh_peer_host_network"] is True
+
+
+def test_a_knob_change_changes_the_pod_template(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP, kura: Kura, cluster: Cluster
+) -> None:
+    def template(k: Kura) -> dict[str, Any]:
+        return render(region, fleet, failover_ip, k, cluster).find("Deployment", "kura-controller")["spec"][
+            "template"
+        ]
+
+    before = template(kura)
+    after = template(kura.model_copy(update={"bootstrap_tmp_dir_max_bytes": 4 * 1024**3}))
+    assert before != after
+    changed = [
+        (a["name"], a.get("value"), b.get("value"))
+        for a, b in zip(
+            before["spec"]["containers"][0]["env"], after["spec"]["containers"][0]["env"], strict=True
+        )
+        if a != b
+    ]
+    assert changed == [("KURA_TMP_DIR_MAX_BYTES", str(8 * 1024**3), str(4 * 1024**3))]
+
+
+def test_role_is_exactly_what_the_controller_does_in_the_kura_namespace(recorded: ManifestRecorder) -> None:
+    role = recorded.find("Role", "kura-controller")
+    assert role["metadata"]["namespace"] == "kura"
+    write = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    assert role["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": write},
+        {"apiGroups": [""], "resources": ["services"], "verbs": write},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["persistentvolumeclaims"],
+            "verbs": ["get", "list", "watch", "delete"],
+        },
+        {
+            "apiGroups": ["kura.tuist.dev"],
+            "resources": ["kurainstances"],
+            "verbs": ["get", "list", "watch", "update", "patch"],
+        },
+        {
+            "apiGroups": ["kura.tuist.dev"],
+            "resources": ["kurainstances/status", "kurainstances/finalizers"],
+            "verbs": ["get", "update", "patch"],
+        },
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["kura-controller.tuist.dev"],
+            "verbs": ["get", "update"],
+        },
+    ]
+
+
+def test_no_secret_and_no_wildcard_anywhere_in_its_rbac(recorded: ManifestRecorder) -> None:
+    rules = [r for kind in ("Role", "ClusterRole") for m in recorded.of_kind(kind) for r in m["rules"]]
+    assert rules
+    for rule in rules:
+        assert "secrets" not in rule["resources"], rule
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+
+
+def test_cluster_wide_it_only_reads_nodes(recorded: ManifestRecorder) -> None:
+    assert recorded.find("ClusterRole", "kura-controller")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = recorded.find("ClusterRoleBinding", "kura-controller")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kura-controller", "namespace": "kura"}]
+
+
+def test_two_leader_elected_replicas_of_the_configured_image(recorded: ManifestRecorder, kura: Kura) -> None:
+    deployment = recorded.find("Deployment", "kura-controller")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert deployment["spec"]["replicas"] == 2
+    assert container["image"] == kura.controller_image
+    assert "--leader-elect=true" in container["args"]
+    assert "--leader-election-id=kura-controller.tuist.dev" in container["args"]
+
+
+def test_it_creates_the_kura_namespace(recorded: ManifestRecorder) -> None:
+    assert [m["metadata"]["name"] for m in recorded.of_kind("Namespace")] == ["kura"]
+
+
+def test_every_object_is_schema_valid(recorded: ManifestRecorder) -> None:
+    for manifest in recorded.manifests:
+        validate_manifest(manifest)
