@@ -88,7 +88,8 @@ build_pulumi() {
 
 pulumi_cli() {
     local ambient bin
-    ambient=$(PATH=${PATH#"$root/.toolchain/bin:"} command -v pulumi || true)
+    # An installed pulumi, never one of ours (.toolchain/bin may sit on PATH more than once).
+    ambient=$(PATH=$(tr ':' '\n' <<<"$PATH" | grep -vxF "$root/.toolchain/bin" | paste -sd:) command -v pulumi || true)
     if [ -n "$ambient" ] && "$ambient" version 2>/dev/null | grep -qx "v$PULUMI_VERSION"; then
         echo "using the installed pulumi at $ambient (v$PULUMI_VERSION)" >&2
         bin=$(dirname "$ambient")

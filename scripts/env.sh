@@ -3,7 +3,11 @@
 # Pulumi's state and home inside the (gitignored) work tree.
 TUIST_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export TUIST_ROOT
-export PATH="$TUIST_ROOT/.toolchain/bin:$TUIST_ROOT/.venv/bin:$PATH"
+# Sourcing twice must not stack the entries (set-up tells "ours" from "installed" by PATH).
+case ":$PATH:" in
+    *":$TUIST_ROOT/.toolchain/bin:$TUIST_ROOT/.venv/bin:"*) ;;
+    *) export PATH="$TUIST_ROOT/.toolchain/bin:$TUIST_ROOT/.venv/bin:$PATH" ;;
+esac
 export PULUMI_HOME="$TUIST_ROOT/.pulumi-state/home"
 export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$TUIST_ROOT/.pulumi-state}"
 export PULUMI_SKIP_UPDATE_CHECK=true

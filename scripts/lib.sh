@@ -83,6 +83,9 @@ cached_build() {
 link_bins() {
     local dir=$1 f
     mkdir -p "$TUIST_ROOT/.toolchain/bin"
+    if [ "$(cd "$dir" && pwd -P)" = "$(cd "$TUIST_ROOT/.toolchain/bin" && pwd -P)" ]; then
+        die "link_bins: $dir is .toolchain/bin itself"
+    fi
     for f in "$dir"/*; do
         if [ ! -f "$f" ] || [ ! -x "$f" ]; then continue; fi
         ln -sfn "$f" "$TUIST_ROOT/.toolchain/bin/$(basename "$f")"
