@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from providers.vendor import Vendor as Vendor  # re-exported: config.models is where callers find it
+
 # --- domain types -------------------------------------------------------------
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -80,12 +82,6 @@ class Environment(StrEnum):
     STAGING = "staging"
     CANARY = "canary"
     PRODUCTION = "production"
-
-
-class Vendor(StrEnum):
-    OVH = "ovh"
-    DEDIBOX = "dedibox"
-    ROBOT = "robot"
 
 
 class GatewayMode(StrEnum):

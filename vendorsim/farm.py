@@ -34,7 +34,9 @@ class Farm(Protocol):
         nopasswd_sudo: bool = False,
     ) -> Any: ...
 
-    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> Any: ...
+    def boot_rescue(
+        self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
+    ) -> Any: ...
 
     def reboot(self, box_key: str, *, new_host_key: bool) -> Any: ...
 
@@ -70,7 +72,9 @@ class NoSshFarm:
     ) -> None:
         return None
 
-    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> None:
+    def boot_rescue(
+        self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
+    ) -> None:
         return None
 
     def reboot(self, box_key: str, *, new_host_key: bool) -> None:
