@@ -42,6 +42,7 @@ from providers.errors import (
 from providers.ovh.models import (
     IP_MOVE_FUNCTION,
     IP_TASK_FAILED,
+    REINSTALL_FUNCTION,
     TASK_DONE,
     TASK_FAILED,
     check_service_name,
@@ -86,7 +87,7 @@ _NO_OS = {"", "none_64"}
 # OVH answers a bad signature with 400, not 401/403; it is still a credential problem.
 _AUTH_CODES = {"INVALID_SIGNATURE", "INVALID_CREDENTIAL", "NOT_CREDENTIAL", "INVALID_KEY", "NOT_GRANTED_CALL"}
 _RUNNING = frozenset({"init", "todo", "doing", "waitingAck"})
-# How far back the task list is searched for a running install (newest first).
+# How far back an IP's task list is searched for a running move (newest first).
 _TASK_SCAN = 20
 
 
@@ -233,8 +234,22 @@ class OvhClient(MarkerFiltering):
             subject=svc,
         )
         storage = plan_storage(disk_groups_from_hardware(hardware, box_id=svc), box_id=svc)
-        # The newest task id before the POST: a read-back looks only at tasks created after it.
-        known = max(self._task_ids(svc), default=0)
+        def ticket(task_id: int) -> Reinstall:
+            return Reinstall(vendor=Vendor.OVH, box_id=svc, task_id=str(task_id))
+
+        ids = self._install_task_ids(svc)
+        # A reinstall that runs already is the one to follow: OVH's answer to a second POST is
+        # TaskAlreadyExists on the accounts the reference saw, but it is not documented to be.
+        running = self._running_install_task(svc, ids)
+        if running is not None:
+            log.info("OVH reinstall of %s: install task %s already runs; following it", svc, running)
+            return ticket(running)
+        # The newest reinstall task before the POST: a read-back looks only at newer ones.
+        known = max(ids, default=0)
+
+        def read_back() -> Reinstall | None:
+            newer = [task_id for task_id in self._install_task_ids(svc) if task_id > known]
+            return ticket(max(newer)) if newer else None
 
         def post() -> Reinstall:
             task = self._call(
@@ -250,35 +265,25 @@ class OvhClient(MarkerFiltering):
             )
             task_id = task.get("taskId") if isinstance(task, Mapping) else None
             if task_id:
-                return Reinstall(vendor=Vendor.OVH, box_id=svc, task_id=str(int(task_id)))
+                return ticket(int(task_id))
             # Terraform and pigeon-as both met a POST that answered without the task it created.
-            found = self._newest_install_task(svc, after=known)
+            found = read_back()
             if found is None:
                 raise self._shape_error(
                     "POST /dedicated/server/{svc}/reinstall", "no taskId in the answer", svc
                 )
-            return Reinstall(vendor=Vendor.OVH, box_id=svc, task_id=str(found["taskId"]))
-
-        def read_back() -> Reinstall | None:
-            found = self._newest_install_task(svc, after=known)
-            return (
-                None
-                if found is None
-                else Reinstall(vendor=Vendor.OVH, box_id=svc, task_id=str(found["taskId"]))
-            )
+            return found
 
         try:
-            ticket = verified_write(self._retry, post, read_back, sleep=self._sleep)
+            result = verified_write(self._retry, post, read_back, sleep=self._sleep)
         except TaskAlreadyExistsError:
-            running = self._newest_install_task(svc, running=True)
+            running = self._running_install_task(svc)
             if running is None:
                 raise
-            log.info(
-                "OVH reinstall of %s: install task %s already runs; following it", svc, running["taskId"]
-            )
-            return Reinstall(vendor=Vendor.OVH, box_id=svc, task_id=str(running["taskId"]))
-        log.info("OVH reinstall of %s with %s started (task %s)", svc, template, ticket.task_id)
-        return ticket
+            log.info("OVH reinstall of %s: install task %s already runs; following it", svc, running)
+            return ticket(running)
+        log.info("OVH reinstall of %s with %s started (task %s)", svc, template, result.task_id)
+        return result
 
     def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
         """State of `reinstall`'s own task; without one, of the newest install task (PENDING when
@@ -330,31 +335,35 @@ class OvhClient(MarkerFiltering):
 
     def _progress(self, svc: str, reinstall: Reinstall | None) -> tuple[InstallState, str]:
         if reinstall is None or reinstall.task_id is None:
-            task = self._newest_install_task(svc)
-            if task is None:
+            ids = self._install_task_ids(svc)
+            if not ids:
                 return InstallState.PENDING, ""
-            return install_state_of_task(str(task.get("status") or "")), str(task.get("status") or "")
+            task_id = ids[0]
+        else:
+            task_id = int(reinstall.task_id)
         try:
-            task = self._task(svc, int(reinstall.task_id))
+            task = self._task(svc, task_id)
         except NotFoundError:
-            log.info(
-                "OVH task %s of %s answered 404 (OVH does this for tasks in flight); waiting",
-                reinstall.task_id,
-                svc,
-            )
+            # OVH answers 404 for tasks in flight now and then; an older task says nothing about it.
+            log.info("OVH task %s of %s answered 404 (in flight, as OVH does); waiting", task_id, svc)
             return InstallState.RUNNING, "404"
         except TransientVendorError as error:
-            log.info("OVH task %s of %s: %s; waiting", reinstall.task_id, svc, error)
+            log.info("OVH task %s of %s: %s; waiting", task_id, svc, error)
             return InstallState.RUNNING, str(error.status or "no answer")
         status = str(task.get("status") or "")
         return install_state_of_task(status), status
 
     def _task_ids(self, svc: str, **query: str) -> list[int]:
+        """Task ids of the server, newest first."""
         suffix = f"?{urlencode(query)}" if query else ""
         ids = self._call(
             "GET", "/dedicated/server/{svc}/task", f"/dedicated/server/{_seg(svc)}/task{suffix}", subject=svc
         )
         return sorted((int(t) for t in ids or []), reverse=True)
+
+    def _install_task_ids(self, svc: str) -> list[int]:
+        """The server's reinstall task ids, newest first (filtered by OVH on the function)."""
+        return self._task_ids(svc, function=REINSTALL_FUNCTION)
 
     def _task(self, svc: str, task_id: int) -> Mapping[str, Any]:
         task = self._call(
@@ -365,24 +374,19 @@ class OvhClient(MarkerFiltering):
         )
         return task if isinstance(task, Mapping) else {}
 
-    def _newest_install_task(
-        self, svc: str, *, after: int = 0, running: bool = False
-    ) -> Mapping[str, Any] | None:
-        """The newest task whose function is an install (newer than task id `after`; still running
-        if `running`). Tasks that 404 on the way are skipped: a listing is only a hint here."""
-        for task_id in self._task_ids(svc)[:_TASK_SCAN]:
-            if task_id <= after:
-                return None
-            try:
-                task = self._task(svc, task_id)
-            except (NotFoundError, TransientVendorError):
-                continue
-            if not is_install_function(str(task.get("function") or "")):
-                continue
-            if running and task.get("status") not in _RUNNING:
-                continue
-            return {**task, "taskId": task_id}
-        return None
+    def _running_install_task(self, svc: str, ids: list[int] | None = None) -> int | None:
+        """The reinstall task that runs now: the newest one, unless it has ended (tasks of a
+        server run one after the other). One that answers 404/500 is taken as running."""
+        ids = self._install_task_ids(svc) if ids is None else ids
+        if not ids:
+            return None
+        try:
+            task = self._task(svc, ids[0])
+        except (NotFoundError, TransientVendorError):
+            return ids[0]
+        if not is_install_function(str(task.get("function") or REINSTALL_FUNCTION)):
+            return None
+        return ids[0] if task.get("status") in _RUNNING else None
 
     # --- failover IPs --------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from pulumi.dynamic.config import Config
 import providers.failover as failover
 from providers.errors import AuthError, TaskFailedError, TransientVendorError
 from providers.failover import FailoverIPProvider, FailoverMoveError, NoEligibleBoxError, NotConfiguredError
-from providers.retry import RetryPolicy
+from providers.retry import PollPolicy, RetryPolicy
 from tests.providers.conftest import Vendorsim, writes_since
 from watcher.mover import ClientTiming
 
@@ -72,7 +72,7 @@ def fast_clients(monkeypatch: pytest.MonkeyPatch) -> None:
         "CLIENT_TIMING",
         ClientTiming(
             retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02),
-            task_poll_interval=0.05,
+            poll=PollPolicy(first=0.05, max_interval=0.05),
             task_timeout=10,
         ),
     )

@@ -15,7 +15,7 @@ from providers.errors import (
     VendorError,
     VendorInputError,
 )
-from providers.retry import RetryPolicy
+from providers.retry import PollPolicy, RetryPolicy
 from providers.vendor import Box, Claim, InstallState
 
 SECRET = "5f0c1a36-8a54-4a31-9a8b-0e7c3a1e9d21"
@@ -38,7 +38,7 @@ def client(recorder, sleeps) -> DediboxClient:
         project_id=PROJECT,
         zones=[ZONE],
         retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
-        task_poll_interval=0.01,
+        poll=PollPolicy(first=0.01, max_interval=0.01),
         task_timeout=2,
         sleep=sleeps.append,
     )
@@ -413,7 +413,7 @@ def test_move_is_noop_when_there_and_times_out_when_stuck(recorder, client):
         secret_key=SECRET,
         project_id=PROJECT,
         zones=[ZONE],
-        task_poll_interval=0.01,
+        poll=PollPolicy(first=0.01, max_interval=0.01),
         task_timeout=0.03,
     )
     with pytest.raises(TaskTimeoutError, match=r"failover IP still 'busy' on fr-par-2/104523 after 0s"):

@@ -6,7 +6,7 @@ import pytest
 
 from providers.dedibox.client import DediboxClient
 from providers.errors import AuthError, VendorError
-from providers.retry import RetryPolicy
+from providers.retry import PollPolicy, RetryPolicy
 from providers.vendor import Claim, InstallState
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 tuist-dev-fleet"
@@ -21,7 +21,7 @@ def make_client(sim, secret=SECRET, attempts=12) -> DediboxClient:
         project_id="b781bdf3-6efc-4c4a-a11d-f57edf663188",
         zones=["fr-par-1", "fr-par-2", "nl-ams-1"],
         retry=RetryPolicy(max_attempts=attempts, base_delay=0.01, max_delay=0.05),
-        task_poll_interval=0.05,
+        poll=PollPolicy(first=0.05, max_interval=0.05),
         task_timeout=10,
     )
 
