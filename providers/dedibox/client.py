@@ -263,8 +263,13 @@ class DediboxClient(MarkerFiltering):
                 subject=box_id,
             )
             body["partitions"] = list((plan or {}).get("partitions") or [])
-        before = install_digest(self._install_record(zone, server_id, box_id))
         ticket = Reinstall(vendor=Vendor.DEDIBOX, box_id=box_id, started_running=True)
+        record = self._install_record(zone, server_id, box_id)
+        if record is not None and install_state_of(str(record.get("status") or "")) is InstallState.RUNNING:
+            # An install runs already (a retried release): it is the one to follow, never a second.
+            log.info("Dedibox reinstall of %s: an install already runs; following it", box_id)
+            return ticket
+        before = install_digest(record)
 
         def post() -> Reinstall:
             self._call(
