@@ -91,6 +91,7 @@ class RobotClient(MarkerFiltering):
         timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
         retry: RetryPolicy = DEFAULT_RETRY,
         poll: PollPolicy = DEFAULT_POLL,
+        reset_settle_timeout: float = 180.0,
         sleep: Sleep = time.sleep,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -103,6 +104,9 @@ class RobotClient(MarkerFiltering):
         self._timeouts = timeouts
         self._retry = retry
         self._poll = poll
+        # How long a lost reset answer waits for the armed rescue boot to be consumed (the box
+        # takes a minute or more to boot the rescue system after a reset).
+        self._reset_settle_timeout = reset_settle_timeout
         self._sleep = sleep
         self._clock = clock
         self._session = requests.Session()
@@ -255,12 +259,26 @@ class RobotClient(MarkerFiltering):
             )
             return True
 
+        def consumed() -> bool | None:
+            return True if not self.rescue_state(number).active else None
+
         def happened() -> bool | None:
-            if armed and not self.rescue_state(number).active:
-                return True  # the reset consumed the armed rescue boot
             if verify is not None and verify():
                 return True
-            return None
+            if not armed:
+                return None
+            # The box clears the armed rescue boot when it boots it, a minute or so after a reset.
+            try:
+                return poll(
+                    consumed,
+                    timeout=self._reset_settle_timeout,
+                    policy=self._poll,
+                    what=f"rescue boot of {number}",
+                    sleep=self._sleep,
+                    clock=self._clock,
+                )
+            except PollTimeout:
+                return None
 
         try:
             post()
