@@ -58,10 +58,16 @@ def invalid_body(message: str) -> VendorError:
 
 
 def state(sim: Sim) -> dict[str, Any]:
+    now = sim.clock()
     return {
         "servers": public(sim.store.all("robot_server")),
         "keys": sim.store.all("robot_key"),
         "failover_ips": sim.store.all("robot_failover"),
+        # Requests counted against each hourly limit in the current window, per "METHOD /route".
+        "requests_this_hour": {
+            route: len([t for t in hits if now - t < RATE_WINDOW_S])
+            for (_, route), hits in sorted(sim.robot_hits.items())
+        },
     }
 
 
