@@ -118,13 +118,13 @@ def test_create_claims_the_lowest_free_box_and_joins_it_over_ssh(
     assert outs["node_registered"] is False  # the dev stack has no cluster: no Secret was written
     assert outs["host_key_fingerprint"] == sim.box(f"ovh-{box}")["host_key_fingerprint"]
     # The claim is on the vendor side, on the fleet marker, and it is the only write of this create.
-    assert claims_in_state(sim.state())[box] == f"tuist-kura-dev-ovh-1 claim:{token('kura-ovh-0')}"
+    assert claims_in_state(sim.state())[box] == f"tuist-kura-dev-ovh-1--c-{token('kura-ovh-0')}"
     writes = sim.audit(since)
     assert [(e["method"], e["path"], e["body"]) for e in writes] == [
         (
             "PUT",
             "/ovh/1.0/service/10001001",
-            {"resource": {"displayName": f"tuist-kura-dev-ovh-1 claim:{token('kura-ovh-0')}", "name": box}},
+            {"resource": {"displayName": f"tuist-kura-dev-ovh-1--c-{token('kura-ovh-0')}", "name": box}},
         )
     ]
     # The self-join really ran in the box: kubelet unit with the node's identity, labels and taints.
@@ -161,7 +161,7 @@ def test_no_candidate_error_names_fleet_marker_count_and_each_skip(sim: Sim) -> 
             f"  ns1001.ip-203-0-113.net: claimed by {token('kura-ovh-0')}",
             f"  ns1002.ip-203-0-113.net: claimed by {token('kura-ovh-1')}",
             f"  ns1003.ip-203-0-113.net: claimed by {token('kura-ovh-2')}",
-            "  ns1004.ip-203-0-113.net: claimed by tuist-infra/alice-dev/kura-us-east-0",
+            "  ns1004.ip-203-0-113.net: claimed by a1ce00000001",
             "  ns1005.ip-203-0-113.net: marked for another environment or fleet ('tuist-kura-staging-ovh-1')",
             "  ns1006.ip-203-0-113.net: marked for another environment or fleet "
             "('tuist-kura-production-ovh-1')",
@@ -187,7 +187,7 @@ def test_transient_vendor_errors_still_converge(sim: Sim, caplog: pytest.LogCapt
         sim.clear_faults()
     fields = claims_in_state(sim.state())
     assert fields[DEDIBOX_BOXES[0]] == "tuist-kura-dev"
-    assert fields[DEDIBOX_BOXES[1]] == f"tuist-kura-dev,tuist-claim:{token('kura-dedibox-1')}"
+    assert fields[DEDIBOX_BOXES[1]] == f"tuist-kura-dev,tuist-claim-{token('kura-dedibox-1')}"
     # The faults really fired (they answer before the simulator's audit sees the call): the clients
     # retried them.
     retried = [r.getMessage() for r in caplog.records if r.name == "providers.retry"]
@@ -221,8 +221,8 @@ def test_release_reinstalls_clears_the_claim_keeps_the_marker_and_the_box_is_rea
     assert writes[-1] == ("POST", tags)  # claim cleared
     bodies = [e["body"] for e in sim.audit(since) if e["path"] == tags]
     assert bodies == [
-        {"tags": ["tuist-kura-dev", f"tuist-claim:{token('kura-dedibox-0')}"]},
-        {"tags": ["tuist-kura-dev", f"tuist-releasing:{token('kura-dedibox-0')}"]},
+        {"tags": ["tuist-kura-dev", f"tuist-claim-{token('kura-dedibox-0')}"]},
+        {"tags": ["tuist-kura-dev", f"tuist-releasing-{token('kura-dedibox-0')}"]},
         {"tags": ["tuist-kura-dev"]},
     ]
     install_body = next(e["body"] for e in sim.audit(since) if e["path"].endswith("/install"))
@@ -382,7 +382,7 @@ def test_fifty_rounds_of_parallel_creates_never_double_claim(sim: Sim) -> None:
         assert boxes == DEDIBOX_BOXES, f"round {round_}: {boxes}"
         fields = claims_in_state(sim.state())
         for name, outs in results.items():
-            assert fields[outs["box_id"]] == f"tuist-kura-dev,tuist-claim:{token(name)}"
+            assert fields[outs["box_id"]] == f"tuist-kura-dev,tuist-claim-{token(name)}"
         parallel_deletes(provider, list(results.values()))
     # The audit trail: every claim write put exactly one claim tag on a box that had none.
     holder: dict[str, str | None] = {}
@@ -390,10 +390,10 @@ def test_fifty_rounds_of_parallel_creates_never_double_claim(sim: Sim) -> None:
         if not entry["path"].endswith("/tags") or entry["status"] != 200:
             continue
         box = entry["path"].split("/servers/")[1].split("/")[0]
-        claim_tags = [t for t in entry["body"]["tags"] if t.startswith(("tuist-claim:", "tuist-releasing:"))]
+        claim_tags = [t for t in entry["body"]["tags"] if t.startswith(("tuist-claim-", "tuist-releasing-"))]
         assert len(claim_tags) <= 1
         new = claim_tags[0] if claim_tags else None
-        if new and new.startswith("tuist-claim:"):
+        if new and new.startswith("tuist-claim-"):
             assert holder.get(box) is None, f"box {box} claimed by {new} while held by {holder[box]}"
         holder[box] = new
     assert decoy_writes(sim.audit(since)) == []
@@ -441,7 +441,7 @@ def test_a_create_killed_mid_join_is_resumed_on_the_same_box(sim: Sim) -> None:
     assert not unit.exists(), "the join finished before the kill; the test proves nothing"
     assert (
         claims_in_state(sim.state())[DEDIBOX_BOXES[0]]
-        == f"tuist-kura-dev,tuist-claim:{token('kura-dedibox-0')}"
+        == f"tuist-kura-dev,tuist-claim-{token('kura-dedibox-0')}"
     )
 
     # A competing machine comes first: it must not get the half-joined box.
@@ -529,7 +529,7 @@ def test_ovh_release_reinstalls_with_the_trimmed_fleet_key_and_waits_for_the_tas
         ("POST", f"/ovh/1.0/dedicated/server/{OVH_BOXES[0]}/reinstall"),
         ("PUT", "/ovh/1.0/service/10001001"),
     ]
-    assert writes[0][2]["resource"]["displayName"] == f"tuist-kura-dev-ovh-1 releasing:{token('kura-ovh-0')}"
+    assert writes[0][2]["resource"]["displayName"] == f"tuist-kura-dev-ovh-1--r-{token('kura-ovh-0')}"
     reinstall = writes[1][2]
     assert reinstall["customizations"] == {
         "hostname": "kura-ovh-ns1001-ip-203-0-113-net",
