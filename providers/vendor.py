@@ -157,7 +157,14 @@ def host_key_matches(announced: Iterable[str], host_key_blob: bytes) -> bool:
 
 
 class VendorClient(Protocol):
-    """What the machine and failover providers need from a vendor."""
+    """What the machine and failover providers need from a vendor.
+
+    `list_box_ids` is one call (a page per 100 on Dedibox); `list_boxes` reads every box in full
+    (OVH and Dedibox: one or three calls per box), so callers that need a few boxes list ids and
+    `get_box` the ones they look at.
+    """
+
+    def list_box_ids(self) -> list[str]: ...
 
     def list_boxes(self) -> list[Box]: ...
 
