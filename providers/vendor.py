@@ -337,7 +337,7 @@ def marker_problem(vendor: Vendor, marker: str) -> str | None:
     if len(marker) > limit.marker_max_length:
         room = f" (a claim adds {limit.claim_length})" if limit.claim_length else ""
         return (
-            f"is {len(marker)} characters long; a {vendor.value} marker takes at most "
+            f"is {len(marker)} characters long; {vendor.value} markers take at most "
             f"{limit.marker_max_length}{room}"
         )
     if not _MARKER_VALUE.match(marker):
