@@ -16,7 +16,7 @@ import base64
 import enum
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -205,7 +205,7 @@ class RescueInstaller(Protocol):
 
     def activate_rescue(self, box_id: str, key_fingerprint: str) -> RescueInfo: ...
 
-    def reset(self, box_id: str, kind: str = "hw") -> None: ...
+    def reset(self, box_id: str, kind: str = "hw", *, verify: Callable[[], bool] | None = None) -> None: ...
 
 
 def rescue_installer(client: object) -> RescueInstaller:

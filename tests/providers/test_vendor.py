@@ -162,3 +162,15 @@ def test_a_reinstall_ticket_survives_a_record_round_trip() -> None:
     assert Reinstall.from_record(ticket.to_record()) == ticket
     with pytest.raises(VendorInputError, match="not a reinstall record"):
         Reinstall.from_record({"vendor": "vultr", "box_id": "1"})
+
+
+def test_only_a_rescue_installer_is_taken_for_one() -> None:
+    from providers.dedibox.client import DediboxClient
+    from providers.robot.client import RobotClient
+    from providers.vendor import rescue_installer
+
+    robot = RobotClient(api_url="http://127.0.0.1:9", username="u", password="p")
+    assert rescue_installer(robot) is robot
+    dedibox = DediboxClient(api_url="http://127.0.0.1:9", secret_key="s", project_id="p", zones=["fr-par-2"])
+    with pytest.raises(VendorInputError, match="DediboxClient cannot boot a rescue system"):
+        rescue_installer(dedibox)
