@@ -234,6 +234,7 @@ class OvhClient(MarkerFiltering):
             subject=svc,
         )
         storage = plan_storage(disk_groups_from_hardware(hardware, box_id=svc), box_id=svc)
+
         def ticket(task_id: int) -> Reinstall:
             return Reinstall(vendor=Vendor.OVH, box_id=svc, task_id=str(task_id))
 
