@@ -36,7 +36,9 @@ class Farm(Protocol):
         platform: Mapping[str, object] | None = None,
     ) -> Any: ...
 
-    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> Any: ...
+    def boot_rescue(
+        self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
+    ) -> Any: ...
 
     def reboot(self, box_key: str, *, new_host_key: bool) -> Any: ...
 
@@ -74,7 +76,9 @@ class NoSshFarm:
     ) -> None:
         return None
 
-    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> None:
+    def boot_rescue(
+        self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
+    ) -> None:
         return None
 
     def reboot(self, box_key: str, *, new_host_key: bool) -> None:

@@ -24,8 +24,17 @@ from typing import Any
 from werkzeug.routing import Map, Rule
 
 from vendorsim import dedibox
-from vendorsim.core import Call, Sim, VendorError, iso
-from vendorsim.dedibox import bad_method, injected_error, invalid_argument, not_found, route_not_found
+from vendorsim.core import Call, Sim, VendorError, iso, public
+from vendorsim.dedibox import (
+    TOTAL_COUNT_HEADER,
+    bad_method,
+    id_headers,
+    injected_error,
+    invalid_argument,
+    invalid_body,
+    not_found,
+    route_not_found,
+)
 from vendorsim.scaleway_common import (
     PREFIX,
     attachments_page,
@@ -47,12 +56,16 @@ __all__ = [
     "OWNS",
     "PREFIX",
     "ROUTES",
+    "TOTAL_COUNT_HEADER",
     "authenticate",
     "bad_method",
+    "id_headers",
     "injected_error",
+    "invalid_body",
     "route_not_found",
     "seed",
     "settle",
+    "state",
 ]
 
 # The API paths this module answers under the shared /scaleway mount (app.py dispatches on them).
@@ -77,6 +90,10 @@ def _creds(sim: Sim) -> Any:
     creds = sim.inventory.credentials.scaleway
     assert creds is not None  # the inventory requires them with scaleway_em
     return creds
+
+
+def state(sim: Sim) -> dict[str, Any]:
+    return {"servers": public(sim.store.all(SERVERS)), "private_networks": sim.store.all(ATTACHMENTS)}
 
 
 # --- seeding ---------------------------------------------------------------------------------------

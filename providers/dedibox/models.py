@@ -19,10 +19,18 @@ from scaleway.dedibox.v1.marshalling import (
 )
 from scaleway.dedibox.v1.types import OS, Server, ServerInstall
 
-from config.models import Vendor
-from providers import claims
 from providers.errors import VendorInputError
-from providers.vendor import Box, InstallState
+from providers.vendor import (
+    DEDIBOX_CLAIM_TAG,
+    DEDIBOX_RELEASING_TAG,
+    LEGACY_DEDIBOX_TAGS,
+    MARKER_LIMITS,
+    Box,
+    Claim,
+    InstallState,
+    Vendor,
+    check_claim_token,
+)
 
 _ZONE = re.compile(r"^[a-z]{2}-[a-z]{3}-[0-9]+$")
 _INSTALL_DONE = "installed"
@@ -66,7 +74,7 @@ def public_ipv4(server: Server) -> str | None:
 
 
 def box_from_server(zone: str, server: Server) -> Box:
-    fleet_tags, claim = claims.parse_dedibox_tags(server.tags or [])
+    fleet_tags, claim = parse_tags(server.tags or [])
     return Box(
         vendor=Vendor.DEDIBOX,
         id=f"{zone}/{server.id}",
@@ -98,9 +106,63 @@ def resolve_os(label: str, systems: Sequence[OS], *, box_id: str) -> OS:
 
 def install_state_of(status: str) -> InstallState | None:
     """`installed` is done, `unknown` says nothing (None: the caller looks at the server), any
-    other status is a step of a running install. Dedibox has no failed install status."""
+    other status is a step of a running install. Dedibox has no failed install status: a failed
+    install reads `unknown` with the server in `error` (docs/vendor-behaviour.md)."""
     if status == _INSTALL_DONE:
         return InstallState.DONE
     if status == _INSTALL_UNKNOWN:
         return None
     return InstallState.RUNNING
+
+
+# Server statuses that end an install badly (ServerStatus): the install cannot finish from them.
+SERVER_FAILED = frozenset({"error", "locked"})
+
+
+def install_digest(body: Mapping[str, Any] | None) -> str:
+    """What identifies an install record, to tell a new install from the one before it (the record
+    has no id): its parameters and its status."""
+    if not body:
+        return ""
+    keys = ("os_id", "hostname", "ssh_key_ids", "user_login", "partitions", "status")
+    return repr([body.get(key) for key in keys])
+
+
+# --- the claim as a tag ------------------------------------------------------------------------------
+
+
+def _claim_of_tag(tag: str) -> Claim | None:
+    for prefix, releasing in (
+        (DEDIBOX_CLAIM_TAG, False),
+        (DEDIBOX_RELEASING_TAG, True),
+        (LEGACY_DEDIBOX_TAGS[0], False),
+        (LEGACY_DEDIBOX_TAGS[1], True),
+    ):
+        if tag.startswith(prefix) and len(tag) > len(prefix):
+            return Claim(token=tag[len(prefix) :], releasing=releasing)
+    return None
+
+
+def parse_tags(tags: Sequence[str]) -> tuple[tuple[str, ...], Claim | None]:
+    """(tags without claim tags, claim) of a Dedibox server. The claim is a tag of its own,
+    `tuist-claim-<token>` or `tuist-releasing-<token>` (an earlier version's `tuist-claim:<token>`
+    is still read). Two claim tags should never happen (set_claim replaces them all); if they do,
+    the box reads as claimed by the first in sorted order, never as free."""
+    fleet = tuple(tag for tag in tags if _claim_of_tag(tag) is None)
+    claim_tags = sorted(tag for tag in tags if _claim_of_tag(tag) is not None)
+    return fleet, (_claim_of_tag(claim_tags[0]) if claim_tags else None)
+
+
+def tags_with(tags: Sequence[str], claim: Claim | None) -> list[str]:
+    """The full tag list carrying `claim`: every other tag kept as it is and in order (the vendor
+    took them), old claim tags dropped, the claim tag inside MARKER_LIMITS."""
+    kept = [tag for tag in tags if _claim_of_tag(tag) is None]
+    if claim is None:
+        return kept
+    prefix = DEDIBOX_RELEASING_TAG if claim.releasing else DEDIBOX_CLAIM_TAG
+    tag = prefix + check_claim_token(claim)
+    limit = MARKER_LIMITS[Vendor.DEDIBOX]
+    problem = limit.value_problem(tag)
+    if problem:
+        raise VendorInputError(f"{limit.field_name}: tag {tag!r} {problem}")
+    return [*kept, tag]
