@@ -110,6 +110,7 @@ def vendor_client(
             zones=vendors.scaleway_em.zones,
             timeouts=timing.timeouts,
             retry=timing.retry,
+            poll=timing.poll,
         )
     if vendor is Vendor.APPLESILICON:
         from providers.applesilicon.client import AppleSiliconClient
@@ -124,6 +125,7 @@ def vendor_client(
             zones=vendors.applesilicon.zones,
             timeouts=timing.timeouts,
             retry=timing.retry,
+            poll=timing.poll,
         )
     from providers.robot.client import RobotClient
 

@@ -1,12 +1,13 @@
 """Vendor-neutral shapes and rules the machine and failover providers and the watcher work with.
 
-Each vendor client (providers/ovh, providers/dedibox, providers/robot) turns its API's objects into
+Each vendor client (providers/ovh, dedibox, robot, scaleway_em, applesilicon) turns its API's objects into
 these, so the adoption and failover logic is written once. No Pulumi import here or in the clients,
 and no import of config: config.models imports `Vendor` from here.
 
 Also here, because more than one caller needs them:
 - `MARKER_LIMITS`: what each vendor's per-box marker field accepts, and the claim grammar that stays
-  inside it (docs/vendor-behaviour.md says where each limit comes from);
+  inside it (docs/vendor-behaviour.md says where each limit comes from): the one table config,
+  the machine provider's input checks, the clients and vendorsim read;
 - `failover_placement`: the one failover placement rule (deploy time and the watcher).
 """
 
@@ -253,35 +254,37 @@ def single_line_key(public_key: str, *, where: str) -> str:
 
 # A claim token: 12 lowercase hex characters (providers.claims.claim_token).
 CLAIM_TOKEN = re.compile(r"^[0-9a-f]{12}$")
-# The claim as a suffix of the OVH displayName and of the Robot server_name: `<base>--c-<token>`
-# (claimed) or `<base>--r-<token>` (its release reinstall runs). Only [A-Za-z0-9._-] characters.
+# The claim as a suffix of the OVH displayName, the Robot server_name and the Apple silicon server
+# name: `<base>--c-<token>` (claimed) or `<base>--r-<token>` (its release reinstall runs). Only
+# [A-Za-z0-9._-] characters (lowercase ones on Apple silicon).
 CLAIM_SUFFIX = re.compile(r"^(?P<base>.*)--(?P<kind>[cr])-(?P<token>[A-Za-z0-9]+)$")
-# The claim as a tag of its own on Dedibox.
-DEDIBOX_CLAIM_TAG = "tuist-claim-"
-DEDIBOX_RELEASING_TAG = "tuist-releasing-"
 CLAIM_SUFFIX_LENGTH = len("--c-") + 12
+# The claim as a tag of its own on the vendors with tag lists (Dedibox, Elastic Metal).
+CLAIM_TAG = "tuist-claim-"
+RELEASING_TAG = "tuist-releasing-"
 
 # Claims the first version of this program wrote, still read as claims (never written): a box
 # someone marked that way is held by someone, and adopting it would be the worse mistake.
 LEGACY_OVH_SUFFIX = re.compile(r"^(?P<base>.*?) (?P<kind>claim|releasing):(?P<token>\S+)$")
 LEGACY_ROBOT_SUFFIX = re.compile(r"^(?P<base>.*?)~(?P<kind>[cr])-(?P<token>[^~]+)$")
-LEGACY_DEDIBOX_TAGS = ("tuist-claim:", "tuist-releasing:")
+LEGACY_CLAIM_TAGS = ("tuist-claim:", "tuist-releasing:")
 
 # The characters every marker value we write is made of: no space, no ':', '~' or '/', which the
 # vendors do not document as accepted (docs/vendor-behaviour.md).
-_MARKER_CHARS = r"[A-Za-z0-9._-]"
-_MARKER_VALUE = re.compile(rf"^[A-Za-z0-9]{_MARKER_CHARS}*$")
+MARKER_VALUE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# Apple silicon names stay lowercase so every name is also a hostname label.
+LOWERCASE_MARKER_VALUE = r"^[a-z0-9][a-z0-9-]*$"
 
 
 @dataclass(frozen=True)
 class MarkerLimit:
     """What a vendor's per-box marker field accepts, and how much of it a claim takes.
 
-    `max_length` bounds the whole field value (a Dedibox tag: each tag). `claim_length` is what a
-    claim adds to the field (0 on Dedibox, where the claim is a tag of its own), so a fleet marker
-    may be at most `marker_max_length` long. `documented` says whether the vendor publishes the
-    limit; where it does not, the limit is this program's conservative assumption, and vendorsim
-    enforces it so the client is shown to stay inside it.
+    `max_length` bounds the whole field value (a tag: each tag). `claim_length` is what a claim adds
+    to the field (0 where the claim is a tag of its own), so a fleet marker may be at most
+    `marker_max_length` long. `documented` says whether the vendor publishes the limit; where it
+    does not, the limit is this program's conservative assumption, and vendorsim enforces it so the
+    client is shown to stay inside it. `pattern` is what a value (and a marker) must match.
     """
 
     vendor: Vendor
@@ -291,16 +294,22 @@ class MarkerLimit:
     documented: bool
     source: str
     charset: str = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+    pattern: str = MARKER_VALUE
 
     @property
     def marker_max_length(self) -> int:
         return self.max_length - self.claim_length
 
+    @property
+    def is_tag(self) -> bool:
+        """Whether the claim is a tag of its own (the marker is matched as a whole tag)."""
+        return self.claim_length == 0
+
     def value_problem(self, value: str) -> str | None:
         """Why `value` cannot be written to the field, or None."""
         if len(value) > self.max_length:
             return f"is {len(value)} characters long; {self.field_name} takes at most {self.max_length}"
-        if not _MARKER_VALUE.match(value):
+        if not re.match(self.pattern, value):
             return f"must consist of {self.charset}"
         return None
 
@@ -333,6 +342,26 @@ MARKER_LIMITS: dict[Vendor, MarkerLimit] = {
         source="Robot raised server_name from 50 to 100 characters (NixOS/nixops#152); its character "
         "set is undocumented and [A-Za-z0-9._-] is assumed",
     ),
+    Vendor.SCALEWAY_EM: MarkerLimit(
+        vendor=Vendor.SCALEWAY_EM,
+        field_name="Elastic Metal server tag (PATCH /baremetal/v1/zones/{zone}/servers/{id})",
+        max_length=64,
+        claim_length=0,
+        documented=False,
+        source="the scaleway SDK types baremetal Server.tags as list[str] with no length or pattern; "
+        "64 characters of [A-Za-z0-9._-] per tag is assumed, as on Dedibox (one Scaleway tag model)",
+    ),
+    Vendor.APPLESILICON: MarkerLimit(
+        vendor=Vendor.APPLESILICON,
+        field_name="Apple silicon server name (PATCH /apple-silicon/v1alpha1/zones/{zone}/servers/{id})",
+        max_length=63,
+        claim_length=CLAIM_SUFFIX_LENGTH,
+        documented=False,
+        source="Scaleway documents no limit for the name (vendorsim accepts 1 to 255 characters); names "
+        "are kept to 63 characters of [a-z0-9-] so each is also a valid hostname label",
+        charset="lowercase letters, digits and '-', starting with a letter or digit",
+        pattern=LOWERCASE_MARKER_VALUE,
+    ),
 }
 
 
@@ -347,12 +376,12 @@ def marker_problem(vendor: Vendor, marker: str) -> str | None:
             f"is {len(marker)} characters long; {vendor.value} markers take at most "
             f"{limit.marker_max_length}{room}"
         )
-    if not _MARKER_VALUE.match(marker):
+    if not re.match(limit.pattern, marker):
         return f"must consist of {limit.charset}"
     if CLAIM_SUFFIX.match(marker) or "--" in marker:
         return "must not contain '--', which starts a claim"
-    if vendor is Vendor.DEDIBOX and marker.startswith((DEDIBOX_CLAIM_TAG, DEDIBOX_RELEASING_TAG)):
-        return f"must not start with {DEDIBOX_CLAIM_TAG!r} or {DEDIBOX_RELEASING_TAG!r}, which name claims"
+    if limit.is_tag and marker.startswith((CLAIM_TAG, RELEASING_TAG)):
+        return f"must not start with {CLAIM_TAG!r} or {RELEASING_TAG!r}, which name claims"
     return None
 
 
@@ -362,9 +391,12 @@ def check_claim_token(claim: Claim) -> str:
     return claim.token
 
 
-def split_claim_suffix(value: str, *, legacy: re.Pattern[str]) -> tuple[str, Claim | None]:
-    """(marker part, claim) of an OVH displayName or Robot server_name: the claim suffix this
-    program writes, or the `legacy` one an earlier version wrote."""
+_NO_LEGACY = re.compile(r"(?!)")  # matches nothing: a vendor no earlier version wrote claims to
+
+
+def split_claim_suffix(value: str, *, legacy: re.Pattern[str] = _NO_LEGACY) -> tuple[str, Claim | None]:
+    """(marker part, claim) of an OVH displayName, a Robot server_name or an Apple silicon server
+    name: the claim suffix this program writes, or the `legacy` one an earlier version wrote."""
     match = CLAIM_SUFFIX.match(value)
     if match and match["base"]:
         return match["base"], Claim(token=match["token"], releasing=match["kind"] == "r")
@@ -374,7 +406,9 @@ def split_claim_suffix(value: str, *, legacy: re.Pattern[str]) -> tuple[str, Cla
     return value, None
 
 
-def with_claim_suffix(base: str, claim: Claim | None, *, vendor: Vendor, legacy: re.Pattern[str]) -> str:
+def with_claim_suffix(
+    base: str, claim: Claim | None, *, vendor: Vendor, legacy: re.Pattern[str] = _NO_LEGACY
+) -> str:
     """The field value carrying `claim` on top of the marker part `base`, checked against the
     vendor's length limit so a write the vendor would refuse (or cut) is never sent."""
     limit = MARKER_LIMITS[vendor]
@@ -391,6 +425,43 @@ def with_claim_suffix(base: str, claim: Claim | None, *, vendor: Vendor, legacy:
             f"{limit.marker_max_length} characters"
         )
     return value
+
+
+def _claim_of_tag(tag: str) -> Claim | None:
+    for prefix, releasing in (
+        (CLAIM_TAG, False),
+        (RELEASING_TAG, True),
+        (LEGACY_CLAIM_TAGS[0], False),
+        (LEGACY_CLAIM_TAGS[1], True),
+    ):
+        if tag.startswith(prefix) and len(tag) > len(prefix):
+            return Claim(token=tag[len(prefix) :], releasing=releasing)
+    return None
+
+
+def split_claim_tags(tags: Iterable[str]) -> tuple[tuple[str, ...], Claim | None]:
+    """(tags without claim tags, claim) of a server whose claim is a tag of its own (Dedibox,
+    Elastic Metal): `tuist-claim-<token>` or `tuist-releasing-<token>` (an earlier version's
+    `tuist-claim:<token>` is still read). Two claim tags should never happen (a claim write replaces
+    them all); if they do, the box reads as claimed by the first in sorted order, never as free."""
+    tags = list(tags)
+    fleet = tuple(tag for tag in tags if _claim_of_tag(tag) is None)
+    claim_tags = sorted(tag for tag in tags if _claim_of_tag(tag) is not None)
+    return fleet, (_claim_of_tag(claim_tags[0]) if claim_tags else None)
+
+
+def with_claim_tag(tags: Iterable[str], claim: Claim | None, *, vendor: Vendor) -> list[str]:
+    """The full tag list carrying `claim`: every other tag kept as it is and in order (the vendor
+    took them), old claim tags dropped, the claim tag inside the vendor's MARKER_LIMITS."""
+    kept = [tag for tag in tags if _claim_of_tag(tag) is None]
+    if claim is None:
+        return kept
+    tag = (RELEASING_TAG if claim.releasing else CLAIM_TAG) + check_claim_token(claim)
+    limit = MARKER_LIMITS[vendor]
+    problem = limit.value_problem(tag)
+    if problem:
+        raise VendorInputError(f"{limit.field_name}: tag {tag!r} {problem}")
+    return [*kept, tag]
 
 
 def _cut(value: str, length: int = 80) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
+from providers.vendor import MARKER_LIMITS, Vendor
 from vendorsim.core import Call, Sim, VendorError, iso, public
 
 PREFIX = "/dedibox"
@@ -33,8 +34,9 @@ INSTALL_PHASES = [
 INSTALL_RUNNING = frozenset(INSTALL_PHASES[:-1])
 ATTACH_PHASES = ["busy", "ready"]
 MAX_PAGE_SIZE = 100
-TAG_MAX = 64
-TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Dedibox publishes no tag limit: vendorsim enforces the one the client assumes (one table for both).
+TAG_MAX = MARKER_LIMITS[Vendor.DEDIBOX].max_length
+TAG = re.compile(MARKER_LIMITS[Vendor.DEDIBOX].pattern)
 TOTAL_COUNT_HEADER = "X-Total-Count"
 
 
@@ -492,7 +494,6 @@ def update_tags(sim: Sim, call: Call, zone: str, server_id: int) -> Any:
         raise invalid_argument(
             "tags", "tags must be a list of strings", reason="required" if tags is None else "constraint"
         )
-    # Dedibox publishes no tag limit; vendorsim enforces the one the client assumes.
     bad = [t for t in tags if len(t) > TAG_MAX or not TAG.match(t)]
     if bad:
         raise invalid_argument(

@@ -17,6 +17,7 @@ from typing import Any
 
 from werkzeug.routing import BaseConverter, Map, Rule
 
+from providers.vendor import MARKER_LIMITS, Vendor
 from vendorsim.core import Call, Sim, VendorError, iso_offset, public
 
 PREFIX = "/ovh/1.0"
@@ -31,8 +32,8 @@ FILE_SYSTEMS = frozenset(
 RAID_LEVELS = frozenset({0, 1, 5, 6, 7, 10})
 REBOOT = "hardReboot"
 # The displayName the simulator accepts: OVH documents no limit; this is the client's assumption.
-DISPLAY_NAME_MAX = 50
-DISPLAY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+DISPLAY_NAME_MAX = MARKER_LIMITS[Vendor.OVH].max_length
+DISPLAY_NAME = re.compile(MARKER_LIMITS[Vendor.OVH].pattern)
 
 _HTTP_REASONS = {400: "400 Bad Request", 401: "401 Unauthorized", 403: "403 Forbidden"}
 _CLASS_FOR_STATUS = {

@@ -19,6 +19,7 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
+from providers.vendor import MARKER_LIMITS, Vendor
 from vendorsim.core import Call, Reply, Sim, VendorError, iso, public
 
 PREFIX = "/robot"
@@ -43,8 +44,8 @@ DEFAULT_RATE_LIMITS = {
 }
 # server_name: Robot took it from 50 to 100 characters; its character set is undocumented, and
 # vendorsim enforces the one the client assumes (docs/vendor-behaviour.md).
-SERVER_NAME_MAX = 100
-SERVER_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
+SERVER_NAME_MAX = MARKER_LIMITS[Vendor.ROBOT].max_length
+SERVER_NAME = re.compile(f"({MARKER_LIMITS[Vendor.ROBOT].pattern})|^$")  # Robot takes an empty name
 RESET_TYPES = ["sw", "hw", "man"]
 BODY = "form"
 

@@ -21,15 +21,12 @@ from scaleway.dedibox.v1.types import OS, Server, ServerInstall
 
 from providers.errors import VendorInputError
 from providers.vendor import (
-    DEDIBOX_CLAIM_TAG,
-    DEDIBOX_RELEASING_TAG,
-    LEGACY_DEDIBOX_TAGS,
-    MARKER_LIMITS,
     Box,
     Claim,
     InstallState,
     Vendor,
-    check_claim_token,
+    split_claim_tags,
+    with_claim_tag,
 )
 
 _ZONE = re.compile(r"^[a-z]{2}-[a-z]{3}-[0-9]+$")
@@ -131,38 +128,12 @@ def install_digest(body: Mapping[str, Any] | None) -> str:
 # --- the claim as a tag ------------------------------------------------------------------------------
 
 
-def _claim_of_tag(tag: str) -> Claim | None:
-    for prefix, releasing in (
-        (DEDIBOX_CLAIM_TAG, False),
-        (DEDIBOX_RELEASING_TAG, True),
-        (LEGACY_DEDIBOX_TAGS[0], False),
-        (LEGACY_DEDIBOX_TAGS[1], True),
-    ):
-        if tag.startswith(prefix) and len(tag) > len(prefix):
-            return Claim(token=tag[len(prefix) :], releasing=releasing)
-    return None
-
-
 def parse_tags(tags: Sequence[str]) -> tuple[tuple[str, ...], Claim | None]:
-    """(tags without claim tags, claim) of a Dedibox server. The claim is a tag of its own,
-    `tuist-claim-<token>` or `tuist-releasing-<token>` (an earlier version's `tuist-claim:<token>`
-    is still read). Two claim tags should never happen (set_claim replaces them all); if they do,
-    the box reads as claimed by the first in sorted order, never as free."""
-    fleet = tuple(tag for tag in tags if _claim_of_tag(tag) is None)
-    claim_tags = sorted(tag for tag in tags if _claim_of_tag(tag) is not None)
-    return fleet, (_claim_of_tag(claim_tags[0]) if claim_tags else None)
+    """(tags without claim tags, claim) of a Dedibox server: the claim is a tag of its own,
+    `tuist-claim-<token>` or `tuist-releasing-<token>` (providers.vendor.split_claim_tags)."""
+    return split_claim_tags(tags)
 
 
 def tags_with(tags: Sequence[str], claim: Claim | None) -> list[str]:
-    """The full tag list carrying `claim`: every other tag kept as it is and in order (the vendor
-    took them), old claim tags dropped, the claim tag inside MARKER_LIMITS."""
-    kept = [tag for tag in tags if _claim_of_tag(tag) is None]
-    if claim is None:
-        return kept
-    prefix = DEDIBOX_RELEASING_TAG if claim.releasing else DEDIBOX_CLAIM_TAG
-    tag = prefix + check_claim_token(claim)
-    limit = MARKER_LIMITS[Vendor.DEDIBOX]
-    problem = limit.value_problem(tag)
-    if problem:
-        raise VendorInputError(f"{limit.field_name}: tag {tag!r} {problem}")
-    return [*kept, tag]
+    """The full tag list carrying `claim`, inside the Dedibox tag limit (providers.vendor.with_claim_tag)."""
+    return with_claim_tag(tags, claim, vendor=Vendor.DEDIBOX)
