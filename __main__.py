@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 from components.capacity import capacity_problems
 from components.claims_crd import MachineClaimsCRD
 from components.failover_ip import FailoverIP, FailoverIPArgs
+from components.failover_watcher import robot_failover_watchers
 from components.fleet import BareMetalFleet, BareMetalFleetArgs
 from components.kura_region import KuraRegion, KuraRegionArgs
 from components.outputs import export_outputs, stack_outputs
@@ -84,6 +85,7 @@ def main() -> None:
                 watcher_image=cfg.kura.failover_watcher_image,
                 vendors=cfg.vendors,
                 secrets=secrets,
+                robot_failover_watchers=robot_failover_watchers(cfg.regions, cfg.failover_ips),
             ),
             opts=on_cluster,
         )

@@ -89,7 +89,7 @@ def _digest_image(v: str) -> str:
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-# A fleet marker: its longest form per vendor is a cross-field rule (providers/constants.MARKER_RULES).
+# A fleet marker: its longest form per vendor is a cross-field rule (providers/vendor.py MARKER_LIMITS).
 Marker = Annotated[
     str,
     Field(min_length=3, max_length=63),

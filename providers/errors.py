@@ -16,7 +16,8 @@
         ├── TaskFailedError         a vendor task ended in a failure status
         └── TaskTimeoutError        a vendor task did not finish within its budget
 
-The machine provider's own errors hang under InfraError too (the lead re-parents MachineError).
+The machine provider's own errors (providers/machine/errors.py `MachineError`) and the SSH runner's
+(providers/ssh/runner.py `SshError`) hang under InfraError too.
 
 A `VendorError` names the vendor, the call (method + path template), the HTTP status, the vendor's
 own error code and its message, so an operator can tell from one line what failed where. Clients

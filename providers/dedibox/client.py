@@ -17,7 +17,6 @@ Writes and their repeats (docs/vendor-behaviour.md):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import requests
 
+from providers.constants import fleet_key_name
 from providers.dedibox.models import (
     SERVER_FAILED,
     box_from_server,
@@ -239,7 +239,7 @@ class DediboxClient(MarkerFiltering):
         system = resolve_os(os_label, systems, box_id=box_id)
         if not system.allow_ssh_keys:
             raise VendorInputError(f"Dedibox OS {system.name} {system.version} does not accept ssh keys")
-        key_name = "tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+        key_name = fleet_key_name(key)
         body: dict[str, Any] = {
             "os_id": int(system.id),
             "hostname": hostname,

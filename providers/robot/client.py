@@ -17,7 +17,6 @@ which names the budget and is not retried.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import requests
 
+from providers.constants import fleet_key_name
 from providers.errors import (
     AuthError,
     ConflictError,
@@ -323,7 +323,7 @@ class RobotClient(MarkerFiltering):
                 code="BOOT_ALREADY_ENABLED",
                 message="a rescue boot is already armed and has not been booted yet",
             )
-        fingerprint = self.register_ssh_key("tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12], key)
+        fingerprint = self.register_ssh_key(fleet_key_name(key), key)
         self.activate_rescue(number, fingerprint)
         self.reset(number, "hw")
         log.info("Robot server %s reset into rescue", number)

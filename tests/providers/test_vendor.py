@@ -135,6 +135,15 @@ def test_one_error_tree() -> None:
         (Vendor.DEDIBOX, "tuist-claim-kura", "must not start with 'tuist-claim-'"),
         (Vendor.DEDIBOX, "", "is empty"),
         (Vendor.OVH, "tuist:kura", "must consist of"),
+        (Vendor.SCALEWAY_EM, "tuist-kura-scw-dev", None),
+        (
+            Vendor.SCALEWAY_EM,
+            "tuist-releasing-kura",
+            "must not start with 'tuist-claim-' or 'tuist-releasing-'",
+        ),
+        (Vendor.APPLESILICON, "tuist-macos-dev-", None),
+        (Vendor.APPLESILICON, "x" * 48, "applesilicon markers take at most 47 (a claim adds 16)"),
+        (Vendor.APPLESILICON, "Tuist-Macos", "must consist of lowercase letters, digits and '-'"),
     ],
 )
 def test_marker_problems_for_config_validation(vendor: Vendor, marker: str, problem: str | None) -> None:
@@ -147,6 +156,8 @@ def test_marker_limits_name_their_source_and_whether_documented() -> None:
         Vendor.OVH: (50, False),
         Vendor.DEDIBOX: (64, False),
         Vendor.ROBOT: (100, True),
+        Vendor.SCALEWAY_EM: (64, False),
+        Vendor.APPLESILICON: (63, False),
     }
     assert all(m.source for m in MARKER_LIMITS.values())
 
