@@ -17,6 +17,7 @@ from components.claims_crd import MachineClaimsCRD
 from components.control_plane_firewall import Box, ControlPlaneFirewall, ControlPlaneFirewallArgs
 from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.failover_ip import FailoverIP, FailoverIPArgs
+from components.failover_watcher import robot_failover_watchers
 from components.fleet import BareMetalFleet, BareMetalFleetArgs, machine_name
 from components.kura_controller import KuraController, KuraControllerArgs, RegionPlacement
 from components.kura_region import KuraRegion, KuraRegionArgs
@@ -150,6 +151,7 @@ def main() -> None:
                     node_names=[machine.node_name for machine in fleet.machines],
                     vendors=cfg.vendors,
                     secrets=secrets,
+                    robot_failover_watchers=robot_failover_watchers(cfg.regions, cfg.failover_ips),
                 ),
                 # The DNSEndpoints need their CRD; the volumes their StorageClass.
                 opts=pulumi.ResourceOptions(

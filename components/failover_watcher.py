@@ -10,13 +10,14 @@ environment variables: env leaks into `kubectl describe`, crash dumps and child 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import POOL_LABEL, child_options, metadata, region_labels
-from config.models import FailoverIP, Fleet, Region, Vendors
+from config.models import FailoverIP, Fleet, Region, Vendor, Vendors
 from providers.clients import SECRET_KEYS_BY_VENDOR
 from watcher.mover import (
     DEFAULT_CREDENTIALS_DIR,
@@ -30,6 +31,7 @@ __all__ = [
     "FailoverWatcher",
     "FailoverWatcherArgs",
     "credentials_secret_name",
+    "robot_failover_watchers",
     "watcher_name",
 ]
 
@@ -44,6 +46,21 @@ def watcher_name(region_id: str) -> str:
 def credentials_secret_name(region_id: str) -> str:
     # Per region: regions share the Kura namespace and may be on different vendors.
     return f"{CREDENTIALS_SECRET}-{region_id}"
+
+
+def robot_failover_watchers(regions: Sequence[Region], failover_ips: Sequence[FailoverIP]) -> int:
+    """How many of the stack's watchers poll Robot: one per region whose failover IP is a routed Robot
+    IP. They share the account's hourly GET /failover/{ip} budget, so each one polls that much slower
+    (watcher/__main__.py, docs/vendor-behaviour.md section 5). At least 1."""
+    by_name = {fip.name: fip for fip in failover_ips}
+    robot = [
+        region.id
+        for region in regions
+        if region.failover_ip in by_name
+        and by_name[region.failover_ip].vendor is Vendor.ROBOT
+        and not by_name[region.failover_ip].parked
+    ]
+    return max(1, len(robot))
 
 
 @dataclass(frozen=True)
@@ -65,6 +82,8 @@ class FailoverWatcherArgs:
     # and the IP must leave within the demux's preStop drain (components/peer_demux.py).
     poll_seconds: int = 5
     confirm_polls: int = 2
+    # The stack's watchers of Robot IPs (robot_failover_watchers): they share one request budget.
+    robot_failover_watchers: int = 1
 
     def vendor_credentials(self) -> dict[str, pulumi.Input[str] | None]:
         """The IP's vendor's secrets by stack key (the Secret's keys, the mounted file names)."""
@@ -164,6 +183,13 @@ class FailoverWatcher(pulumi.ComponentResource):
             "POLL_SECONDS": str(args.poll_seconds),
             "CONFIRM_POLLS": str(args.confirm_polls),
         }
+        if fip.vendor is Vendor.ROBOT:
+            if args.robot_failover_watchers < 1:
+                raise ValueError(
+                    f"failover watcher of region '{region.id}': robot_failover_watchers must be >= 1, "
+                    f"got {args.robot_failover_watchers}"
+                )
+            env["ROBOT_FAILOVER_WATCHERS"] = str(args.robot_failover_watchers)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=metadata(wname, ns, labels),

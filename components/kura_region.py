@@ -42,6 +42,8 @@ class KuraRegionArgs:
     # The stack's vendor accounts and secrets: the watcher gets its IP's vendor's share of them.
     vendors: Vendors = field(default_factory=Vendors)
     secrets: Secrets = field(default_factory=Secrets)
+    # The stack's watchers of Robot IPs (failover_watcher.robot_failover_watchers): one shared budget.
+    robot_failover_watchers: int = 1
 
 
 def _check(args: KuraRegionArgs) -> None:
@@ -125,6 +127,7 @@ class KuraRegion(pulumi.ComponentResource):
                     ovh_consumer_key=args.secrets.ovh_consumer_key,
                     dedibox_secret_key=args.secrets.dedibox_secret_key,
                     robot_password=args.secrets.robot_password,
+                    robot_failover_watchers=args.robot_failover_watchers,
                 ),
                 child,
             )

@@ -25,6 +25,7 @@ from pydantic import (
 
 from config.text import quote
 from providers.constants import MARKER_PATTERN
+from providers.vendor import Vendor as Vendor  # re-exported: config.models is where callers find it
 
 # --- domain types -------------------------------------------------------------
 
@@ -88,7 +89,7 @@ def _digest_image(v: str) -> str:
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-# A fleet marker: its longest form per vendor is a cross-field rule (providers/constants.MARKER_RULES).
+# A fleet marker: its longest form per vendor is a cross-field rule (providers/vendor.py MARKER_LIMITS).
 Marker = Annotated[
     str,
     Field(min_length=3, max_length=63),
@@ -147,14 +148,6 @@ class Environment(StrEnum):
     STAGING = "staging"
     CANARY = "canary"
     PRODUCTION = "production"
-
-
-class Vendor(StrEnum):
-    OVH = "ovh"
-    DEDIBOX = "dedibox"
-    ROBOT = "robot"
-    SCALEWAY_EM = "scaleway_em"  # Scaleway Elastic Metal
-    APPLESILICON = "applesilicon"  # Scaleway Apple silicon (Mac mini)
 
 
 class GatewayMode(StrEnum):

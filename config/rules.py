@@ -41,17 +41,17 @@ from config.models import (
 )
 from config.problems import Loc, Problem
 from config.text import quote
-from providers.constants import MARKER_RULES
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
+from providers.vendor import MARKER_LIMITS, marker_problem
 
 KURA_ZONE = "kura.tuist.dev"
 FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly"})
 OVH_ENDPOINT_KEYS = ("ovh-eu", "ovh-ca", "ovh-us")
 # OVHcloud US is a separate company with its own API (ovh-us) and sells only these sites.
 OVH_US_DATACENTERS = ("vin", "hil")
-# Vendors whose marker is matched as a name prefix (OVH displayName, Robot server_name);
-# Dedibox markers are tags, matched whole.
-PREFIX_MARKER_VENDORS = frozenset({Vendor.OVH, Vendor.ROBOT})
+# Vendors whose marker is matched as a name prefix (OVH displayName, Robot server_name, Apple silicon
+# name); Dedibox and Elastic Metal markers are tags, matched whole.
+PREFIX_MARKER_VENDORS = frozenset(vendor for vendor, limit in MARKER_LIMITS.items() if not limit.is_tag)
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _CLUSTER_ID = re.compile(r"^(?P<region>.+)-[0-9]+$")
 
@@ -281,14 +281,10 @@ def fleet_rules(view: View) -> Iterator[Problem]:
                     "a marker names only its own environment",
                 )
     for i, fleet in fleets:
-        rule = MARKER_RULES[fleet.vendor.value]
-        if len(fleet.marker) > rule.marker_max:
-            yield Problem(
-                ("fleets", i, "marker"),
-                f"{quote(fleet.marker)} is {len(fleet.marker)} characters; {fleet.vendor.value} markers "
-                f"take at most {rule.marker_max} (the {rule.field} also holds the box's own name and the "
-                "claim)",
-            )
+        # What the vendor's marker field takes, with room for the claim (providers/vendor.py MARKER_LIMITS).
+        problem = marker_problem(fleet.vendor, fleet.marker)
+        if problem:
+            yield Problem(("fleets", i, "marker"), f"{quote(fleet.marker)} {problem}")
     for i, marker, j in _duplicates(fleets, lambda f: f.marker):
         yield Problem(
             ("fleets", i, "marker"),

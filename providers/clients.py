@@ -13,9 +13,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from config.models import Vendor, Vendors
-from providers.retry import DEFAULT_RETRY, DEFAULT_TIMEOUTS, HttpTimeouts, RetryPolicy
-from providers.vendor import VendorClient
+from config.models import Vendors
+from providers.errors import VendorConfigError
+from providers.retry import (
+    DEFAULT_POLL,
+    DEFAULT_RETRY,
+    DEFAULT_TIMEOUTS,
+    HttpTimeouts,
+    PollPolicy,
+    RetryPolicy,
+)
+from providers.vendor import Vendor, VendorClient
+
+__all__ = [
+    "SECRET_KEYS_BY_VENDOR",
+    "ClientTiming",
+    "SecretLookup",
+    "VendorConfigError",
+    "vendor_client",
+    "vendors_from_config",
+]
 
 # Which stack secrets each vendor's API needs.
 SECRET_KEYS_BY_VENDOR: dict[Vendor, tuple[str, ...]] = {
@@ -27,17 +44,17 @@ SECRET_KEYS_BY_VENDOR: dict[Vendor, tuple[str, ...]] = {
 }
 
 
-class VendorConfigError(Exception):
-    """A client cannot be built: no account for the vendor, or a credential missing."""
-
-
 @dataclass(frozen=True)
 class ClientTiming:
-    """Retry, timeout and task-wait settings of the clients built here (tests shorten them)."""
+    """Retry, timeout and task-wait settings of the clients built here (tests shorten them).
+
+    `poll` paces every wait for a vendor task (first wait short, backing off to its cap);
+    `task_timeout` bounds the waits a client does on its own (an IP move, a failover attach).
+    """
 
     retry: RetryPolicy = DEFAULT_RETRY
     timeouts: HttpTimeouts = DEFAULT_TIMEOUTS
-    task_poll_interval: float = 5.0
+    poll: PollPolicy = DEFAULT_POLL
     task_timeout: float = 600.0
 
 
@@ -62,7 +79,7 @@ def vendor_client(
             consumer_key=secret("ovhConsumerKey"),
             timeouts=timing.timeouts,
             retry=timing.retry,
-            task_poll_interval=timing.task_poll_interval,
+            poll=timing.poll,
             task_timeout=timing.task_timeout,
         )
     if vendor is Vendor.DEDIBOX:
@@ -77,7 +94,7 @@ def vendor_client(
             zones=vendors.dedibox.zones,
             timeouts=timing.timeouts,
             retry=timing.retry,
-            task_poll_interval=timing.task_poll_interval,
+            poll=timing.poll,
             task_timeout=timing.task_timeout,
         )
     if vendor is Vendor.SCALEWAY_EM:
@@ -93,6 +110,7 @@ def vendor_client(
             zones=vendors.scaleway_em.zones,
             timeouts=timing.timeouts,
             retry=timing.retry,
+            poll=timing.poll,
         )
     if vendor is Vendor.APPLESILICON:
         from providers.applesilicon.client import AppleSiliconClient
@@ -107,6 +125,7 @@ def vendor_client(
             zones=vendors.applesilicon.zones,
             timeouts=timing.timeouts,
             retry=timing.retry,
+            poll=timing.poll,
         )
     from providers.robot.client import RobotClient
 
@@ -119,6 +138,7 @@ def vendor_client(
         password=secret("robotPassword"),
         timeouts=timing.timeouts,
         retry=timing.retry,
+        poll=timing.poll,
     )
 
 

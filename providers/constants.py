@@ -6,7 +6,6 @@ No imports from the rest of the project: config, components, providers and vendo
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 PROJECT = "tuist-infra"
 MANAGED_BY = PROJECT
@@ -56,26 +55,9 @@ def fleet_key_name(public_key: str) -> str:
     return "tuist-" + hashlib.sha256(public_key.strip().encode()).hexdigest()[:12]
 
 
-# --- what a fleet marker may be, per vendor -----------------------------------------------------------
-# The marker lives in a vendor field with a claim beside it (providers/claims.py). The field limits are
-# not stated by the vendors' references we hold (../shared/reference/vendor-apis.md): 64 characters is
-# assumed for OVH's displayName and Robot's server_name, and a marker is kept well inside it so the
-# box's own suffix ("-1") and the longest claim suffix still fit. config/ refuses a longer marker;
-# vendorsim's field limits are to be these same numbers (one table for both).
+# --- what a fleet marker may be --------------------------------------------------------------------------
+# The characters this program gives a marker (config and the machine provider's input checks): a
+# subset of every vendor field's. How long a marker may be per vendor, with room for the claim, is
+# the vendor field's limit: providers/vendor.py MARKER_LIMITS / marker_problem, the one table.
 
 MARKER_PATTERN = r"^[a-z0-9][a-z0-9-]*$"  # lowercase letters, digits and '-'
-
-
-@dataclass(frozen=True)
-class MarkerRule:
-    field: str  # the vendor field that holds the marker
-    field_max: int  # characters that field takes (assumed, see above)
-    claim_suffix: int  # characters the longest claim adds to that field (0: the claim is its own tag)
-    marker_max: int  # the longest marker config accepts
-
-
-MARKER_RULES: dict[str, MarkerRule] = {
-    "ovh": MarkerRule("displayName", 64, len(" releasing:") + 12, 32),
-    "dedibox": MarkerRule("tag", 128, 0, 63),
-    "robot": MarkerRule("server_name", 64, len("~r-") + 12, 32),
-}

@@ -1,4 +1,23 @@
-"""Typed errors every vendor client raises.
+"""The one error tree of tuist-infra, and `scrub`, the one way secrets leave an error message.
+
+    InfraError                      everything this program raises on purpose
+    ├── InputError (ValueError)     bad input: a malformed id, marker, key, label; nothing was sent
+    │   └── VendorInputError
+    ├── ConfigError                 the stack config lacks an account or a secret a call needs
+    │   └── VendorConfigError
+    └── VendorError                 a vendor API call failed (vendor, call, status, code, message)
+        ├── TransientVendorError    worth retrying: 429, 5xx, connection errors, timeouts
+        │   └── OutcomeUnknownError a write whose answer was lost: it may have been carried out
+        ├── RateLimitError          an hourly request budget is spent (Robot): not worth retrying
+        ├── NotFoundError           404
+        ├── ConflictError           the object's state refuses the call (409 and kin)
+        │   └── TaskAlreadyExistsError
+        ├── AuthError               401/403: never retried
+        ├── TaskFailedError         a vendor task ended in a failure status
+        └── TaskTimeoutError        a vendor task did not finish within its budget
+
+The machine provider's own errors (providers/machine/errors.py `MachineError`) and the SSH runner's
+(providers/ssh/runner.py `SshError`) hang under InfraError too.
 
 A `VendorError` names the vendor, the call (method + path template), the HTTP status, the vendor's
 own error code and its message, so an operator can tell from one line what failed where. Clients
@@ -10,21 +29,41 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-_MAX_MESSAGE = 500
+MAX_MESSAGE = 500
 REDACTED = "***"
 
 
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every non-empty secret replaced, cut to a length fit for one log line."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    if len(text) > _MAX_MESSAGE:
-        text = text[:_MAX_MESSAGE] + "..."
+def scrub(text: str, secrets: Iterable[str], *, limit: int | None = MAX_MESSAGE) -> str:
+    """`text` with every non-empty secret replaced by ***, longest first (so a secret inside another
+    goes too), then cut to `limit` characters (None: not cut) so it fits one log line."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + "..."
     return text
 
 
-class VendorError(Exception):
+class InfraError(Exception):
+    """Root of every error tuist-infra raises on purpose."""
+
+
+class InputError(InfraError, ValueError):
+    """Bad input, refused before anything was sent or changed."""
+
+
+class VendorInputError(InputError):
+    """Bad input to a vendor client call (malformed box id, unusable hardware, unknown OS label)."""
+
+
+class ConfigError(InfraError):
+    """The stack config lacks what a call needs (an account, a secret)."""
+
+
+class VendorConfigError(ConfigError):
+    """A vendor client cannot be built: no account for the vendor, or a credential missing."""
+
+
+class VendorError(InfraError):
     """A vendor API call failed. `status` is None when no HTTP response came back."""
 
     def __init__(
@@ -63,7 +102,13 @@ class VendorError(Exception):
 
 
 class TransientVendorError(VendorError):
-    """Worth retrying: 429, 5xx, rate limits, connection errors and timeouts."""
+    """Worth retrying: 429, 5xx, connection errors and timeouts.
+
+    `maybe_applied` says whether the vendor may have carried the request out before the failure:
+    False only when the request surely never took effect (the connection was never made, or a
+    throttle refused it). A write is retried blindly only when it is False; otherwise the client
+    first reads back whether the write took effect (see providers/retry.py).
+    """
 
     def __init__(
         self,
@@ -76,9 +121,11 @@ class TransientVendorError(VendorError):
         request_id: str | None = None,
         subject: str | None = None,
         retry_after: float | None = None,
+        maybe_applied: bool = True,
     ) -> None:
         # Seconds the vendor asked us to wait (Retry-After), when it said so.
         self.retry_after = retry_after
+        self.maybe_applied = maybe_applied
         super().__init__(
             vendor=vendor,
             call=call,
@@ -88,6 +135,38 @@ class TransientVendorError(VendorError):
             request_id=request_id,
             subject=subject,
         )
+
+
+class OutcomeUnknownError(TransientVendorError):
+    """A write failed in a way that leaves open whether the vendor carried it out (a read timeout,
+    a dropped connection, a 5xx). Raised only after reading back could not settle it either."""
+
+
+class RateLimitError(VendorError):
+    """A per-hour request budget of the vendor is spent (Robot's 403 RATE_LIMIT_EXCEEDED). Not
+    retried: the budget refills over the hour, far beyond any call's patience. `max_request` and
+    `interval` (seconds) are the vendor's own figures."""
+
+    def __init__(
+        self,
+        *,
+        vendor: str,
+        call: str,
+        message: str,
+        status: int | None = None,
+        code: str | None = None,
+        subject: str | None = None,
+        max_request: int | None = None,
+        interval: int | None = None,
+    ) -> None:
+        self.max_request = max_request
+        self.interval = interval
+        if max_request is not None and interval is not None:
+            message = (
+                f"{message}: this account may call {call} {max_request} times per {interval} s; "
+                "wait for the budget to refill (Robot counts per web-service user), then run again"
+            )
+        super().__init__(vendor=vendor, call=call, message=message, status=status, code=code, subject=subject)
 
 
 class NotFoundError(VendorError):
@@ -115,16 +194,40 @@ class TaskTimeoutError(VendorError):
     """A vendor task did not finish within the client's wait bound."""
 
 
-class VendorInputError(ValueError):
-    """Bad input to a client call (malformed box id, unusable hardware, unknown OS label)."""
-
-
 def transport_error(vendor: str, call: str, error: Exception, *, subject: str | None = None) -> VendorError:
     """A connection failure or timeout as a transient error. Only the exception's class goes into
-    the message: requests' own text can carry the full URL with its query string."""
+    the message: requests' own text can carry the full URL with its query string.
+
+    A connect timeout or a refused connection never reached the vendor (`maybe_applied` False); a
+    read timeout or a connection dropped mid-answer may have been carried out."""
     return TransientVendorError(
         vendor=vendor,
         call=call,
         subject=subject,
         message=f"connection failed: {type(error).__name__}",
+        maybe_applied=not _never_sent(error),
     )
+
+
+def _never_sent(error: BaseException) -> bool:
+    """Whether `error` (a requests exception) happened before the request left this machine."""
+    import requests
+
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    if not isinstance(error, requests.ConnectionError):
+        return False
+    # requests wraps urllib3's MaxRetryError, whose `reason` is NewConnectionError when the TCP
+    # connection itself failed (refused, unreachable): nothing was sent then.
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__name__ in ("NewConnectionError", "ConnectionRefusedError"):
+            return True
+        pending.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
+        pending.extend(arg for arg in current.args if isinstance(arg, BaseException))
+    return False

@@ -28,7 +28,7 @@ from pulumi.dynamic.dynamic import PROVIDER_KEY
 from pulumi.output import Unknown
 from pulumi.runtime.rpc import UNKNOWN
 
-from config.models import Vendor, Vendors
+from config.models import Vendors
 from providers.clients import (
     SECRET_KEYS_BY_VENDOR,
     ClientTiming,
@@ -37,10 +37,10 @@ from providers.clients import (
     vendors_from_config,
 )
 from providers.dedibox.models import parse_box_id
-from providers.errors import VendorError, VendorInputError
+from providers.errors import ConfigError, InfraError, InputError, VendorError, VendorInputError
 from providers.ovh.models import check_service_name
 from providers.robot.models import check_server_number
-from providers.vendor import VendorClient
+from providers.vendor import Vendor, VendorClient, failover_placement
 
 __all__ = [
     "CLIENT_TIMING",
@@ -81,15 +81,15 @@ _BOX_ID_CHECKS = {
 # --- errors -------------------------------------------------------------------------------------------
 
 
-class FailoverError(Exception):
+class FailoverError(InfraError):
     """Base of the FailoverIP provider's own errors."""
 
 
-class FailoverInputError(FailoverError):
+class FailoverInputError(FailoverError, InputError):
     """The resource's inputs are malformed."""
 
 
-class NotConfiguredError(FailoverError):
+class NotConfiguredError(FailoverError, ConfigError):
     """The stack config lacks the vendor account or a secret the call needs."""
 
 
@@ -193,11 +193,11 @@ def parse_spec(props: Mapping[str, Any]) -> FailoverSpec:
 
 
 def placement(current: str | None, candidates: Sequence[str]) -> str | None:
-    """Where the IP should be: `current` while it is a candidate, else the lexically lowest
-    candidate; None when there is none (the caller must not move the IP then)."""
-    if current is not None and current in candidates:
-        return current
-    return min(candidates, default=None)
+    """Where the IP should be (providers.vendor.failover_placement, the rule the watcher applies
+    too): `current` while it is a candidate, else the lexically lowest candidate; None when there
+    is none (the caller must not move the IP then). At deploy time a box is eligible when the
+    fleet adopted it, and boxes are ordered by id."""
+    return failover_placement(current, {box: box for box in candidates})
 
 
 def route(client: VendorClient, spec: FailoverSpec) -> str:

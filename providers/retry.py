@@ -1,9 +1,22 @@
-"""Retry and timeout policy shared by the OVH, Dedibox and Robot clients.
+"""Retry and polling policy of the OVH, Dedibox and Robot clients, on tenacity.
 
-Only `TransientVendorError` is retried (429, 5xx, Robot's RATE_LIMIT_EXCEEDED, connection errors and
-timeouts); anything else is a real answer from the vendor and surfaces at once. Waits grow
-exponentially with jitter, are capped at `max_delay`, and follow the vendor's Retry-After when it
-sends one (still capped, so a vendor cannot park a `pulumi up` for an hour).
+Retries (`call_with_retries`):
+- Only `TransientVendorError` is ever retried (429, 5xx, connection errors, timeouts); anything else
+  is a real answer from the vendor and surfaces at once. Robot's RATE_LIMIT_EXCEEDED is not
+  transient here: its budget refills over an hour (`RateLimitError`).
+- Reads, and writes the vendor treats as idempotent (a PUT of a whole value, a tag list, a server
+  name), are retried on any transient error.
+- Other writes (a reinstall, an IP move, a rescue activation, a reset) are retried only when the
+  failure proves the vendor never saw them (`maybe_applied` False: the connection was never made,
+  or a throttle refused them). Any other failure leaves the outcome open: the call raises
+  `OutcomeUnknownError` and the client reads back whether the write took effect before it
+  decides to send it again (each client says how, per write).
+- Waits grow exponentially with jitter, are capped at `max_delay`, and follow the vendor's
+  Retry-After when it sends one (still capped, so a vendor cannot park a `pulumi up` for an hour).
+
+Polling (`poll`): waits for a vendor task start short and back off up to a cap, so a task that
+takes two seconds costs about two seconds, and one that takes thirty minutes costs a call every
+`max_interval`. The clock and the sleep are injected so tests run without waiting.
 """
 
 from __future__ import annotations
@@ -16,9 +29,12 @@ from typing import TypeVar
 
 import tenacity
 
-from providers.errors import TransientVendorError
+from providers.errors import OutcomeUnknownError, TransientVendorError
 
 T = TypeVar("T")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +75,23 @@ class RetryPolicy:
             )
 
 
+@dataclass(frozen=True)
+class PollPolicy:
+    """How a wait for a vendor task polls: the first wait is `first` seconds, each next one
+    `factor` times longer, never longer than `max_interval`."""
+
+    first: float = 1.0
+    factor: float = 2.0
+    max_interval: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.first <= 0 or self.max_interval < self.first or self.factor < 1:
+            raise ValueError(
+                "PollPolicy needs 0 < first <= max_interval and factor >= 1, "
+                f"got first={self.first}, max_interval={self.max_interval}, factor={self.factor}"
+            )
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a Retry-After header given in seconds; None when absent or an HTTP date
     (the capped backoff is a fine answer then)."""
@@ -71,35 +104,34 @@ def parse_retry_after(value: str | None) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def next_wait(policy: RetryPolicy, attempt: int, error: BaseException | None) -> float:
-    """Seconds to wait before attempt `attempt + 1`: the vendor's Retry-After if given, else capped
-    jittered exponential backoff."""
-    if isinstance(error, TransientVendorError) and error.retry_after is not None:
-        return max(0.0, min(error.retry_after, policy.max_delay))
-    backoff = tenacity.wait_exponential_jitter(
-        multiplier=policy.base_delay, max=policy.max_delay, jitter=policy.base_delay
-    )
-    return float(min(backoff(_state_for(attempt)), policy.max_delay))
+def _retryable(idempotent: bool) -> Callable[[BaseException], bool]:
+    def decide(error: BaseException) -> bool:
+        if not isinstance(error, TransientVendorError):
+            return False
+        return idempotent or not error.maybe_applied
+
+    return decide
 
 
-def _state_for(attempt: int) -> tenacity.RetryCallState:
-    state = tenacity.RetryCallState(retry_object=tenacity.Retrying(), fn=None, args=(), kwargs={})
-    state.attempt_number = attempt
-    return state
-
-
-def with_retries(
+def call_with_retries(
     policy: RetryPolicy,
     operation: Callable[[], T],
     *,
-    sleep: Callable[[float], None] = time.sleep,
+    idempotent: bool,
+    sleep: Sleep = time.sleep,
 ) -> T:
-    """Run `operation`, retrying it on `TransientVendorError` within `policy`; the last error is
-    re-raised unchanged once the attempts are spent."""
+    """Run `operation`, retrying it within `policy` on the transient errors its kind allows (see the
+    module docstring). A non-idempotent write whose outcome is open raises OutcomeUnknownError; any
+    other last error is re-raised unchanged once the attempts are spent."""
+    backoff = tenacity.wait_exponential_jitter(
+        multiplier=policy.base_delay, max=policy.max_delay, jitter=policy.base_delay
+    )
 
     def wait(state: tenacity.RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
-        return next_wait(policy, state.attempt_number, error)
+        if isinstance(error, TransientVendorError) and error.retry_after is not None:
+            return max(0.0, min(error.retry_after, policy.max_delay))
+        return float(min(backoff(state), policy.max_delay))
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -108,15 +140,122 @@ def with_retries(
         log.warning("%s; retry %d/%d in %.2fs", error, state.attempt_number, policy.max_attempts - 1, delay)
 
     retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(TransientVendorError),
+        retry=tenacity.retry_if_exception(_retryable(idempotent)),
         stop=tenacity.stop_after_attempt(policy.max_attempts),
         wait=wait,
         sleep=sleep,
         before_sleep=before_sleep,
         reraise=True,
     )
-    return retrying(operation)
+    try:
+        return retrying(operation)
+    except TransientVendorError as error:
+        if idempotent or not error.maybe_applied or isinstance(error, OutcomeUnknownError):
+            raise
+        raise OutcomeUnknownError(
+            vendor=error.vendor,
+            call=error.call,
+            status=error.status,
+            code=error.code,
+            request_id=error.request_id,
+            subject=error.subject,
+            retry_after=error.retry_after,
+            message=f"{error.message}; the vendor may have carried the request out",
+        ) from None
+
+
+def with_retries(
+    policy: RetryPolicy,
+    operation: Callable[[], T],
+    *,
+    sleep: Sleep = time.sleep,
+) -> T:
+    """`call_with_retries` for a read (or an idempotent write)."""
+    return call_with_retries(policy, operation, idempotent=True, sleep=sleep)
+
+
+def verified_write(
+    policy: RetryPolicy,
+    write: Callable[[], T],
+    read_back: Callable[[], T | None],
+    *,
+    sleep: Sleep = time.sleep,
+) -> T:
+    """Send a non-idempotent `write` at most once per proof that the previous one did not take
+    effect: when its answer is lost (OutcomeUnknownError), `read_back` looks at the vendor's state
+    and returns what the write would have returned (it took effect) or None (it did not: the write
+    is sent again). At most `policy.max_attempts` writes; the last OutcomeUnknownError surfaces."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return write()
+        except OutcomeUnknownError as unknown:
+            found = read_back()
+            if found is not None:
+                log.info("%s: the vendor had carried it out; not sent again", unknown.call)
+                return found
+            if attempt >= policy.max_attempts:
+                raise
+            delay = min(policy.base_delay * 2 ** (attempt - 1), policy.max_delay)
+            log.warning("%s; read back: it did not take effect; sending it again in %.2fs", unknown, delay)
+            sleep(delay)
+
+
+class PollTimeout(Exception):
+    """`poll` ran out of time; `last` is the check's last answer (None). Clients turn it into their
+    own typed TaskTimeoutError."""
+
+    def __init__(self, what: str, timeout: float, attempts: int) -> None:
+        self.what, self.timeout, self.attempts = what, timeout, attempts
+        super().__init__(f"{what}: not reached within {timeout:g}s ({attempts} checks)")
+
+
+def poll(
+    check: Callable[[], T | None],
+    *,
+    timeout: float,
+    policy: PollPolicy,
+    what: str,
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> T:
+    """Call `check` until it returns something other than None, waiting per `policy` between calls,
+    for at most `timeout` seconds by `clock`; raises PollTimeout then. Exceptions from `check`
+    propagate (a check decides itself what it tolerates)."""
+    started = clock()
+
+    def out_of_time(state: tenacity.RetryCallState) -> bool:
+        return clock() - started >= timeout
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        step = policy.first * policy.factor ** (state.attempt_number - 1)
+        remaining = max(timeout - (clock() - started), 0.0)
+        return min(step, policy.max_interval, remaining) if remaining > 0 else 0.0
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda result: result is None),
+        stop=out_of_time,
+        wait=wait,
+        sleep=sleep,
+        reraise=True,
+    )
+    attempts = 0
+
+    def counted() -> T | None:
+        nonlocal attempts
+        attempts += 1
+        return check()
+
+    try:
+        result = retrying(counted)
+    except tenacity.RetryError:
+        raise PollTimeout(what, timeout, attempts) from None
+    if result is None:
+        raise PollTimeout(what, timeout, attempts)
+    return result
 
 
 DEFAULT_TIMEOUTS = HttpTimeouts()
 DEFAULT_RETRY = RetryPolicy()
+DEFAULT_POLL = PollPolicy()

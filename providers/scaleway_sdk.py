@@ -14,12 +14,15 @@ they are. Three things about its transport are not fit for a `pulumi up`, so the
 
 Every call goes through `Caller.call`, which maps answers onto providers.errors and retries only
 `TransientVendorError` (429, 5xx, connection failures), the answers Scaleway documents as worth
-retrying. A 409 `transient_state` is an answer about the resource, not the request: never retried.
+retrying, on the rules of providers/retry.py: reads and whole-value writes (GET, PATCH) freely, a
+POST only when the failure proves it never reached Scaleway; otherwise it raises
+OutcomeUnknownError and the client reads back whether it took effect (an install, a reinstall, an
+ssh key) before it sends it again. A 409 `transient_state` is an answer about the resource, not the
+request: never retried.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -34,11 +37,13 @@ from scaleway_core.api import API, Body, Params
 from scaleway_core.client import Client
 from scaleway_core.validations.string_validation import is_access_key, is_url, is_zone
 
+from providers.constants import fleet_key_name
 from providers.errors import (
     AuthError,
     ConflictError,
     NotFoundError,
-    TaskAlreadyExistsError,
+    TaskFailedError,
+    TaskTimeoutError,
     TransientVendorError,
     VendorError,
     VendorInputError,
@@ -46,14 +51,21 @@ from providers.errors import (
     transport_error,
 )
 from providers.retry import (
+    DEFAULT_POLL,
     DEFAULT_RETRY,
     DEFAULT_TIMEOUTS,
+    Clock,
     HttpTimeouts,
+    PollPolicy,
+    PollTimeout,
     RetryPolicy,
+    Sleep,
+    call_with_retries,
     parse_retry_after,
-    with_retries,
+    poll,
+    verified_write,
 )
-from providers.vendor import MarkerFiltering, single_line_key
+from providers.vendor import Box, InstallState, MarkerFiltering, Reinstall, Vendor, single_line_key
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -243,8 +255,11 @@ def error_from(
     }
     status = response.status_code
     if status == 429 or status >= 500:
+        # A throttled request was refused before Scaleway acted on it; a 5xx may have been acted on.
         return TransientVendorError(
-            retry_after=parse_retry_after(response.headers.get("Retry-After")), **fields
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            maybe_applied=status != 429,
+            **fields,
         )
     if status in (401, 403):
         return AuthError(**fields)
@@ -281,9 +296,16 @@ class Caller:
         *,
         subject: str | None = None,
         hidden: Sequence[str] = (),
+        idempotent: bool | None = None,
     ) -> T:
-        """`operation()` (one SDK call), its failures as VendorError; `call` is 'METHOD /path/{template}'."""
+        """`operation()` (one SDK call), its failures as VendorError; `call` is 'METHOD /path/{template}'.
+
+        `idempotent` defaults to the method's nature: every Scaleway POST this program sends creates
+        something (an install, a reinstall, a key, an attachment), the other methods read or set a
+        whole value."""
         secrets = (self._secret, *hidden)
+        if idempotent is None:
+            idempotent = not call.startswith("POST ")
 
         def once() -> T:
             try:
@@ -308,7 +330,11 @@ class Caller:
                     message=f"answer has an unexpected shape: {error}",
                 ) from None
 
-        return with_retries(self._retry, once, sleep=self._sleep)
+        return call_with_retries(self._retry, once, idempotent=idempotent, sleep=self._sleep)
+
+    def verified(self, write: Callable[[], T], read_back: Callable[[], T | None]) -> T:
+        """A non-idempotent write sent again only after `read_back` shows the lost one did nothing."""
+        return verified_write(self._retry, write, read_back, sleep=self._sleep)
 
 
 def key_material(public_key: str) -> list[str]:
@@ -335,7 +361,9 @@ class ProjectClient(MarkerFiltering):
     key, its zones, the SDK client, IAM's ssh keys and the call runner."""
 
     VENDOR = ""  # the vendor's name in errors
+    VENDOR_ENUM: Vendor  # the same, as a Vendor
     WHAT = ""  # the product's name in messages
+    SERVER_PATH = ""  # the server route, as errors name it
 
     def __init__(
         self,
@@ -347,7 +375,9 @@ class ProjectClient(MarkerFiltering):
         zones: Sequence[str],
         timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
         retry: RetryPolicy = DEFAULT_RETRY,
-        sleep: Callable[[float], None] = time.sleep,
+        poll: PollPolicy = DEFAULT_POLL,
+        sleep: Sleep = time.sleep,
+        clock: Clock = time.monotonic,
     ) -> None:
         where = type(self).__name__
         if not zones:
@@ -360,10 +390,66 @@ class ProjectClient(MarkerFiltering):
         self._timeouts = timeouts
         self._iam = self._api_of(IamV1Alpha1API)
         self._caller = Caller(vendor=self.VENDOR, secret_key=secret_key, retry=retry, sleep=sleep)
+        self._poll = poll
+        self._sleep = sleep
+        self._clock = clock
         self._init_apis()
 
     def _init_apis(self) -> None:
         """The product's own SDK APIs (a subclass sets them up with `_api_of`)."""
+
+    def _servers(self, zone: str) -> list[Any]:
+        """Every server of the project in `zone` (the subclass's SDK list call)."""
+        raise NotImplementedError
+
+    def list_boxes(self) -> list[Box]:
+        raise NotImplementedError
+
+    def list_box_ids(self) -> list[str]:
+        """Every server of the project as `<zone>/<id>`: one call per zone and page of 100."""
+        return [f"{zone}/{server.id}" for zone in self._zones for server in self._servers(zone)]
+
+    def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
+        raise NotImplementedError
+
+    def wait_reinstall(self, reinstall: Reinstall, *, timeout: float) -> None:
+        """Wait until the (re)install the ticket names is done; TaskFailedError when it fails,
+        TaskTimeoutError after `timeout` seconds. Polls start short and back off; a transient read
+        failure is waited out within the timeout."""
+        box_id = reinstall.box_id
+        call = f"GET {self.SERVER_PATH}"
+        last = ""
+
+        def check() -> bool | None:
+            nonlocal last
+            try:
+                state = self.install_state(box_id, reinstall)
+            except TransientVendorError as error:
+                last = str(error)
+                return None
+            last = state.value
+            if state is InstallState.FAILED:
+                raise TaskFailedError(
+                    vendor=self.VENDOR, call=call, subject=box_id, message=f"the {self.WHAT} reinstall failed"
+                )
+            return True if state is InstallState.DONE else None
+
+        try:
+            poll(
+                check,
+                timeout=timeout,
+                policy=self._poll,
+                what="reinstall",
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+        except PollTimeout:
+            raise TaskTimeoutError(
+                vendor=self.VENDOR,
+                call=call,
+                subject=box_id,
+                message=f"reinstall not finished after {timeout:g}s (last seen: {last or 'no answer'})",
+            ) from None
 
     def _api_of(self, api_class: type[T]) -> T:
         return timed(api_class, self._client, self._timeouts)
@@ -378,18 +464,22 @@ class ProjectClient(MarkerFiltering):
         found = self._ssh_key_id(key)
         if found:
             return found
-        try:
+
+        def post() -> str:
             created = self._caller.call(
                 "POST /iam/v1alpha1/ssh-keys",
                 lambda: self._iam.create_ssh_key(public_key=key, name=name, project_id=self._project_id),
                 subject=name,
             )
+            return str(created.id)
+
+        try:
+            return self._caller.verified(post, lambda: self._ssh_key_id(key))
         except ConflictError:
             found = self._ssh_key_id(key)
             if found:
                 return found
             raise
-        return str(created.id)
 
     def _ssh_key_id(self, key: str) -> str | None:
         keys = self._caller.call(
@@ -404,18 +494,42 @@ class ProjectClient(MarkerFiltering):
     def _register_fleet_key(self, public_key: str, *, box_id: str) -> str:
         """The IAM id of the fleet key, registered under a name derived from the key itself."""
         key = single_line_key(public_key, where=f"{self.WHAT} reinstall of {box_id}")
-        return self.register_ssh_key("tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12], key)
+        return self.register_ssh_key(fleet_key_name(key), key)
 
-    def _already_running(self, refused: ConflictError, box_id: str, what: str) -> TaskAlreadyExistsError:
-        return TaskAlreadyExistsError(
-            vendor=self.VENDOR,
-            call=refused.call,
-            status=refused.status,
-            code=refused.code,
-            request_id=refused.request_id,
-            subject=box_id,
-            message=f"{what} already runs ({refused.message})",
-        )
+    def _start(
+        self,
+        box_id: str,
+        post: Callable[[], object],
+        progress: Callable[[], tuple[InstallState, str]],
+        what: str,
+    ) -> Reinstall:
+        """Start a (re)install the vendor runs on its own, once: `post` sends it, `progress` reads the
+        server's (state, what identifies its last install). A (re)install already running is followed,
+        never a second one sent; a lost answer is settled by reading back whether the install record
+        changed; a 409 while one runs (a parallel release) is that one's ticket."""
+        ticket = Reinstall(vendor=self.VENDOR_ENUM, box_id=box_id, started_running=True)
+        state, before = progress()
+        if state is InstallState.RUNNING:
+            log.info("%s %s of %s already runs; following it", self.WHAT, what, box_id)
+            return ticket
+
+        def send() -> Reinstall:
+            post()
+            return ticket
+
+        def read_back() -> Reinstall | None:
+            state, now = progress()
+            if state is InstallState.RUNNING or (state is not InstallState.PENDING and now != before):
+                return ticket
+            return None  # the server shows no new install: the POST started nothing
+
+        try:
+            return self._caller.verified(send, read_back)
+        except ConflictError:
+            if progress()[0] is not InstallState.RUNNING:
+                raise
+            log.info("%s %s of %s already runs; following it", self.WHAT, what, box_id)
+            return ticket
 
     def _attach(
         self, pn_api: Any, *, zone: str, server_id: str, private_network_id: str, box_id: str, path: str

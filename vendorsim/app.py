@@ -1,11 +1,27 @@
-"""The WSGI application: routes each request to its vendor, applies faults, audits writes."""
+"""The WSGI application: routes each request to its vendor, applies faults, audits writes.
+
+A vendor plugs in as a module in `VENDORS` (name -> module). Required: `PREFIX` (the mount, e.g.
+"/ovh/1.0"), `ROUTES` (a werkzeug Map whose endpoints are handlers `handler(sim, call, **args)`
+returning a JSON-able body or a `Reply`, raising `VendorError` for the vendor's error answers),
+`seed(sim)` (state and boxes from the inventory), `authenticate(sim, call)`,
+`injected_error(status)` (an injected fault's body in the vendor's error shape),
+`route_not_found(path)` and `bad_method(method, path)` (VendorErrors). Optional: `UNAUTHENTICATED`
+(handlers that skip authenticate), `BODY = "form"` (form-encoded bodies; default JSON),
+`invalid_body(message)` (the VendorError for an unreadable body), `check_rate_limit(sim, call,
+rule)`, `settle(sim)` (advance async work before each request), `id_headers()` (per-response
+request-id headers), `state(sim)` (the vendor's part of /_admin/state), `TOTAL_COUNT_HEADER`
+(the header a list's total_count is mirrored in), `OWNS` (path prefixes a module answers under a
+mount it shares: Elastic Metal and Apple silicon under /scaleway).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
+import socket
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
@@ -16,11 +32,15 @@ from werkzeug.wrappers import Request, Response
 
 from vendorsim import applesilicon, artifacts, dedibox, ovh, robot, scaleway_em
 from vendorsim.core import Call, Reply, Sim, VendorError, redact
-from vendorsim.faults import FaultSpecError
+from vendorsim.faults import Decision, FaultSpecError
+
+log = logging.getLogger("vendorsim")
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _RULE_ARG = re.compile(r"<(?:\w+:)?(\w+)>")
 
+# The simulated vendors (see the module docstring for what a vendor module provides). Elastic Metal
+# and Apple silicon share Scaleway's one mount; each answers the paths its `OWNS` names.
 VENDORS: dict[str, ModuleType] = {
     "ovh": ovh,
     "dedibox": dedibox,
@@ -28,8 +48,6 @@ VENDORS: dict[str, ModuleType] = {
     "scaleway_em": scaleway_em,
     "applesilicon": applesilicon,
 }
-# Vendors whose JSON lists carry total_count, mirrored in an X-Total-Count header (Scaleway's APIs).
-TOTAL_COUNT_HEADER = frozenset({"dedibox", "scaleway_em", "applesilicon"})
 
 
 def _vendor_of(path: str) -> tuple[str, str] | None:
@@ -67,18 +85,18 @@ class App:
                 404,
                 {
                     "message": f"no simulated vendor at {request.path}; "
-                    "use /ovh/1.0, /dedibox, /robot, /scaleway or /_admin"
+                    f"use {', '.join(dict.fromkeys(m.PREFIX for m in VENDORS.values()))} or /_admin"
                 },
             )
         vendor, subpath = found
         module = VENDORS[vendor]
-        headers = _id_headers(vendor)
+        headers = _id_headers(module)
         decision = self.sim.faults.decide(vendor, request.method, request.path)
         if decision.latency_s:
             time.sleep(decision.latency_s)  # outside the lock: slow responses must not stall others
-        if decision.status is not None:
-            extra = {"Retry-After": str(decision.retry_after)} if decision.retry_after is not None else {}
-            return _json(decision.status, module.injected_error(decision.status), {**headers, **extra})
+        if decision.fails and not decision.lost:
+            # Failed before the vendor did anything.
+            return self._fault_answer(request, module, decision, headers)
         call = Call(request=request, vendor=vendor)
         with self.sim.lock:
             status, body, more = self._dispatch(module, call, subpath)
@@ -93,11 +111,26 @@ class App:
                     box=call.box,
                 )
             self.sim.store.commit()
+        if decision.lost and status < 400:
+            # Carried out and committed; the client never learns it.
+            log.info("fault: %s %s carried out, answer lost", request.method, request.path)
+            return self._fault_answer(request, module, decision, headers)
         headers.update(more)
-        listed = status == 200 and isinstance(body, dict) and "total_count" in body
-        if vendor in TOTAL_COUNT_HEADER and listed:
-            headers["X-Total-Count"] = str(body["total_count"])
+        total_header = getattr(module, "TOTAL_COUNT_HEADER", None)
+        if total_header and status == 200 and isinstance(body, dict) and "total_count" in body:
+            headers[total_header] = str(body["total_count"])
         return _json(status, body, headers)
+
+    @staticmethod
+    def _fault_answer(
+        request: Request, module: ModuleType, decision: Decision, headers: dict[str, str]
+    ) -> Response:
+        if decision.drop:
+            _drop_connection(request)
+            return Response(b"", status=500)
+        assert decision.status is not None
+        extra = {"Retry-After": str(decision.retry_after)} if decision.retry_after is not None else {}
+        return _json(decision.status, module.injected_error(decision.status), {**headers, **extra})
 
     def _dispatch(self, module: ModuleType, call: Call, subpath: str) -> tuple[int, Any, dict[str, str]]:
         adapter = module.ROUTES.bind("vendorsim", path_info=subpath)
@@ -109,10 +142,11 @@ class App:
             except MethodNotAllowed:
                 raise module.bad_method(call.request.method, subpath) from None
             handler = rule.endpoint
-            if not (module is ovh and handler in ovh.UNAUTHENTICATED):
+            if handler not in getattr(module, "UNAUTHENTICATED", frozenset()):
                 module.authenticate(self.sim, call)
-            if module is robot:
-                robot.check_rate_limit(self.sim, call, _RULE_ARG.sub(r"<\1>", rule.rule))
+            check_rate_limit = getattr(module, "check_rate_limit", None)
+            if check_rate_limit is not None:
+                check_rate_limit(self.sim, call, _RULE_ARG.sub(r"<\1>", rule.rule))
             _parse_body(module, call)
             # Settle tasks and keep their effects even if the handler then fails.
             self._settle()
@@ -126,10 +160,10 @@ class App:
         return 200, result, {}
 
     def _settle(self) -> None:
-        ovh.settle(self.sim)
-        dedibox.settle(self.sim)
-        scaleway_em.settle(self.sim)
-        applesilicon.settle(self.sim)
+        for module in VENDORS.values():
+            settle = getattr(module, "settle", None)
+            if settle is not None:
+                settle(self.sim)
 
     # --- /_admin ------------------------------------------------------------------
 
@@ -159,8 +193,16 @@ class App:
             if route == ("DELETE", "/_admin/faults"):
                 self.sim.faults.clear()
                 return _json(200, self.sim.faults.describe())
+            if route == ("GET", "/_admin/behaviour"):
+                return _json(200, self.sim.behaviour.describe())
+            if route == ("POST", "/_admin/behaviour"):
+                try:
+                    self.sim.behaviour.set(json.loads(request.get_data(as_text=True) or "null"))
+                except (ValueError, FaultSpecError) as e:
+                    return _json(400, {"error": f"behaviour: {e}"})
+                return _json(200, self.sim.behaviour.describe())
             if route == ("POST", "/_admin/reset"):
-                self.sim.faults.clear()
+                self.sim.apply_inventory_settings()
                 self.sim.seed()
                 self.sim.reset_boxes()
                 return _json(200, {"reset": True})
@@ -169,38 +211,13 @@ class App:
         )
 
     def state(self) -> dict[str, Any]:
-        store = self.sim.store
-        state: dict[str, Any] = redact(
-            {
-                "ovh": {
-                    "servers": store.all("ovh_server"),
-                    "tasks": _public(store.all("ovh_task")),
-                    "ips": store.all("ovh_ip"),
-                    "ip_tasks": _public(store.all("ovh_ip_task")),
-                },
-                "dedibox": {
-                    "servers": store.all("dedibox_server"),
-                    "installs": _public(store.all("dedibox_install")),
-                    "failover_ips": store.all("dedibox_fip"),
-                    "ssh_keys": store.all("iam_ssh_key"),
-                },
-                "robot": {
-                    "servers": store.all("robot_server"),
-                    "keys": store.all("robot_key"),
-                    "failover_ips": store.all("robot_failover"),
-                },
-                "scaleway_em": {
-                    "servers": _public(store.all(scaleway_em.SERVERS)),
-                    "private_networks": store.all(scaleway_em.ATTACHMENTS),
-                },
-                "applesilicon": {
-                    "servers": _public(store.all(applesilicon.SERVERS)),
-                    "private_networks": store.all(applesilicon.ATTACHMENTS),
-                },
-                "boxes": store.all("box"),
-            }
-        )
-        return state
+        state: dict[str, Any] = {}
+        for name, module in VENDORS.items():
+            vendor_state = getattr(module, "state", None)
+            if vendor_state is not None:
+                state[name] = vendor_state(self.sim)
+        state["boxes"] = self.sim.store.all("box")
+        return dict(redact(state))
 
 
 def _artifact(request: Request) -> Response:
@@ -222,8 +239,13 @@ def _raw_path(request: Request) -> str:
     return str(raw) if raw else request.full_path.rstrip("?")
 
 
-def _public(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in d.items() if not k.startswith("secret_")} for d in docs]
+def _drop_connection(request: Request) -> None:
+    """Close the client's connection with no answer at all (a timeout or reset, as it sees it)."""
+    sock = request.environ.get("werkzeug.socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _flat_form(form: dict[str, list[str]]) -> dict[str, Any]:
@@ -232,16 +254,10 @@ def _flat_form(form: dict[str, list[str]]) -> dict[str, Any]:
 
 def _parse_body(module: ModuleType, call: Call) -> None:
     raw = call.request.get_data(as_text=True)
-    if module is robot:
-        # Robot takes form-encoded bodies; a repeated field (authorized_key) is a list.
+    if getattr(module, "BODY", "json") == "form":
+        # Form-encoded bodies (Robot); a repeated field (authorized_key) is a list.
         if raw and not call.request.mimetype.startswith("application/x-www-form-urlencoded"):
-            raise robot.error(
-                400,
-                "INVALID_INPUT",
-                "request body must be application/x-www-form-urlencoded",
-                missing=[],
-                invalid=[],
-            )
+            raise module.invalid_body("request body must be application/x-www-form-urlencoded")
         call.form = parse_qs(raw, keep_blank_values=True)
         return
     if not raw:
@@ -249,17 +265,12 @@ def _parse_body(module: ModuleType, call: Call) -> None:
     try:
         call.body = json.loads(raw)
     except ValueError:
-        if module is ovh:
-            raise ovh.error(400, "Invalid JSON received") from None
-        raise dedibox.invalid_request("request body is not valid JSON") from None
+        raise module.invalid_body("request body is not valid JSON") from None
 
 
-def _id_headers(vendor: str) -> dict[str, str]:
-    if vendor == "ovh":
-        return {"X-OVH-QUERYID": f"CA.ext-1.{uuid.uuid4().hex[:8]}.{uuid.uuid4()}"}
-    if vendor in ("dedibox", "scaleway_em", "applesilicon"):
-        return {"x-request-id": str(uuid.uuid4())}
-    return {}
+def _id_headers(module: ModuleType) -> dict[str, str]:
+    id_headers = getattr(module, "id_headers", None)
+    return dict(id_headers()) if id_headers is not None else {}
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:

@@ -27,8 +27,17 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
-from vendorsim.core import Call, Reply, Sim, iso
-from vendorsim.dedibox import bad_method, injected_error, invalid_argument, not_found, route_not_found
+from vendorsim.core import Call, Reply, Sim, iso, public
+from vendorsim.dedibox import (
+    TOTAL_COUNT_HEADER,
+    bad_method,
+    id_headers,
+    injected_error,
+    invalid_argument,
+    invalid_body,
+    not_found,
+    route_not_found,
+)
 from vendorsim.scaleway_common import (
     PREFIX,
     attachments_page,
@@ -50,12 +59,16 @@ __all__ = [
     "OWNS",
     "PREFIX",
     "ROUTES",
+    "TOTAL_COUNT_HEADER",
     "authenticate",
     "bad_method",
+    "id_headers",
     "injected_error",
+    "invalid_body",
     "route_not_found",
     "seed",
     "settle",
+    "state",
 ]
 
 OWNS = ("/apple-silicon/",)
@@ -107,6 +120,10 @@ def _password() -> str:
     # Scaleway's look: 12 letters and digits.
     alphabet = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
     return "".join(secrets.choice(alphabet) for _ in range(12))
+
+
+def state(sim: Sim) -> dict[str, Any]:
+    return {"servers": public(sim.store.all(SERVERS)), "private_networks": sim.store.all(ATTACHMENTS)}
 
 
 # --- seeding ---------------------------------------------------------------------------------------

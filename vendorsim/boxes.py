@@ -106,6 +106,18 @@ class Hardware:
 RUNNABLE_UNITS = ("kubelet.service",)
 
 
+def _install_host_key(ssh_dir: Path, pem: str, comment: str) -> None:
+    """Make `pem` (an ed25519 OpenSSH private key) the box's sshd host key."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_private_key(pem.encode(), password=None)
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    private = ssh_dir / "ssh_host_ed25519_key"
+    private.write_text(pem)
+    private.chmod(0o600)
+    (ssh_dir / "ssh_host_ed25519_key.pub").write_text(f"{public.decode()} {comment}\n")
+
+
 def fingerprint_of(public_key_line: str) -> str:
     """OpenSSH SHA256 fingerprint of a public key line."""
     blob = base64.b64decode(public_key_line.split()[1])
@@ -201,9 +213,13 @@ class BoxFarm:
             self._start(box_key)
             return self._info(box_key)
 
-    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> BoxInfo:
+    def boot_rescue(
+        self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
+    ) -> BoxInfo:
         """Boot Robot's rescue system: a fresh system in RAM (new host key, root with `authorized_key`,
-        also in /root/.ssh/authorized_keys for installimage to copy), the disk left as it is."""
+        also in /root/.ssh/authorized_keys for installimage to copy), the disk left as it is.
+        `host_key_pem`: the ed25519 host key (OpenSSH PEM) Robot announced when the rescue boot was
+        armed; without it a new one is made."""
         box = self._box_dir(box_key)
         with self._lock:
             endpoint = self._configured_endpoint(box)
@@ -222,6 +238,8 @@ class BoxFarm:
             self._write_identity(
                 box_key, user="root", key_line=key_line, sudo_password=None, new_host_key=True
             )
+            if host_key_pem is not None:
+                _install_host_key(box / "ssh", host_key_pem, f"root@{box_key}")
             _seed_os(box / "rescue" / "root", "rescue")
             ssh_dir = box / "rescue" / "root" / "root" / ".ssh"
             ssh_dir.mkdir(parents=True)

@@ -14,7 +14,7 @@ from typing import Any
 from werkzeug.wrappers import Request
 
 from vendorsim.farm import Farm
-from vendorsim.faults import Faults
+from vendorsim.faults import Behaviour, Faults
 from vendorsim.inventory import Inventory
 from vendorsim.store import Store
 
@@ -76,21 +76,27 @@ class Sim:
         self.clock = clock
         self.lock = threading.RLock()
         self.faults = Faults()
+        self.behaviour = Behaviour()
         self.store = Store(state_dir / "vendorsim.db")
         self.robot_hits: dict[tuple[str, str], list[float]] = {}
+        self.apply_inventory_settings()
         if reset or self.store.get_meta("seeded") is None:
             self.seed()
 
+    def apply_inventory_settings(self) -> None:
+        """Faults and behaviours back to what the inventory starts with (none, by default)."""
+        self.faults.clear()
+        for spec in self.inventory.faults:
+            self.faults.add(dict(spec))
+        self.behaviour.reset(dict(self.inventory.behaviour))
+
     def seed(self) -> None:
-        from vendorsim import applesilicon, dedibox, ovh, robot, scaleway_em
+        from vendorsim.app import VENDORS
 
         with self.lock:
             self.store.wipe()
-            ovh.seed(self)
-            dedibox.seed(self)
-            robot.seed(self)
-            scaleway_em.seed(self)
-            applesilicon.seed(self)
+            for module in VENDORS.values():
+                module.seed(self)
             self.store.set_meta("seeded", iso(self.clock()))
             self.store.commit()
             self.robot_hits.clear()
@@ -167,13 +173,19 @@ class Sim:
         )
         self._record_box(box, info)
 
-    def boot_rescue(self, key: str, *, authorized_key: str | None) -> None:
-        """Robot: the box boots the rescue system (root, the rescue keys); its disk is kept."""
+    def boot_rescue(self, key: str, *, authorized_key: str | None, host_key_pem: str | None = None) -> None:
+        """Robot: the box boots the rescue system (root, the rescue keys, the host key Robot
+        announced when the rescue boot was armed); its disk is kept."""
         box = self.store.get("box", key)
         if box is None:
             raise KeyError(f"no box {key}")
         box["state"] = "rescue"
-        self._record_box(box, self.farm.boot_rescue(key, authorized_key=authorized_key))
+        info = (
+            self.farm.boot_rescue(key, authorized_key=authorized_key, host_key_pem=host_key_pem)
+            if host_key_pem is not None
+            else self.farm.boot_rescue(key, authorized_key=authorized_key)
+        )
+        self._record_box(box, info)
 
     def reboot_box(self, key: str) -> None:
         """A hardware reset with no rescue armed: the box boots the OS on its disk. Out of the rescue
@@ -216,11 +228,19 @@ class Sim:
         return min(int(elapsed / self.task_seconds * running), running - 1), False
 
     def advance(self, task: dict[str, Any], phases: list[str], failed: str) -> tuple[str | None, bool]:
-        """The status wall time puts `task` in (`failed` when it finishes with a fault injected),
-        or None when that is the status it already has; and whether it has finished."""
+        """The status wall time puts `task` in (its injected failure status, or `failed`, when it
+        finishes with a fault injected), or None when that is the status it already has; and
+        whether it has finished."""
         index, finished = self.phase(task["created_at"], phases)
-        status = failed if finished and task["fail"] else phases[index]
+        fail = task.get("fail")
+        failure = failed if fail is True else fail
+        status = failure if finished and failure else phases[index]
         return (None if status == task["status"] else status), finished
+
+
+def public(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored documents without their `secret_` fields, for /_admin/state."""
+    return [{k: v for k, v in d.items() if not k.startswith("secret_")} for d in docs]
 
 
 def iso(epoch: float) -> str:

@@ -16,7 +16,8 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
-from vendorsim.core import Call, Sim, VendorError, iso
+from providers.vendor import MARKER_LIMITS, Vendor
+from vendorsim.core import Call, Sim, VendorError, iso, public
 
 PREFIX = "/dedibox"
 INSTALL_PHASES = [
@@ -33,6 +34,10 @@ INSTALL_PHASES = [
 INSTALL_RUNNING = frozenset(INSTALL_PHASES[:-1])
 ATTACH_PHASES = ["busy", "ready"]
 MAX_PAGE_SIZE = 100
+# Dedibox publishes no tag limit: vendorsim enforces the one the client assumes (one table for both).
+TAG_MAX = MARKER_LIMITS[Vendor.DEDIBOX].max_length
+TAG = re.compile(MARKER_LIMITS[Vendor.DEDIBOX].pattern)
+TOTAL_COUNT_HEADER = "X-Total-Count"
 
 
 def invalid_argument(name: str, help_message: str, reason: str = "constraint") -> VendorError:
@@ -60,6 +65,23 @@ def not_found(resource: str, resource_id: Any) -> VendorError:
 
 def invalid_request(message: str) -> VendorError:
     return VendorError(400, {"message": message, "type": "invalid_request_error"})
+
+
+def invalid_body(message: str) -> VendorError:
+    return invalid_request(message)
+
+
+def id_headers() -> dict[str, str]:
+    return {"x-request-id": str(uuid.uuid4())}
+
+
+def state(sim: Sim) -> dict[str, Any]:
+    return {
+        "servers": sim.store.all("dedibox_server"),
+        "installs": public(sim.store.all("dedibox_install")),
+        "failover_ips": sim.store.all("dedibox_fip"),
+        "ssh_keys": sim.store.all("iam_ssh_key"),
+    }
 
 
 def injected_error(status: int) -> Any:
@@ -415,6 +437,10 @@ def settle(sim: Sim) -> None:
             else:
                 server["status"] = "error"
             sim.store.put("dedibox_server", server["id"], server)
+            if status == "missing":
+                # The other failure seen: the install record is gone, the server in error.
+                sim.store.delete("dedibox_install", install["server_id"])
+                continue
         sim.store.put("dedibox_install", install["server_id"], install)
     for fip in sim.store.all("dedibox_fip"):
         attach = fip["attach"]
@@ -424,6 +450,7 @@ def settle(sim: Sim) -> None:
         if not finished:
             continue
         if not attach["fail"]:
+            # server_id None: a detach.
             fip["server_id"] = attach["server_id"]
         fip["attach"] = None
         sim.store.put("dedibox_fip", fip["id"], fip)
@@ -466,6 +493,12 @@ def update_tags(sim: Sim, call: Call, zone: str, server_id: int) -> Any:
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise invalid_argument(
             "tags", "tags must be a list of strings", reason="required" if tags is None else "constraint"
+        )
+    bad = [t for t in tags if len(t) > TAG_MAX or not TAG.match(t)]
+    if bad:
+        raise invalid_argument(
+            "tags",
+            f"each tag must be at most {TAG_MAX} characters of letters, digits, '.', '_', '-': {bad[0]!r}",
         )
     server["tags"] = tags
     sim.store.put("dedibox_server", server_id, server)
@@ -602,6 +635,11 @@ def attach_fips(sim: Sim, call: Call, zone: str) -> Any:
             raise not_found("dedibox_failover_ip", ip_id)
         if fip["attach"] is not None:
             raise invalid_request(f"failover ip {fip['address']} is busy")
+        elsewhere = fip["server_id"] and fip["server_id"] != server_id
+        if elsewhere and sim.behaviour.get("dedibox.attach_when_attached") == "reject":
+            raise invalid_request(
+                f"failover ip {fip['address']} is attached to server {fip['server_id']}: detach it first"
+            )
         fips.append(fip)
     now = sim.clock()
     for fip in fips:
@@ -612,6 +650,67 @@ def attach_fips(sim: Sim, call: Call, zone: str) -> Any:
         }
         sim.store.put("dedibox_fip", fip["id"], fip)
     return {}
+
+
+def detach_fips(sim: Sim, call: Call, zone: str) -> Any:
+    """POST failover-ips/detach {"fips_ids"}: each IP goes `busy`, then `ready` on no server."""
+    _zone(sim, zone)
+    body = call.body if isinstance(call.body, dict) else {}
+    fips_ids = body.get("fips_ids")
+    if not isinstance(fips_ids, list) or not fips_ids or not all(isinstance(i, int) for i in fips_ids):
+        raise invalid_argument("fips_ids", "fips_ids must be a non-empty list of integers", reason="required")
+    fips = []
+    for ip_id in fips_ids:
+        fip = sim.store.get("dedibox_fip", ip_id)
+        if fip is None or fip["zone"] != zone:
+            raise not_found("dedibox_failover_ip", ip_id)
+        if fip["attach"] is not None:
+            raise invalid_request(f"failover ip {fip['address']} is busy")
+        fips.append(fip)
+    now = sim.clock()
+    for fip in fips:
+        if fip["server_id"]:
+            server = sim.store.get("dedibox_server", fip["server_id"])
+            call.box = server["box"] if server else None
+            fip["attach"] = {"server_id": None, "created_at": now, "fail": None}
+            sim.store.put("dedibox_fip", fip["id"], fip)
+    return {}
+
+
+def partitioning(sim: Sim, call: Call, zone: str, server_id: int, os_id: int) -> Any:
+    """GET servers/{id}/partitioning/{os_id}: the default layout of that OS on that server; 400 for
+    an OS without custom partitioning (the client sends `partitions` only when it allows them)."""
+    _server(sim, zone, server_id)
+    os = _os(sim, os_id)
+    if os is None:
+        raise not_found("dedibox_os", os_id)
+    if not os["allow_custom_partitioning"]:
+        raise invalid_request(f"os {os['name']} does not allow custom partitioning")
+    return {
+        "partitions": [
+            {
+                "file_system": "efi",
+                "raid_level": "no_raid",
+                "capacity": 536870912,
+                "connectors": ["sda"],
+                "mount_point": "/boot/efi",
+            },
+            {
+                "file_system": "swap",
+                "raid_level": "no_raid",
+                "capacity": 4294967296,
+                "connectors": ["sda"],
+                "mount_point": None,
+            },
+            {
+                "file_system": "ext4",
+                "raid_level": "no_raid",
+                "capacity": 0,
+                "connectors": ["sda"],
+                "mount_point": "/",
+            },
+        ]
+    }
 
 
 def list_ssh_keys(sim: Sim, call: Call) -> Any:
@@ -682,6 +781,10 @@ ROUTES = Map(
         Rule(f"{_Z}/os", methods=["GET"], endpoint=list_os),
         Rule(f"{_Z}/failover-ips", methods=["GET"], endpoint=list_fips),
         Rule(f"{_Z}/failover-ips/attach", methods=["POST"], endpoint=attach_fips),
+        Rule(f"{_Z}/failover-ips/detach", methods=["POST"], endpoint=detach_fips),
+        Rule(
+            f"{_Z}/servers/<int:server_id>/partitioning/<int:os_id>", methods=["GET"], endpoint=partitioning
+        ),
         Rule(f"{_Z}/failover-ips/<int:ip_id>", methods=["GET"], endpoint=get_fip),
         Rule("/iam/v1alpha1/ssh-keys", methods=["GET"], endpoint=list_ssh_keys),
         Rule("/iam/v1alpha1/ssh-keys", methods=["POST"], endpoint=create_ssh_key),

@@ -37,7 +37,9 @@ class Farm(Protocol):
         platform: Mapping[str, object] | None = None,
     ) -> Any: ...
 
-    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> Any: ...
+    def boot_rescue(
+        self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
+    ) -> Any: ...
 
     def reboot(self, box_key: str, *, new_host_key: bool) -> Any: ...
 
@@ -76,7 +78,9 @@ class NoSshFarm:
     ) -> None:
         return None
 
-    def boot_rescue(self, box_key: str, *, authorized_key: str | None) -> None:
+    def boot_rescue(
+        self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
+    ) -> None:
         return None
 
     def reboot(self, box_key: str, *, new_host_key: bool) -> None:

@@ -290,6 +290,36 @@ class Inventory(_Strict):
     robot: RobotAccount
     scaleway_em: ElasticMetalAccount | None = None
     applesilicon: AppleSiliconAccount | None = None
+    # Faults active from the start (the shape of POST /_admin/faults); none in the dev inventory.
+    faults: list[dict[str, Any]] = Field(default_factory=list)
+    # Vendor behaviours the documentation leaves open (vendorsim/faults.py BEHAVIOURS): name -> value.
+    behaviour: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("faults")
+    @classmethod
+    def _faults(cls, faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from vendorsim.faults import Faults, FaultSpecError
+
+        problems = []
+        for i, spec in enumerate(faults):
+            try:
+                Faults().add(dict(spec))
+            except FaultSpecError as e:
+                problems.append(f"[{i}]: {e}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return faults
+
+    @field_validator("behaviour")
+    @classmethod
+    def _behaviour(cls, behaviour: dict[str, str]) -> dict[str, str]:
+        from vendorsim.faults import Behaviour, FaultSpecError
+
+        try:
+            Behaviour(dict(behaviour))
+        except FaultSpecError as e:
+            raise ValueError(str(e)) from None
+        return behaviour
 
     @model_validator(mode="after")
     def _scaleway_credentials(self) -> Inventory:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import uuid
 from typing import Any
 
 from werkzeug.routing import BaseConverter, Map, Rule
 
-from vendorsim.core import Call, Sim, VendorError, iso_offset
+from providers.vendor import MARKER_LIMITS, Vendor
+from vendorsim.core import Call, Sim, VendorError, iso_offset, public
 
 PREFIX = "/ovh/1.0"
 MAX_CLOCK_SKEW_S = 300
@@ -28,6 +30,10 @@ FILE_SYSTEMS = frozenset(
     {"btrfs", "ext3", "ext4", "fat16", "none", "ntfs", "reiserfs", "swap", "ufs", "xfs", "zfs"}
 )
 RAID_LEVELS = frozenset({0, 1, 5, 6, 7, 10})
+REBOOT = "hardReboot"
+# The displayName the simulator accepts: OVH documents no limit; this is the client's assumption.
+DISPLAY_NAME_MAX = MARKER_LIMITS[Vendor.OVH].max_length
+DISPLAY_NAME = re.compile(MARKER_LIMITS[Vendor.OVH].pattern)
 
 _HTTP_REASONS = {400: "400 Bad Request", 401: "401 Unauthorized", 403: "403 Forbidden"}
 _CLASS_FOR_STATUS = {
@@ -60,6 +66,23 @@ def error(status: int, message: str, cls: str | None = None) -> VendorError:
         status,
         {"class": cls or _CLASS_FOR_STATUS.get(status, "Server::InternalServerError"), "message": message},
     )
+
+
+def invalid_body(message: str) -> VendorError:
+    return error(400, "Invalid JSON received" if "JSON" in message else message)
+
+
+def id_headers() -> dict[str, str]:
+    return {"X-OVH-QUERYID": f"CA.ext-1.{uuid.uuid4().hex[:8]}.{uuid.uuid4()}"}
+
+
+def state(sim: Sim) -> dict[str, Any]:
+    return {
+        "servers": sim.store.all("ovh_server"),
+        "tasks": public(sim.store.all("ovh_task")),
+        "ips": sim.store.all("ovh_ip"),
+        "ip_tasks": public(sim.store.all("ovh_ip_task")),
+    }
 
 
 def injected_error(status: int) -> Any:
@@ -253,7 +276,7 @@ def settle(sim: Sim) -> None:
         task.update(status=status, lastUpdate=now)
         if finished:
             task["doneDate"] = now
-            if status == "done":
+            if status == "done" and task["function"] == REINSTALL:
                 server = _server(sim, task["serviceName"])
                 server["os"] = task["params"]["operatingSystem"]
                 server["storage"] = task["params"]["storage"]
@@ -266,8 +289,11 @@ def settle(sim: Sim) -> None:
                     sudo_password=None,
                     nopasswd_sudo=True,
                 )
-            else:
-                task["comment"] = "Reinstallation failed"
+            elif status != "done":
+                task["comment"] = {
+                    "customerError": "Reinstallation failed: partitioning incompatible with this hardware",
+                    "cancelled": "Reinstallation cancelled",
+                }.get(status, "Reinstallation failed")
         sim.store.put("ovh_task", task["taskId"], task)
     for task in sim.store.all("ovh_ip_task"):
         if task["status"] not in TASK_RUNNING:
@@ -371,6 +397,13 @@ def put_service(sim: Sim, call: Call, service_id: int) -> Any:
     display_name = resource.get("displayName")
     if not isinstance(display_name, str):
         raise error(400, "[resource.displayName] Property is mandatory and must be a string")
+    # OVH publishes no limit; vendorsim enforces the one the client assumes (docs/vendor-behaviour.md).
+    if len(display_name) > DISPLAY_NAME_MAX or not DISPLAY_NAME.match(display_name):
+        raise error(
+            400,
+            f"[resource.displayName] Invalid value: at most {DISPLAY_NAME_MAX} characters among "
+            "letters, digits, '.', '_' and '-'",
+        )
     name = resource.get("name")
     if name is not None and name != s["name"]:
         raise error(400, f"[resource.name] '{name}' does not match service {service_id} ({s['name']})")
@@ -496,7 +529,10 @@ def reinstall(sim: Sim, call: Call, svc: str) -> Any:
             raise error(400, "[customizations.sshKey] Invalid SSH public key")
     storage = _validate_storage(server, body.get("storage"))
     for other in sim.store.all("ovh_task"):
-        if other["serviceName"] == svc and other["function"] == REINSTALL and other["status"] in TASK_RUNNING:
+        running = other["serviceName"] == svc and other["function"] == REINSTALL
+        if running and other["status"] in TASK_RUNNING:
+            if sim.behaviour.get("ovh.reinstall_while_running") == "accept":
+                break  # the alternative answer: OVH queues a second reinstall task
             raise error(
                 400,
                 f"A reinstallation is already in {other['status']}",
@@ -541,6 +577,40 @@ def get_task(sim: Sim, call: Call, svc: str, task_id: int) -> Any:
     task = sim.store.get("ovh_task", task_id)
     if task is None or task["serviceName"] != svc:
         raise error(404, f"The requested object (taskId = {task_id}) does not exist")
+    if task["status"] in TASK_RUNNING and task["function"] == REINSTALL:
+        _flaky_read(sim, f"ovh.{REINSTALL}", task_id)
+    return _task_view(sim, task)
+
+
+def _flaky_read(sim: Sim, kind: str, task_id: int) -> None:
+    """OVH answers 404 or 500 for a task in flight now and then (task_read_fault)."""
+    status = sim.faults.take_task_read_fault(kind)
+    if status == 404:
+        raise error(404, f"The requested object (taskId = {task_id}) does not exist")
+    if status is not None:
+        raise error(500, "Internal server error")
+
+
+def reboot(sim: Sim, call: Call, svc: str) -> Any:
+    """POST /dedicated/server/{svc}/reboot: a hardReboot task (a task that is not an install)."""
+    server = _server(sim, svc)
+    call.box = server["box"]
+    now = sim.clock()
+    task_id = sim.store.next_id("ovh_task", 600_000_001)
+    task = {
+        "taskId": task_id,
+        "serviceName": svc,
+        "function": REBOOT,
+        "status": "init",
+        "comment": "Hard reboot",
+        "startDate": iso_offset(now),
+        "lastUpdate": iso_offset(now),
+        "doneDate": None,
+        "created_at": now,
+        "fail": None,
+        "params": {},
+    }
+    sim.store.put("ovh_task", task_id, task)
     return _task_view(sim, task)
 
 
@@ -580,7 +650,7 @@ def move_ip(sim: Sim, call: Call, block: str) -> Any:
     if target is None:
         raise error(400, f"Destination '{to}' is not a valid destination for this IP")
     call.box = target["box"]
-    if ip["routedTo"] == to:
+    if ip["routedTo"] == to and sim.behaviour.get("ovh.ip_move_to_current") == "reject":
         raise error(400, f"The IP {ip['ip']} is already routed to {to}")
     address = ip["ip"].split("/")[0]
     for other in sim.store.all("ovh_ip_task"):
@@ -615,7 +685,20 @@ def get_ip_task(sim: Sim, call: Call, block: str, task_id: int) -> Any:
     task = sim.store.get("ovh_ip_task", task_id)
     if task is None or task["ip"] != ip["ip"]:
         raise error(404, f"The requested object (taskId = {task_id}) does not exist")
+    if task["status"] in TASK_RUNNING:
+        _flaky_read(sim, "ovh.ipMove", task_id)
     return _ip_task_view(task)
+
+
+def list_ip_tasks(sim: Sim, call: Call, block: str) -> Any:
+    """GET /ip/{ip}/task?function=&status=: the IP's task ids, oldest first."""
+    ip = _ip(sim, block)
+    function, status = call.args.get("function"), call.args.get("status")
+    return [
+        t["taskId"]
+        for t in sorted(sim.store.all("ovh_ip_task"), key=lambda t: t["taskId"])
+        if t["ip"] == ip["ip"] and function in (None, t["function"]) and status in (None, t["status"])
+    ]
 
 
 ROUTES = Map(
@@ -631,12 +714,14 @@ ROUTES = Map(
             endpoint=compatible_templates,
         ),
         Rule("/dedicated/server/<svc>/reinstall", methods=["POST"], endpoint=reinstall),
+        Rule("/dedicated/server/<svc>/reboot", methods=["POST"], endpoint=reboot),
         Rule("/dedicated/server/<svc>/task", methods=["GET"], endpoint=list_tasks),
         Rule("/dedicated/server/<svc>/task/<int:task_id>", methods=["GET"], endpoint=get_task),
         Rule("/services/<int:service_id>", methods=["GET"], endpoint=get_service),
         Rule("/service/<int:service_id>", methods=["PUT"], endpoint=put_service),
         Rule("/ip/<ipblock:block>", methods=["GET"], endpoint=get_ip),
         Rule("/ip/<ipblock:block>/move", methods=["POST"], endpoint=move_ip),
+        Rule("/ip/<ipblock:block>/task", methods=["GET"], endpoint=list_ip_tasks),
         Rule("/ip/<ipblock:block>/task/<int:task_id>", methods=["GET"], endpoint=get_ip_task),
     ],
     converters={"ipblock": IpBlockConverter},

@@ -19,25 +19,57 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
-from vendorsim.core import Call, Reply, Sim, VendorError, iso
+from providers.vendor import MARKER_LIMITS, Vendor
+from vendorsim.core import Call, Reply, Sim, VendorError, iso, public
 
 PREFIX = "/robot"
 RATE_WINDOW_S = 3600
-# Documented limits (requests per hour), keyed "METHOD /route".
+# Documented limits (requests per hour and web-service user), keyed "METHOD /route" (Robot's
+# web-service documentation, as the hrobot-py OpenAPI spec mirrors it).
 DEFAULT_RATE_LIMITS = {
     "GET /server": 200,
+    "GET /server/<n>": 200,
     "POST /server/<n>": 200,
+    "GET /key": 500,
     "POST /key": 200,
+    "GET /boot/<n>/rescue": 500,
     "POST /boot/<n>/rescue": 500,
+    "DELETE /boot/<n>/rescue": 500,
+    "GET /reset/<n>": 500,
     "POST /reset/<n>": 50,
     "GET /failover": 100,
+    "GET /failover/<ip>": 100,
     "POST /failover/<ip>": 50,
+    "DELETE /failover/<ip>": 50,
 }
+# server_name: Robot took it from 50 to 100 characters; its character set is undocumented, and
+# vendorsim enforces the one the client assumes (docs/vendor-behaviour.md).
+SERVER_NAME_MAX = MARKER_LIMITS[Vendor.ROBOT].max_length
+SERVER_NAME = re.compile(f"({MARKER_LIMITS[Vendor.ROBOT].pattern})|^$")  # Robot takes an empty name
 RESET_TYPES = ["sw", "hw", "man"]
+BODY = "form"
 
 
 def error(status: int, code: str, message: str, **extra: Any) -> VendorError:
     return VendorError(status, {"error": {"status": status, "code": code, "message": message, **extra}})
+
+
+def invalid_body(message: str) -> VendorError:
+    return error(400, "INVALID_INPUT", message, missing=[], invalid=[])
+
+
+def state(sim: Sim) -> dict[str, Any]:
+    now = sim.clock()
+    return {
+        "servers": public(sim.store.all("robot_server")),
+        "keys": sim.store.all("robot_key"),
+        "failover_ips": sim.store.all("robot_failover"),
+        # Requests counted against each hourly limit in the current window, per "METHOD /route".
+        "requests_this_hour": {
+            route: len([t for t in hits if now - t < RATE_WINDOW_S])
+            for (_, route), hits in sorted(sim.robot_hits.items())
+        },
+    }
 
 
 def injected_error(status: int) -> Any:
@@ -205,6 +237,24 @@ def _md5_fingerprint(blob: bytes) -> str:
     return ":".join(digest[i : i + 2] for i in range(0, 32, 2))
 
 
+def _new_host_key(comment: str) -> tuple[str, str]:
+    """A fresh ed25519 host key: (OpenSSH private key PEM, public key line)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return pem, f"{public.decode()} {comment}"
+
+
+def _sha256_fingerprint(public_line: str) -> str:
+    blob = base64.b64decode(public_line.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
 def _key_view(key: dict[str, Any]) -> dict[str, Any]:
     return {k: key[k] for k in ("name", "fingerprint", "type", "size", "data", "created_at")}
 
@@ -240,7 +290,8 @@ def _rescue_view(sim: Sim, server: dict[str, Any]) -> dict[str, Any]:
             for key in keys
             if key is not None
         ],
-        "host_key": [],
+        # The item shape is undocumented (docs/vendor-behaviour.md): the authorized_key one.
+        "host_key": [{"key": dict(item)} for item in rescue.get("host_key") or []],
         "boot_time": None,
     }
 
@@ -285,7 +336,7 @@ def update_server(sim: Sim, call: Call, n: int) -> Any:
     name = _form(call, "server_name")
     if name is None:
         raise _missing("server_name")
-    if len(name) > 100:
+    if len(name) > SERVER_NAME_MAX or not SERVER_NAME.match(name):
         raise _invalid("server_name")
     server["server_name"] = name
     sim.store.put("robot_server", n, server)
@@ -365,7 +416,16 @@ def activate_rescue(sim: Sim, call: Call, n: int) -> Any:
             raise _invalid("authorized_key")
     if server["rescue"] is not None:
         raise error(409, "BOOT_ALREADY_ENABLED", "A boot option is already active")
-    server["rescue"] = {"os": os, "authorized_key": fingerprints, "password": secrets.token_urlsafe(9)}
+    # The rescue system's host key is made now, so the activation can announce it (host_key) and
+    # a client can pin the rescue session to it; the reset boots the rescue system with it.
+    pem, public_line = _new_host_key(f"rescue@{server['box']}")
+    server["rescue"] = {
+        "os": os,
+        "authorized_key": fingerprints,
+        "password": secrets.token_urlsafe(9),
+        "host_key": [{"key_type": "ED25519", "fingerprint": _sha256_fingerprint(public_line)}],
+    }
+    server["secret_rescue_host_key"] = pem
     sim.store.put("robot_server", n, server)
     return {"rescue": _rescue_view(sim, server)}
 
@@ -374,6 +434,7 @@ def deactivate_rescue(sim: Sim, call: Call, n: int) -> Any:
     server = _server(sim, n)
     call.box = server["box"]
     server["rescue"] = None
+    server.pop("secret_rescue_host_key", None)
     sim.store.put("robot_server", n, server)
     return {"rescue": _rescue_view(sim, server)}
 
@@ -409,7 +470,9 @@ def reset(sim: Sim, call: Call, n: int) -> Any:
         if box is not None:
             box["rescue_key"] = authorized
             sim.store.put("box", server["box"], box)
-        sim.boot_rescue(server["box"], authorized_key=authorized)
+        sim.boot_rescue(
+            server["box"], authorized_key=authorized, host_key_pem=server.pop("secret_rescue_host_key", None)
+        )
         server["rescue"] = None  # a rescue boot config is consumed by the boot it causes
         sim.store.put("robot_server", n, server)
     else:

@@ -23,9 +23,19 @@ from typing import Any
 
 from werkzeug.routing import Map, Rule
 
+from providers.vendor import MARKER_LIMITS, Vendor
 from vendorsim import dedibox
-from vendorsim.core import Call, Sim, VendorError, iso
-from vendorsim.dedibox import bad_method, injected_error, invalid_argument, not_found, route_not_found
+from vendorsim.core import Call, Sim, VendorError, iso, public
+from vendorsim.dedibox import (
+    TOTAL_COUNT_HEADER,
+    bad_method,
+    id_headers,
+    injected_error,
+    invalid_argument,
+    invalid_body,
+    not_found,
+    route_not_found,
+)
 from vendorsim.scaleway_common import (
     PREFIX,
     attachments_page,
@@ -47,12 +57,16 @@ __all__ = [
     "OWNS",
     "PREFIX",
     "ROUTES",
+    "TOTAL_COUNT_HEADER",
     "authenticate",
     "bad_method",
+    "id_headers",
     "injected_error",
+    "invalid_body",
     "route_not_found",
     "seed",
     "settle",
+    "state",
 ]
 
 # The API paths this module answers under the shared /scaleway mount (app.py dispatches on them).
@@ -63,6 +77,9 @@ OPTION_PHASES = ["option_status_enabling", "option_status_enable"]
 ATTACH_PHASES = ["attaching", "attached"]
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
 SERVERS = "scaleway_em_server"
+# Scaleway publishes no tag limit: vendorsim enforces the one the client assumes (one table for both).
+TAG_MAX = MARKER_LIMITS[Vendor.SCALEWAY_EM].max_length
+TAG = re.compile(MARKER_LIMITS[Vendor.SCALEWAY_EM].pattern)
 ATTACHMENTS = "scaleway_em_attachment"
 
 
@@ -77,6 +94,10 @@ def _creds(sim: Sim) -> Any:
     creds = sim.inventory.credentials.scaleway
     assert creds is not None  # the inventory requires them with scaleway_em
     return creds
+
+
+def state(sim: Sim) -> dict[str, Any]:
+    return {"servers": public(sim.store.all(SERVERS)), "private_networks": sim.store.all(ATTACHMENTS)}
 
 
 # --- seeding ---------------------------------------------------------------------------------------
@@ -419,6 +440,12 @@ def update_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
     tags = body.get("tags")
     if tags is not None and not all(isinstance(t, str) for t in tags):
         raise validation_error({"tags": ["must be a list of strings"]})
+    bad = [t for t in tags or [] if len(t) > TAG_MAX or not TAG.match(t)]
+    if bad:
+        raise invalid_argument(
+            "tags",
+            f"each tag must be at most {TAG_MAX} characters of letters, digits, '.', '_', '-': {bad[0]!r}",
+        )
     if body.get("name") is not None:
         if not body["name"] or len(body["name"]) > 255:
             raise invalid_argument("name", "name must be 1 to 255 characters")
@@ -575,6 +602,7 @@ def delete_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
 def list_attachments(sim: Sim, call: Call, zone: str) -> Any:
     zone_of(_account(sim).zones, zone)
     return attachments_page(sim, call, ATTACHMENTS, zone, _attachment_view)
+
 
 def add_attachment(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
     account = _account(sim)

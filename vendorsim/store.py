@@ -55,6 +55,9 @@ class Store:
             (kind, str(key), json.dumps(doc, sort_keys=True)),
         )
 
+    def delete(self, kind: str, key: str | int) -> None:
+        self._db.execute("DELETE FROM docs WHERE kind=? AND key=?", (kind, str(key)))
+
     def all(self, kind: str) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT body FROM docs WHERE kind=? ORDER BY key", (kind,)).fetchall()
         return [json.loads(r[0]) for r in rows]

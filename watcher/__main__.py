@@ -5,6 +5,10 @@ FAILOVER_IP, FAILOVER_VENDOR, REGION, NODE_POOL, KURA_NAMESPACE, POLL_SECONDS,
 CONFIRM_POLLS, and for the mover FAILOVER_VENDOR_ACCOUNT (non-secret account settings,
 JSON) and FAILOVER_CREDENTIALS_DIR. Vendor credentials are files mounted from a Secret
 and are read only by the mover (watcher/mover.py), never from the environment.
+
+POLL_SECONDS is raised to what the vendor's request budget allows (watcher.mover.min_poll_seconds:
+Robot's GET /failover/{ip} allows 100 calls an hour per account, shared by ROBOT_FAILOVER_WATCHERS
+watchers, default 1).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import sys
 import threading
 
 from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
-from watcher.mover import MoverConfigError, VendorMover, mover_from_env
+from watcher.mover import MoverConfigError, VendorMover, min_poll_seconds, mover_from_env, parse_vendor
+
+log = logging.getLogger("watcher")
 
 
 def _require(env: str) -> str:
@@ -26,14 +32,39 @@ def _require(env: str) -> str:
     return value
 
 
+def _number(env: str, default: str, kind: type[float] | type[int]) -> float:
+    raw = os.environ.get(env, default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise SystemExit(f"watcher: environment variable {env}={raw!r} is not a number") from None
+    if value <= 0:
+        raise SystemExit(f"watcher: environment variable {env} must be > 0, got {raw}")
+    return value
+
+
 def settings_from_env() -> WatcherSettings:
+    try:
+        vendor = parse_vendor(_require("FAILOVER_VENDOR"))
+    except MoverConfigError as exc:
+        raise SystemExit(f"watcher: FAILOVER_VENDOR: {exc}") from None
+    poll_seconds = _number("POLL_SECONDS", "30", float)
+    floor = min_poll_seconds(vendor, watchers=int(_number("ROBOT_FAILOVER_WATCHERS", "1", int)))
+    if poll_seconds < floor:
+        log.warning(
+            "POLL_SECONDS=%g would spend more than half of %s's request budget; polling every %gs",
+            poll_seconds,
+            vendor.value,
+            floor,
+        )
+        poll_seconds = floor
     return WatcherSettings(
         ip=_require("FAILOVER_IP"),
         region=_require("REGION"),
         node_pool=_require("NODE_POOL"),
         namespace=os.environ.get("KURA_NAMESPACE", "kura"),
-        poll_seconds=float(os.environ.get("POLL_SECONDS", "30")),
-        confirm_polls=int(os.environ.get("CONFIRM_POLLS", "2")),
+        poll_seconds=poll_seconds,
+        confirm_polls=int(_number("CONFIRM_POLLS", "2", int)),
     )
 
 

@@ -4,8 +4,9 @@ Eligible box: its Node is Ready, not terminating (no deletionTimestamp), not cor
 has a vendor box id in its providerID, and runs a Ready, non-terminating peer-demux pod.
 Cordoned counts as ineligible: cordon is the first step of releasing or draining a box,
 so the IP should leave before the demux does.
-Placement: keep the current box while it is eligible, else the eligible node with the
-lexically lowest name; with no eligible box the IP stays where it is (never moved to
+Placement is providers.vendor.failover_placement, the one rule the deploy-time FailoverIP
+provider applies too: keep the current box while it is eligible, else the eligible node with
+the lexically lowest name; with no eligible box the IP stays where it is (never moved to
 nothing) and the reason is alert-worthy.
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+
+from providers.vendor import failover_placement
 
 __all__ = [
     "Action",
@@ -103,20 +106,23 @@ def ineligibility(node: NodeView, demux_pods: list[PodView]) -> str | None:
 def decide(current: str | None, nodes: list[NodeView], demux_pods: list[PodView]) -> Decision:
     """`current` is the box id the vendor routes the IP to now (None: unrouted)."""
     reasons = {n.name: ineligibility(n, demux_pods) for n in nodes}
-    eligible = sorted((n for n in nodes if reasons[n.name] is None), key=lambda n: n.name)
-    for node in eligible:
-        if node.box_id == current:
-            reason = f"current box {current} ({node.name}) is eligible"
-            return Decision(Action.KEEP, current, node.name, reason)
-    if not eligible:
+    # Eligible box id -> its node's name (the placement order). Highest name first, so that if two
+    # nodes ever named one box, the lower name is the one kept.
+    eligible = {
+        n.box_id: n.name
+        for n in sorted(nodes, key=lambda n: n.name, reverse=True)
+        if reasons[n.name] is None and n.box_id is not None
+    }
+    target = failover_placement(current, eligible)
+    if target is None:
         why = ", ".join(f"{n}: {r}" for n, r in sorted(reasons.items())) or "pool has no nodes"
         return Decision(Action.STAY, None, None, f"no eligible box in pool ({why}); IP left on {current}")
-    best = eligible[0]
+    node = eligible[target]
+    if target == current:
+        return Decision(Action.KEEP, current, node, f"current box {current} ({node}) is eligible")
     was = "unrouted" if current is None else f"current box {current} is not eligible"
     drain = any(n.box_id == current and _draining(n, demux_pods) for n in nodes)
-    return Decision(
-        Action.MOVE, best.box_id, best.name, f"{was}; lowest eligible node is {best.name}", drain=drain
-    )
+    return Decision(Action.MOVE, target, node, f"{was}; lowest eligible node is {node}", drain=drain)
 
 
 def _draining(node: NodeView, demux_pods: list[PodView]) -> bool:

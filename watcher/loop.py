@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from providers.errors import RateLimitError
 from watcher.decision import (
     Action,
     Decision,
@@ -52,6 +53,9 @@ class WatcherSettings:
     namespace: str = "kura"
     poll_seconds: float = 30.0
     confirm_polls: int = 2
+    # After a vendor's request budget ran out (Robot's hourly limits), the next read waits this long
+    # rather than spend what refills on more refusals.
+    rate_limited_pause_seconds: float = 300.0
 
 
 def _condition_true(conditions: list[Any] | None, kind: str) -> bool:
@@ -109,14 +113,23 @@ class FailoverWatcher:
         self._list_pods = list_pods
         self._mover = mover
         self._confirmer = MoveConfirmer(settings.confirm_polls)
+        self._rate_limited = False
 
     def poll_once(self) -> Decision | None:
         """One observation. Returns the decision, or None when a read failed (nothing changes)."""
         ip = self.settings.ip
+        self._rate_limited = False
         try:
             nodes = self._list_nodes()
             pods = self._list_pods()
             current = self._mover.failover_target(ip)
+        except RateLimitError as exc:
+            # Not evidence of anything either; the message names the budget that ran out.
+            self._rate_limited = True
+            log.error(
+                "failover %s: ALERT vendor request budget spent, keeping the current route: %s", ip, exc
+            )
+            return None
         except Exception as exc:
             # A failed read is not evidence a box died: keep the route and retry next poll.
             log.warning("failover %s: read failed, keeping the current route: %s", ip, exc)
@@ -138,6 +151,15 @@ class FailoverWatcher:
             assert decision.target is not None
             try:
                 self._mover.move_failover(ip, decision.target)
+            except RateLimitError as exc:
+                self._rate_limited = True
+                log.error(
+                    "failover %s: ALERT move to %s refused, vendor request budget spent: %s",
+                    ip,
+                    decision.target,
+                    exc,
+                )
+                return decision
             except Exception as exc:
                 log.error("failover %s: move to %s failed, retrying next poll: %s", ip, decision.target, exc)
                 return decision
@@ -145,8 +167,14 @@ class FailoverWatcher:
             self._confirmer.reset()
         return decision
 
+    def next_wait(self) -> float:
+        """Seconds until the next poll: `poll_seconds`, or the longer pause after a rate limit."""
+        if self._rate_limited:
+            return max(self.settings.poll_seconds, self.settings.rate_limited_pause_seconds)
+        return self.settings.poll_seconds
+
     def run(self, stop: threading.Event) -> None:
         """Poll every `poll_seconds` until `stop` is set."""
         while not stop.is_set():
             self.poll_once()
-            stop.wait(self.settings.poll_seconds)
+            stop.wait(self.next_wait())

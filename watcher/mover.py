@@ -22,14 +22,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from config.models import DediboxAccount, OvhAccount, RobotAccount, Vendor, Vendors
+from config.models import DediboxAccount, OvhAccount, RobotAccount, Vendors
 from providers.clients import (
     SECRET_KEYS_BY_VENDOR,
     ClientTiming,
     VendorConfigError,
     vendor_client,
 )
-from providers.vendor import VendorClient
+from providers.robot.models import min_poll_interval
+from providers.vendor import Vendor, VendorClient
 
 __all__ = [
     "ACCOUNT_MODELS",
@@ -42,6 +43,7 @@ __all__ = [
     "MoverConfigError",
     "VendorMover",
     "build_mover",
+    "min_poll_seconds",
     "mover_from_env",
     "parse_vendor",
     "read_credential",
@@ -66,6 +68,14 @@ ENV_CREDENTIALS_DIR = "FAILOVER_CREDENTIALS_DIR"
 MoverConfigError = VendorConfigError
 
 
+def min_poll_seconds(vendor: Vendor, *, watchers: int = 1) -> float:
+    """The shortest poll interval that keeps `watchers` watchers of one account inside half of the
+    vendor's documented request budget for the reads one poll makes. Robot: GET /failover/{ip}
+    (100 an hour); its server list (GET /server, 200 an hour) is read once and cached by the
+    client. OVH and Dedibox publish no per-call budget for these reads."""
+    if vendor is Vendor.ROBOT:
+        return min_poll_interval("GET /failover/{ip}", pollers=watchers)
+    return 0.0
 
 
 def parse_vendor(vendor: str | Vendor) -> Vendor:

@@ -28,9 +28,9 @@ from providers.applesilicon.models import (
     parse_name,
     resolve_os,
 )
-from providers.errors import ConflictError, VendorInputError
+from providers.errors import VendorInputError
 from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
-from providers.vendor import Box, Claim, InstallState, single_line_key
+from providers.vendor import Box, Claim, InstallState, Reinstall, Vendor, single_line_key
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,9 @@ class AppleSiliconClient(ProjectClient):
     """One Scaleway project's Apple silicon servers, reached with an IAM API key."""
 
     VENDOR = VENDOR
+    VENDOR_ENUM = Vendor.APPLESILICON
     WHAT = "Apple silicon"
+    SERVER_PATH = _SERVER
 
     def _init_apis(self) -> None:
         self._api = self._api_of(ApplesiliconV1Alpha1API)
@@ -105,13 +107,15 @@ class AppleSiliconClient(ProjectClient):
         user_login: str,
         user_password: str,
         os_label: str = "tahoe",
-    ) -> None:
-        """POST .../reinstall with the image `os_label` names, the fleet key registered in IAM first.
+    ) -> Reinstall:
+        """POST .../reinstall with the image `os_label` names, the fleet key registered in IAM first;
+        returns the reinstall's ticket.
 
         macOS is reinstalled with Scaleway's own user and a sudo password Scaleway picks, so
         `user_login` must be the Mac's `ssh_username` and `user_password` is not sent; `hostname` is
-        not either (the name carries the fleet marker). A reinstall already running answers 409
-        `transient_state`: TaskAlreadyExistsError when the server confirms it is reinstalling.
+        not either (the name carries the fleet marker). A reinstall already running (a retried
+        release; or the one a 409 `transient_state` reveals) is followed, not started again; a lost
+        answer is settled by reading the server back (ProjectClient._start).
         """
         del hostname, user_password  # not settable on Apple silicon (see above)
         zone, server_id = parse_box_id(box_id)
@@ -131,7 +135,8 @@ class AppleSiliconClient(ProjectClient):
         system = resolve_os(os_label, systems, server_type=server_type, box_id=box_id)
         # Scaleway puts the project's IAM keys on a Mac when it installs macOS.
         self._register_fleet_key(ssh_public_key, box_id=box_id)
-        try:
+
+        def post() -> None:
             self._caller.call(
                 f"POST {_SERVER}/reinstall",
                 # Kernel extensions stay as the operator set them.
@@ -140,13 +145,21 @@ class AppleSiliconClient(ProjectClient):
                 ),
                 subject=box_id,
             )
-        except ConflictError as refused:
-            if self.install_state(box_id) is InstallState.RUNNING:
-                raise self._already_running(refused, box_id, "a reinstall") from None
-            raise
-        log.info("Apple silicon reinstall of %s with %s started", box_id, system.name)
 
-    def install_state(self, box_id: str) -> InstallState:
+        ticket = self._start(box_id, post, lambda: self._progress(box_id), "reinstall")
+        log.info("Apple silicon reinstall of %s with %s started", box_id, system.name)
+        return ticket
+
+    def _progress(self, box_id: str) -> tuple[InstallState, str]:
+        """(reinstall state, what identifies the Mac's last install): its image and updated_at."""
+        server = self._server(box_id)
+        os_id = server.os.id if server.os is not None else ""
+        return install_state_of(server), f"{os_id} {server.updated_at}"
+
+    def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
+        """From the server status (models.install_state_of). The ticket changes nothing: the
+        reinstall a ticket names moved the Mac to `reinstalling` when it was started, so a later
+        `ready` is its own."""
         return install_state_of(self._server(box_id))
 
     # --- private networks --------------------------------------------------------------------------

@@ -9,7 +9,8 @@ is a name prefix, as the reference's pool prefix, and the claim a name suffix:
     <base>--r-<token> being released (reinstalled) by <token>
 
 Scaleway documents no length or charset for these names; the names written here stay within 63
-characters of [a-z0-9-], so they would also pass as hostname labels. Any name ending in a
+characters of [a-z0-9-] (MARKER_LIMITS[APPLESILICON]), so they would also pass as hostname labels.
+The claim grammar is the OVH and Robot one (providers.vendor.split_claim_suffix). Any name ending in a
 claim-shaped suffix reads as claimed, even with a token this program would not write: a Mac someone
 renamed by hand is held by someone, and adopting it would be the worse mistake.
 """
@@ -23,16 +24,12 @@ from dataclasses import dataclass, field
 
 from scaleway.applesilicon.v1alpha1.types import OS, Server
 
-from config.models import Vendor
 from providers.errors import VendorInputError
 from providers.scaleway_sdk import parse_box_id as _parse_box_id
-from providers.vendor import Box, Claim, InstallState
+from providers.vendor import Box, Claim, InstallState, Vendor, split_claim_suffix, with_claim_suffix
 
 VENDOR = Vendor.APPLESILICON.value
-NAME_MAX = 63
-_SUFFIX = re.compile(r"^(?P<base>.+?)--(?P<kind>[cr])-(?P<token>[a-z0-9]+)$")
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_TOKEN = re.compile(r"^[0-9a-f]{12}$")
 # ServerStatus values during which a reinstall (or the delivery that precedes one) is still going.
 _RUNNING = frozenset({"reinstalling", "starting", "rebooting", "busy", "updating"})
 
@@ -54,33 +51,17 @@ def provider_id(box_id: str) -> str:
 
 def parse_name(name: str) -> tuple[str, Claim | None]:
     """(fleet marker part, claim) of a server name."""
-    match = _SUFFIX.match(name)
-    if not match:
-        return name, None
-    return match["base"], Claim(token=match["token"], releasing=match["kind"] == "r")
+    return split_claim_suffix(name)
 
 
 def compose_name(base: str, claim: Claim | None) -> str:
-    """The name carrying `claim` on top of the fleet marker part `base`."""
+    """The name carrying `claim` on top of the fleet marker part `base`, inside MARKER_LIMITS."""
     if not _NAME.match(base):
         raise VendorInputError(
             f"Apple silicon server name {base!r}: use lowercase letters, digits and '-' "
             "(the claim is written into the name)"
         )
-    if parse_name(base)[1] is not None:
-        raise VendorInputError(f"Apple silicon server name {base!r} already ends in a claim")
-    if claim is None:
-        name = base
-    else:
-        if not _TOKEN.match(claim.token):
-            raise VendorInputError(f"claim token {claim.token!r} is not 12 lowercase hex characters")
-        name = f"{base}--{'r' if claim.releasing else 'c'}-{claim.token}"
-    if len(name) > NAME_MAX:
-        raise VendorInputError(
-            f"Apple silicon server name {name!r} would be {len(name)} characters; "
-            f"keep the fleet part within {NAME_MAX - 16} so a claim fits"
-        )
-    return name
+    return with_claim_suffix(base, claim, vendor=Vendor.APPLESILICON)
 
 
 def box_from_server(server: Server) -> Box:

@@ -3,35 +3,46 @@
 Every Dedibox lives in the organisation's default project, so the environment boundary is a server
 tag and every call carries the `project_id` filter. Responses are decoded by the scaleway SDK's
 own unmarshal functions (see models.py for why the SDK's transport is not used).
+
+Writes and their repeats (docs/vendor-behaviour.md):
+- POST .../tags sets the whole tag list: retried like a read.
+- POST .../install is sent again only after reading back that the first one started nothing (the
+  install record unchanged since before the POST). A refusal while an install runs is that
+  install's ticket. An install has no id: the ticket holds that it was seen running, so a later
+  `installed` is known to be this install's and not the one before it.
+- POST failover-ips/attach is sent again only after reading back that the IP is neither on the
+  box nor busy moving; an attach refused because the IP sits on another server (the API does not
+  document whether it moves it) is done as detach, then attach.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import requests
 
-from providers import claims
+from providers.constants import fleet_key_name
 from providers.dedibox.models import (
+    SERVER_FAILED,
     box_from_server,
     check_zone,
-    decode_install,
     decode_os,
     decode_server,
+    install_digest,
     install_state_of,
     parse_box_id,
     resolve_os,
+    tags_with,
 )
 from providers.errors import (
     AuthError,
     ConflictError,
     NotFoundError,
-    TaskAlreadyExistsError,
+    TaskFailedError,
     TaskTimeoutError,
     TransientVendorError,
     VendorError,
@@ -40,14 +51,29 @@ from providers.errors import (
     transport_error,
 )
 from providers.retry import (
+    DEFAULT_POLL,
     DEFAULT_RETRY,
     DEFAULT_TIMEOUTS,
+    Clock,
     HttpTimeouts,
+    PollPolicy,
+    PollTimeout,
     RetryPolicy,
+    Sleep,
+    call_with_retries,
     parse_retry_after,
-    with_retries,
+    poll,
+    verified_write,
 )
-from providers.vendor import Box, Claim, InstallState, MarkerFiltering, single_line_key
+from providers.vendor import (
+    Box,
+    Claim,
+    InstallState,
+    MarkerFiltering,
+    Reinstall,
+    Vendor,
+    single_line_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +93,10 @@ class DediboxClient(MarkerFiltering):
         zones: Sequence[str],
         timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
         retry: RetryPolicy = DEFAULT_RETRY,
-        task_poll_interval: float = 5.0,
+        poll: PollPolicy = DEFAULT_POLL,
         task_timeout: float = 300.0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Sleep = time.sleep,
+        clock: Clock = time.monotonic,
     ) -> None:
         if not api_url.startswith(("http://", "https://")):
             raise VendorInputError(f"Dedibox api_url {api_url!r} is not an http(s) URL")
@@ -85,22 +112,27 @@ class DediboxClient(MarkerFiltering):
         self._zones = [check_zone(zone) for zone in zones]
         self._timeouts = timeouts
         self._retry = retry
-        self._task_poll_interval = task_poll_interval
+        self._poll = poll
         self._task_timeout = task_timeout
         self._sleep = sleep
+        self._clock = clock
         self._session = requests.Session()
 
     # --- boxes -----------------------------------------------------------------------
 
     def list_boxes(self) -> list[Box]:
         """Every server of every zone; summaries omit tags, so each one is read in full."""
-        boxes = []
-        for zone in self._zones:
+        return [self.get_box(box_id) for box_id in self.list_box_ids()]
+
+    def list_box_ids(self) -> list[str]:
+        """Every server of every zone as `<zone>/<id>`: one call per zone and page of 100."""
+        return [
+            f"{zone}/{int(summary['id'])}"
+            for zone in self._zones
             for summary in self._pages(
                 "/dedibox/v1/zones/{zone}/servers", f"/dedibox/v1/zones/{zone}/servers", "servers"
-            ):
-                boxes.append(self.get_box(f"{zone}/{int(summary['id'])}"))
-        return boxes
+            )
+        ]
 
     def get_box(self, box_id: str) -> Box:
         zone, server_id = parse_box_id(box_id)
@@ -115,9 +147,10 @@ class DediboxClient(MarkerFiltering):
         )
 
     def set_claim(self, box_id: str, claim: Claim | None) -> None:
+        """Write the claim tag. The POST sets the whole list: safe to repeat."""
         zone, server_id = parse_box_id(box_id)
         current = list(decode_server(self._server(zone, server_id, box_id)).tags or [])
-        wanted = claims.dedibox_tags(current, claim)
+        wanted = tags_with(current, claim)
         if wanted == current:
             return
         self._call(
@@ -126,6 +159,7 @@ class DediboxClient(MarkerFiltering):
             f"/dedibox/v1/zones/{zone}/servers/{server_id}/tags",
             body={"tags": wanted},
             subject=box_id,
+            idempotent=True,
         )
 
     # --- ssh keys ----------------------------------------------------------------------
@@ -139,7 +173,8 @@ class DediboxClient(MarkerFiltering):
         found = self._ssh_key_id(key)
         if found:
             return found
-        try:
+
+        def post() -> str:
             created = self._call(
                 "POST",
                 "/iam/v1alpha1/ssh-keys",
@@ -147,13 +182,16 @@ class DediboxClient(MarkerFiltering):
                 body={"name": name, "public_key": key, "project_id": self._project_id},
                 subject=name,
             )
+            return str(created["id"])
+
+        try:
+            return verified_write(self._retry, post, lambda: self._ssh_key_id(key), sleep=self._sleep)
         except ConflictError as error:
             # 409 "already exists": a parallel release registered it between our list and our POST.
             found = self._ssh_key_id(key)
             if found:
                 return found
             raise error from None
-        return str(created["id"])
 
     def _ssh_key_id(self, key: str) -> str | None:
         material = key.split()[:2]
@@ -173,12 +211,12 @@ class DediboxClient(MarkerFiltering):
         user_login: str,
         user_password: str,
         os_label: str = "ubuntu_24.04",
-    ) -> None:
+    ) -> Reinstall:
         """POST .../install with the fleet key and, for a user-login OS, `user_login` +
         `user_password` (the fleet sudo password the re-join needs) and a blank root_password.
 
         Dedibox names no error class for "install already queued": when the POST is refused and the
-        server's own install status reads running, TaskAlreadyExistsError is raised.
+        server's own install status reads running, that running install is returned.
         """
         zone, server_id = parse_box_id(box_id)
         if not hostname:
@@ -201,7 +239,7 @@ class DediboxClient(MarkerFiltering):
         system = resolve_os(os_label, systems, box_id=box_id)
         if not system.allow_ssh_keys:
             raise VendorInputError(f"Dedibox OS {system.name} {system.version} does not accept ssh keys")
-        key_name = "tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+        key_name = fleet_key_name(key)
         body: dict[str, Any] = {
             "os_id": int(system.id),
             "hostname": hostname,
@@ -225,7 +263,15 @@ class DediboxClient(MarkerFiltering):
                 subject=box_id,
             )
             body["partitions"] = list((plan or {}).get("partitions") or [])
-        try:
+        ticket = Reinstall(vendor=Vendor.DEDIBOX, box_id=box_id, started_running=True)
+        record = self._install_record(zone, server_id, box_id)
+        if record is not None and install_state_of(str(record.get("status") or "")) is InstallState.RUNNING:
+            # An install runs already (a retried release): it is the one to follow, never a second.
+            log.info("Dedibox reinstall of %s: an install already runs; following it", box_id)
+            return ticket
+        before = install_digest(record)
+
+        def post() -> Reinstall:
             self._call(
                 "POST",
                 "/dedibox/v1/zones/{zone}/servers/{server_id}/install",
@@ -234,44 +280,108 @@ class DediboxClient(MarkerFiltering):
                 subject=box_id,
                 extra_secrets=(user_password, body.get("panel_password", "")),
             )
-        except TransientVendorError:
-            raise
-        except VendorError as refused:
-            if self.install_state(box_id) is InstallState.RUNNING:
-                raise TaskAlreadyExistsError(
-                    vendor=VENDOR,
-                    call=refused.call,
-                    status=refused.status,
-                    code=refused.code,
-                    request_id=refused.request_id,
-                    subject=box_id,
-                    message=f"an install already runs ({refused.message})",
-                ) from None
-            raise
-        log.info("Dedibox reinstall of %s with %s %s started", box_id, system.name, system.version)
+            # The answer is the new install, running (status `booting`).
+            return ticket
 
-    def install_state(self, box_id: str) -> InstallState:
-        """From GET .../install. Without an install record (404), a server carrying an OS reads as
-        DONE and a bare one as PENDING; an `unknown` status reads FAILED when the server is in
-        `error`, else PENDING."""
-        zone, server_id = parse_box_id(box_id)
+        def read_back() -> Reinstall | None:
+            record = self._install_record(zone, server_id, box_id)
+            if record is None or install_digest(record) == before:
+                return None  # the install record did not change: the POST started nothing
+            state = install_state_of(str(record.get("status") or ""))
+            return ticket if state in (InstallState.RUNNING, InstallState.DONE) else None
+
         try:
-            install = decode_install(
-                self._call(
-                    "GET",
-                    "/dedibox/v1/zones/{zone}/servers/{server_id}/install",
-                    f"/dedibox/v1/zones/{zone}/servers/{server_id}/install",
-                    subject=box_id,
-                )
+            result = verified_write(self._retry, post, read_back, sleep=self._sleep)
+        except (TransientVendorError, AuthError, NotFoundError):
+            raise
+        except VendorError:
+            if self.install_state(box_id) is not InstallState.RUNNING:
+                raise
+            log.info("Dedibox reinstall of %s: an install already runs; following it", box_id)
+            return ticket
+        log.info("Dedibox reinstall of %s with %s %s started", box_id, system.name, system.version)
+        return result
+
+    def _install_record(self, zone: str, server_id: int, box_id: str) -> Mapping[str, Any] | None:
+        try:
+            record = self._call(
+                "GET",
+                "/dedibox/v1/zones/{zone}/servers/{server_id}/install",
+                f"/dedibox/v1/zones/{zone}/servers/{server_id}/install",
+                subject=box_id,
             )
         except NotFoundError:
-            server = decode_server(self._server(zone, server_id, box_id))
-            return InstallState.DONE if server.os is not None else InstallState.PENDING
-        state = install_state_of(str(install.status))
+            return None
+        return record if isinstance(record, Mapping) else None
+
+    def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
+        """From GET .../install and the server's status.
+
+        With the ticket of an install this client started: a step status is RUNNING, `installed`
+        DONE; `unknown` with the server in `error` (or `locked`) is FAILED; a missing record is
+        waited out (RUNNING) unless the server is in `error`.
+        Without one (what an old install left): a missing record reads DONE on a server that
+        carries an OS and PENDING on a bare one; `unknown` reads FAILED when the server is in
+        `error`, else PENDING.
+        """
+        return self._progress(box_id, reinstall)[0]
+
+    def _progress(self, box_id: str, reinstall: Reinstall | None) -> tuple[InstallState, str]:
+        zone, server_id = parse_box_id(box_id)
+        record = self._install_record(zone, server_id, box_id)
+        status = str(record.get("status") or "") if record is not None else ""
+        state = install_state_of(status) if record is not None else None
         if state is not None:
-            return state
+            return state, status
         server = decode_server(self._server(zone, server_id, box_id))
-        return InstallState.FAILED if str(server.status) == "error" else InstallState.PENDING
+        server_status = str(server.status)
+        if server_status in SERVER_FAILED:
+            return InstallState.FAILED, f"install {status or 'missing'}, server {server_status}"
+        if reinstall is not None:
+            return InstallState.RUNNING, f"install {status or 'missing'}, server {server_status}"
+        if record is None:
+            return (InstallState.DONE if server.os is not None else InstallState.PENDING), "no install"
+        return InstallState.PENDING, status
+
+    def wait_reinstall(self, reinstall: Reinstall, *, timeout: float) -> None:
+        """Wait until the install is `installed`; TaskFailedError when it fails (the server goes to
+        `error`), TaskTimeoutError after `timeout` seconds. Polls start short and back off."""
+        box_id = reinstall.box_id
+        last = ""
+
+        def check() -> bool | None:
+            nonlocal last
+            try:
+                state, last = self._progress(box_id, reinstall)
+            except TransientVendorError as error:
+                last = str(error)
+                return None
+            if state is InstallState.FAILED:
+                raise TaskFailedError(
+                    vendor=VENDOR,
+                    call="GET /dedibox/v1/zones/{zone}/servers/{server_id}/install",
+                    subject=box_id,
+                    code=last,
+                    message=f"the install failed ({last})",
+                )
+            return True if state is InstallState.DONE else None
+
+        try:
+            poll(
+                check,
+                timeout=timeout,
+                policy=self._poll,
+                what="install",
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+        except PollTimeout:
+            raise TaskTimeoutError(
+                vendor=VENDOR,
+                call="GET /dedibox/v1/zones/{zone}/servers/{server_id}/install",
+                subject=box_id,
+                message=f"install not finished after {timeout:g}s (last seen: {last or 'no answer'})",
+            ) from None
 
     # --- failover IPs --------------------------------------------------------------------
 
@@ -292,6 +402,15 @@ class DediboxClient(MarkerFiltering):
             message=f"no failover IP {address} in zones {', '.join(self._zones)}",
         )
 
+    def _fip(self, zone: str, fip_id: int, ip: str) -> Mapping[str, Any]:
+        body = self._call(
+            "GET",
+            "/dedibox/v1/zones/{zone}/failover-ips/{ip_id}",
+            f"/dedibox/v1/zones/{zone}/failover-ips/{fip_id}",
+            subject=ip,
+        )
+        return body if isinstance(body, Mapping) else {}
+
     @staticmethod
     def _target_of(zone: str, fip: Mapping[str, Any]) -> str | None:
         server_id = fip.get("server_id")
@@ -311,34 +430,83 @@ class DediboxClient(MarkerFiltering):
         if self._target_of(fip_zone, fip) == box_id:
             return
         fip_id = int(fip["id"])
-        self._call(
-            "POST",
-            "/dedibox/v1/zones/{zone}/failover-ips/attach",
-            f"/dedibox/v1/zones/{zone}/failover-ips/attach",
-            body={"server_id": server_id, "fips_ids": [fip_id]},
-            subject=ip,
-        )
-        deadline = time.monotonic() + self._task_timeout
-        while True:
-            current = self._call(
-                "GET",
-                "/dedibox/v1/zones/{zone}/failover-ips/{ip_id}",
-                f"/dedibox/v1/zones/{fip_zone}/failover-ips/{fip_id}",
+
+        def attach() -> bool:
+            self._call(
+                "POST",
+                "/dedibox/v1/zones/{zone}/failover-ips/attach",
+                f"/dedibox/v1/zones/{zone}/failover-ips/attach",
+                body={"server_id": server_id, "fips_ids": [fip_id]},
                 subject=ip,
             )
-            if self._target_of(fip_zone, current) == box_id and current.get("status") == "ready":
-                return
-            if time.monotonic() >= deadline:
-                raise TaskTimeoutError(
-                    vendor=VENDOR,
-                    call="GET /dedibox/v1/zones/{zone}/failover-ips/{ip_id}",
-                    subject=ip,
-                    message=(
-                        f"failover IP still {current.get('status')!r} on "
-                        f"{self._target_of(fip_zone, current)} after {self._task_timeout:.0f}s"
-                    ),
-                )
-            self._sleep(self._task_poll_interval)
+            return True
+
+        def read_back() -> bool | None:
+            current = self._fip(fip_zone, fip_id, ip)
+            if self._target_of(fip_zone, current) == box_id or current.get("status") == "busy":
+                return True  # there, or on its way: the wait below settles which
+            return None
+
+        try:
+            verified_write(self._retry, attach, read_back, sleep=self._sleep)
+        except VendorError as refused:
+            if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
+                raise
+            current = self._fip(fip_zone, fip_id, ip)
+            elsewhere = self._target_of(fip_zone, current)
+            if elsewhere is None or elsewhere == box_id:
+                raise
+            # The API refused to attach an IP that sits on another server: detach it first.
+            log.info("Dedibox attach of %s to %s refused while on %s; detaching first", ip, box_id, elsewhere)
+            self._detach(fip_zone, fip_id, ip)
+            verified_write(self._retry, attach, read_back, sleep=self._sleep)
+        self._wait_fip(fip_zone, fip_id, ip, lambda current: self._target_of(fip_zone, current) == box_id)
+
+    def _detach(self, zone: str, fip_id: int, ip: str) -> None:
+        def detach() -> bool:
+            self._call(
+                "POST",
+                "/dedibox/v1/zones/{zone}/failover-ips/detach",
+                f"/dedibox/v1/zones/{zone}/failover-ips/detach",
+                body={"fips_ids": [fip_id]},
+                subject=ip,
+            )
+            return True
+
+        def read_back() -> bool | None:
+            current = self._fip(zone, fip_id, ip)
+            return True if not current.get("server_id") or current.get("status") == "busy" else None
+
+        verified_write(self._retry, detach, read_back, sleep=self._sleep)
+        self._wait_fip(zone, fip_id, ip, lambda current: not current.get("server_id"))
+
+    def _wait_fip(self, zone: str, fip_id: int, ip: str, arrived: Any) -> None:
+        last: Mapping[str, Any] = {}
+
+        def check() -> bool | None:
+            nonlocal last
+            last = self._fip(zone, fip_id, ip)
+            return True if last.get("status") == "ready" and arrived(last) else None
+
+        try:
+            poll(
+                check,
+                timeout=self._task_timeout,
+                policy=self._poll,
+                what=f"failover IP {ip}",
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+        except PollTimeout:
+            raise TaskTimeoutError(
+                vendor=VENDOR,
+                call="GET /dedibox/v1/zones/{zone}/failover-ips/{ip_id}",
+                subject=ip,
+                message=(
+                    f"failover IP still {last.get('status')!r} on "
+                    f"{self._target_of(zone, last)} after {self._task_timeout:.0f}s"
+                ),
+            ) from None
 
     # --- transport ----------------------------------------------------------------------
 
@@ -368,9 +536,14 @@ class DediboxClient(MarkerFiltering):
         body: Mapping[str, Any] | None = None,
         subject: str | None = None,
         extra_secrets: Sequence[str] = (),
+        idempotent: bool | None = None,
     ) -> Any:
+        """One API call with the retry policy of its kind: reads are retried on transient errors;
+        a write only when `idempotent` or when it surely never reached the API."""
         call = f"{method} {template}"
         hidden = (self._secret, *extra_secrets)
+        if idempotent is None:
+            idempotent = method in ("GET", "PUT", "DELETE")
 
         def once() -> Any:
             log.debug("Dedibox %s", call)
@@ -400,7 +573,7 @@ class DediboxClient(MarkerFiltering):
                     ) from None
             raise _error_from(call, response, subject, hidden)
 
-        return with_retries(self._retry, once, sleep=self._sleep)
+        return call_with_retries(self._retry, once, idempotent=idempotent, sleep=self._sleep)
 
 
 def _error_from(
@@ -423,10 +596,12 @@ def _error_from(
         "subject": subject,
     }
     status = response.status_code
-    if status == 429 or status >= 500:
-        return TransientVendorError(
-            retry_after=parse_retry_after(response.headers.get("Retry-After")), **fields
-        )
+    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    if status == 429:
+        # A throttled request was not carried out.
+        return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
+    if status >= 500:
+        return TransientVendorError(retry_after=retry_after, **fields)
     if status in (401, 403):
         return AuthError(**fields)
     if status == 404:

@@ -19,10 +19,15 @@ from scaleway.dedibox.v1.marshalling import (
 )
 from scaleway.dedibox.v1.types import OS, Server, ServerInstall
 
-from config.models import Vendor
-from providers import claims
 from providers.errors import VendorInputError
-from providers.vendor import Box, InstallState
+from providers.vendor import (
+    Box,
+    Claim,
+    InstallState,
+    Vendor,
+    split_claim_tags,
+    with_claim_tag,
+)
 
 _ZONE = re.compile(r"^[a-z]{2}-[a-z]{3}-[0-9]+$")
 _INSTALL_DONE = "installed"
@@ -66,7 +71,7 @@ def public_ipv4(server: Server) -> str | None:
 
 
 def box_from_server(zone: str, server: Server) -> Box:
-    fleet_tags, claim = claims.parse_dedibox_tags(server.tags or [])
+    fleet_tags, claim = parse_tags(server.tags or [])
     return Box(
         vendor=Vendor.DEDIBOX,
         id=f"{zone}/{server.id}",
@@ -98,9 +103,37 @@ def resolve_os(label: str, systems: Sequence[OS], *, box_id: str) -> OS:
 
 def install_state_of(status: str) -> InstallState | None:
     """`installed` is done, `unknown` says nothing (None: the caller looks at the server), any
-    other status is a step of a running install. Dedibox has no failed install status."""
+    other status is a step of a running install. Dedibox has no failed install status: a failed
+    install reads `unknown` with the server in `error` (docs/vendor-behaviour.md)."""
     if status == _INSTALL_DONE:
         return InstallState.DONE
     if status == _INSTALL_UNKNOWN:
         return None
     return InstallState.RUNNING
+
+
+# Server statuses that end an install badly (ServerStatus): the install cannot finish from them.
+SERVER_FAILED = frozenset({"error", "locked"})
+
+
+def install_digest(body: Mapping[str, Any] | None) -> str:
+    """What identifies an install record, to tell a new install from the one before it (the record
+    has no id): its parameters and its status."""
+    if not body:
+        return ""
+    keys = ("os_id", "hostname", "ssh_key_ids", "user_login", "partitions", "status")
+    return repr([body.get(key) for key in keys])
+
+
+# --- the claim as a tag ------------------------------------------------------------------------------
+
+
+def parse_tags(tags: Sequence[str]) -> tuple[tuple[str, ...], Claim | None]:
+    """(tags without claim tags, claim) of a Dedibox server: the claim is a tag of its own,
+    `tuist-claim-<token>` or `tuist-releasing-<token>` (providers.vendor.split_claim_tags)."""
+    return split_claim_tags(tags)
+
+
+def tags_with(tags: Sequence[str], claim: Claim | None) -> list[str]:
+    """The full tag list carrying `claim`, inside the Dedibox tag limit (providers.vendor.with_claim_tag)."""
+    return with_claim_tag(tags, claim, vendor=Vendor.DEDIBOX)

@@ -1,15 +1,16 @@
 """The errors the machine package raises. Messages never carry a secret.
 
-`MachineError` is the one root here; when providers/errors.py grows the project's `InfraError`, this
-module re-parents it in one line.
+`MachineError` hangs under the project's one error tree (providers/errors.py `InfraError`), next to
+the vendor clients' `VendorError` and the SSH runner's `SshError`.
 """
 
 from __future__ import annotations
 
+from providers.errors import InfraError
 from providers.ssh.runner import HostKeyMismatchError
 
 
-class MachineError(Exception):
+class MachineError(InfraError):
     """Base of the errors the machine package raises."""
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from providers.errors import AuthError, TransientVendorError, VendorError
+from providers.errors import AuthError, TransientVendorError, VendorError, scrub
 from providers.machine.errors import (
     ClaimLostError,
     MachineError,
@@ -40,7 +40,6 @@ from providers.ssh.runner import (
     SshAuthError,
     SshConnectError,
     SshTimeoutError,
-    scrub,
 )
 
 DONE = "DONE"
@@ -275,7 +274,7 @@ class Runner:
         self.progress = self.record.save(self.progress)
 
     def _text(self, message: str) -> str:
-        return scrub(message, self.run.secrets)
+        return scrub(message, self.run.secrets, limit=None)
 
     def _raise(self, state: str, result: Error | Failed, elapsed: float) -> None:
         kind = MachineHostKeyMismatchError if result.error_type == "HostKeyMismatch" else MachineStepError

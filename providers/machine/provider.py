@@ -26,7 +26,7 @@ from providers.machine import engine_link
 from providers.machine.errors import MachineInputError, NotConfiguredError, ReleaseRefusedError
 from providers.machine.fsm import Clock, Run, Runner, SystemClock
 from providers.machine.record import ClaimRecord, Holder, Phase, Progress
-from providers.machine.release import release_refusal, release_table
+from providers.machine.release import release_refusal, release_table, resume_state
 from providers.machine.robot_install import INSTALL_STATES
 from providers.machine.selection import claim_box
 from providers.machine.settings import Settings, settings_from_config
@@ -293,11 +293,7 @@ class ClaimProvider(_Stateless):
             record.release(progress)
             return
         table = release_table(vendor)
-        start = (
-            progress.state
-            if progress.phase == Phase.RELEASING and progress.state in table
-            else "RELEASE_MARKING"
-        )
+        start = resume_state(table, progress.phase == Phase.RELEASING, progress.state, progress.facts)
         run = self._run(
             spec.resource_name,
             vendor,

@@ -1,10 +1,12 @@
 """Release: the box goes back to its fleet's pool, clean. Never cancelled, never terminated.
 
 RELEASE_MARKING       the vendor marker says `releasing` (nobody else adopts a box being wiped)
-RELEASE_REINSTALL     OVH / Dedibox: start the reinstall with the fleet key (an install already
-                      running counts: a retried release, or OVH still busy)
-RELEASE_WAIT_INSTALL  until the vendor reports it done (Dedibox reads DONE for an old install too,
-                      so only a DONE after RUNNING is ours)
+RELEASE_REINSTALL     OVH / Dedibox: start the reinstall with the fleet key; the client returns its
+                      `Reinstall` ticket (an install already running is followed: a retried release,
+                      or OVH still busy), and the ticket is recorded
+RELEASE_WAIT_INSTALL  until the vendor reports the install the ticket names done (`install_state(box,
+                      ticket)`: OVH follows its own task, Dedibox knows the DONE is this install's);
+                      a retried release follows ITS ticket from the record
   Robot instead:      RESCUE_BOOT .. WAIT_NEW_HOST_KEY (providers/machine/robot_install.py)
 RELEASE_CLEARING      the claim leaves the vendor marker; the fleet marker stays
 
@@ -14,13 +16,19 @@ both switches. No Pulumi import here.
 
 from __future__ import annotations
 
-from providers.errors import TaskAlreadyExistsError
+import json
+from collections.abc import Mapping
+
+from providers.errors import TransientVendorError, VendorInputError
 from providers.machine.fsm import DONE, FAILED, Complete, Continue, Failed, Result, Row, Run
 from providers.machine.robot_install import install_rows
 from providers.machine.spec import ClaimSpec, Vendor, node_name_for
-from providers.vendor import Claim, InstallState, VendorClient
+from providers.vendor import Claim, InstallState, Reinstall, VendorClient
 
-SEEN_RUNNING = "install_seen_running"
+REINSTALL = "reinstall"  # the fact holding the release reinstall's ticket (Reinstall.to_record(), as JSON)
+# Polls of a running reinstall start at the poll interval and back off to this many of them: an
+# OVH install that takes half an hour costs tens of calls, not hundreds.
+POLL_BACKOFF_CAP = 12
 
 
 def release_refusal(spec: ClaimSpec) -> str | None:
@@ -59,31 +67,46 @@ def marking(run: Run) -> Result:
 
 def reinstall(run: Run) -> Result:
     spec, client, settings = _claim(run), _client(run), run.get("settings")
+    ticket = client.start_reinstall(
+        run.box_id,
+        hostname=node_name_for(spec.fleet, run.box_id),
+        ssh_public_key=settings.fleet_public_key,
+        user_login=spec.ssh_user,
+        user_password=settings.sudo_password,
+        os_label=spec.os,
+    )
+    return Complete({REINSTALL: json.dumps(ticket.to_record(), sort_keys=True)})
+
+
+def ticket_of(run: Run) -> Reinstall | None:
+    """The recorded reinstall ticket, or None when the record holds none (or an unreadable one)."""
+    raw = run.facts.get(REINSTALL)
+    if not raw:
+        return None
     try:
-        client.start_reinstall(
-            run.box_id,
-            hostname=node_name_for(spec.fleet, run.box_id),
-            ssh_public_key=settings.fleet_public_key,
-            user_login=spec.ssh_user,
-            user_password=settings.sudo_password,
-            os_label=spec.os,
-        )
-    except TaskAlreadyExistsError:
-        if client.install_state(run.box_id) is not InstallState.RUNNING:
-            raise
-        return Complete({SEEN_RUNNING: "true"})
-    return Complete()
+        return Reinstall.from_record(json.loads(raw))
+    except (ValueError, TypeError, VendorInputError):
+        return None
 
 
 def wait_install(run: Run) -> Result:
-    state = _client(run).install_state(run.box_id)
+    ticket = ticket_of(run)
+    if ticket is None or ticket.box_id != run.box_id:
+        # resume_state never starts here without one: a record that lost it must not guess.
+        return Failed("NoReinstallTicket", f"no reinstall ticket of {run.box_label} is recorded")
+    polls = run.extra.get("install_polls", 0)
+    run.extra["install_polls"] = polls + 1
+    delay = run.timeout("poll_interval") * min(2**polls, POLL_BACKOFF_CAP)
+    try:
+        state = _client(run).install_state(run.box_id, ticket)
+    except TransientVendorError as error:
+        # The client retried already; the install runs on at the vendor: keep waiting, within the budget.
+        return Continue(delay, f"the reinstall to finish (last read failed: {error})")
     if state is InstallState.FAILED:
         return Failed("InstallFailed", f"the {run.vendor.value} reinstall of {run.box_id} failed")
-    if state is InstallState.RUNNING:
-        run.facts[SEEN_RUNNING] = "true"
-    if state is InstallState.DONE and (run.facts.get(SEEN_RUNNING) or run.vendor is Vendor.OVH):
+    if state is InstallState.DONE:
         return Complete()
-    return Continue(run.timeout("poll_interval"), "the reinstall to finish")
+    return Continue(delay, "the reinstall to finish")
 
 
 def clearing(run: Run) -> Result:
@@ -109,3 +132,14 @@ def release_table(vendor: Vendor) -> dict[str, Row]:
             "RELEASE_WAIT_INSTALL", wait_install, "release_wait_install", "RELEASE_CLEARING", FAILED
         )
     return rows
+
+
+def resume_state(table: Mapping[str, Row], releasing: bool, state: str, facts: Mapping[str, str]) -> str:
+    """Where a release starts: where the last one stopped (`releasing` and a state of the table), else
+    at the beginning. A wait with no ticket recorded (a record of a release that died before it
+    recorded one) starts at RELEASE_REINSTALL, which finds the running install and its ticket."""
+    if not releasing or state not in table:
+        return "RELEASE_MARKING"
+    if state == "RELEASE_WAIT_INSTALL" and not facts.get(REINSTALL):
+        return "RELEASE_REINSTALL"
+    return state

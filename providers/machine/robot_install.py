@@ -1,27 +1,36 @@
 """Install a Hetzner Robot box (on adoption, and again on release), one handler per state.
 
 RESCUE_BOOT       register the fleet key at /key (Robot refers to keys by fingerprint) and arm the
-                  Linux rescue system with it; remember the host key the box answers with now
-RESET             hardware reset: the box boots into the rescue system
-WAIT_RESCUE_SSH   wait until the box answers SSH with a host key other than the one it had before
+                  Linux rescue system with it; remember the host key the box answers with now, and
+                  the rescue system's host keys Robot announces in its answer
+RESET             hardware reset: the box boots into the rescue system. A reset whose answer was lost
+                  is never sent again: it may have happened (Robot allows 50 an hour, and a second
+                  one interrupts the boot the first started), so the flow goes on to wait for it
+WAIT_RESCUE_SSH   wait until the box answers SSH with one of the announced rescue host keys (a key
+                  that is neither the old one nor announced is refused: nothing logs in to it)
 INSTALLIMAGE      read the disks with lsblk, pick the largest same-size pair, render
                   installimage.conf.tmpl (Ubuntu 24.04, SWRAID 1, ESP outside the RAID, /boot 1G,
-                  / the rest) and run installimage with robot-postinstall.sh (Kata baked in)
+                  / the rest) and run installimage with robot-postinstall.sh (Kata baked in), the
+                  session pinned to the announced rescue key the box presented
 REBOOT            hardware reset again: the rescue boot was consumed, so the box boots the new OS
 WAIT_NEW_HOST_KEY wait for the installed OS's host key (other than the rescue system's); the join
                   pins it, the one time a new host key is accepted
 
-The host keys are facts of the record, so a create that died in INSTALLIMAGE resumes there with the
-rescue system's key still pinned. No Pulumi import here.
+The vendor calls are the `RescueInstaller` ones (providers/vendor.py: rescue_installer), so this
+flow runs on any vendor that boots a rescue system on request. The host keys are facts of the
+record, so a create that died in INSTALLIMAGE resumes there with the rescue system's key still
+pinned. No Pulumi import here.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import Any
 
 from providers.constants import fleet_key_name
+from providers.errors import OutcomeUnknownError
 from providers.machine.errors import MachineError
 from providers.machine.fsm import FAILED, Complete, Continue, Failed, Result, Row, Run
 from providers.ssh.robot_install import (
@@ -32,16 +41,15 @@ from providers.ssh.robot_install import (
     render_installimage_config,
     render_postinstall,
 )
-from providers.ssh.runner import SshError, SshTarget, fetch_host_key, run_script
-
-if TYPE_CHECKING:
-    from providers.robot.client import RobotClient
+from providers.ssh.runner import SshError, SshTarget, fetch_host_key_forms, run_script
+from providers.vendor import RescueInstaller, rescue_installer
 
 LSBLK_COMMAND = "lsblk --json --bytes --nodeps --output NAME,SIZE,TYPE\n"
 INSTALL_STATES = ("RESCUE_BOOT", "RESET", "WAIT_RESCUE_SSH", "INSTALLIMAGE", "REBOOT", "WAIT_NEW_HOST_KEY")
 
 # Facts this flow records.
 BEFORE = "host_key_before"
+ANNOUNCED = "rescue_host_keys_announced"  # the activation's host key fingerprints, space-separated
 RESCUE = "rescue_host_key"
 INSTALLED = "installed_host_key"
 
@@ -50,10 +58,9 @@ class RobotInstallError(MachineError):
     """The rescue system's answers cannot drive an install (no disks, unreadable lsblk)."""
 
 
-def robot(run: Run) -> RobotClient:
-    """The vendor client as the Robot client it is: the rescue and reset calls are Robot's alone.
-    The only cast in the package (the vendor interface grows these calls in the vendors session)."""
-    return cast("RobotClient", run.get("client"))
+def installer(run: Run) -> RescueInstaller:
+    """The vendor client as the rescue installer it must be (a clear error when it is not)."""
+    return rescue_installer(run.get("client"))
 
 
 def disks_from_lsblk(output: str) -> dict[str, int]:
@@ -88,13 +95,29 @@ def installimage_script(config: str, postinstall: str) -> str:
 # --- handlers -------------------------------------------------------------------------------------------
 
 
-def _probe(run: Run) -> str:
-    """The key the box answers with now, or "" when it does not answer."""
+def _probe(run: Run) -> tuple[str, str]:
+    """The key the box answers with now, as ("SHA256:...", "MD5:..."), or ("", "") when it does not
+    answer."""
     target: SshTarget = run.get("target")
     try:
-        return fetch_host_key(target, timeout=run.timeout("ssh_handshake"))
+        return fetch_host_key_forms(target, timeout=run.timeout("ssh_handshake"))
     except SshError:
-        return ""
+        return "", ""
+
+
+def _announced(run: Run) -> list[str]:
+    return run.facts.get(ANNOUNCED, "").split()
+
+
+def _is_rescue(run: Run, seen: tuple[str, str]) -> bool:
+    """Whether the key seen is the rescue system's: one Robot announced at activation; where Robot
+    announced none, any key other than the one the box had before (the first one is trusted)."""
+    if not seen[0]:
+        return False
+    announced = _announced(run)
+    if announced:
+        return any(form in announced for form in seen)
+    return seen[0] != run.facts.get(BEFORE, "")
 
 
 def rescue_boot(run: Run) -> Result:
@@ -102,27 +125,48 @@ def rescue_boot(run: Run) -> Result:
     public_key = settings.fleet_public_key
     before = run.facts.get(BEFORE)
     if before is None:
-        before = _probe(run)
-    client = robot(run)
+        before = _probe(run)[0]
+    client = installer(run)
     fingerprint = client.register_ssh_key(fleet_key_name(public_key), public_key)
-    client.activate_rescue(run.box_id, fingerprint)
-    return Complete({BEFORE: before})
+    activation = client.activate_rescue(run.box_id, fingerprint)
+    announced = activation.host_key_fingerprints
+    if not announced:
+        run.log(
+            f"{run.machine}: Robot announced no host key for the rescue system of {run.box_label}: "
+            "its first key is trusted"
+        )
+    return Complete({BEFORE: before, ANNOUNCED: " ".join(announced)})
+
+
+def _reset(run: Run, verify: Callable[[], bool], next_state: str) -> Result:
+    try:
+        installer(run).reset(run.box_id, "hw", verify=verify)
+    except OutcomeUnknownError as unknown:
+        # It may have happened: a second reset would interrupt the boot it started. Wait instead;
+        # the wait's budget running out sends the flow back to arm and reset again.
+        run.log(f"{run.machine}: {unknown}; waiting in {next_state} instead of resetting again")
+    return Complete()
 
 
 def reset(run: Run) -> Result:
-    seen = _probe(run)
-    if seen and seen != run.facts.get(BEFORE, ""):
+    if _is_rescue(run, _probe(run)):
         # A resumed run: the reset before the crash went through and the rescue system is up.
         return Complete()
-    robot(run).reset(run.box_id, "hw")
-    return Complete()
+    return _reset(run, lambda: _is_rescue(run, _probe(run)), "WAIT_RESCUE_SSH")
 
 
 def wait_rescue_ssh(run: Run) -> Result:
     seen = _probe(run)
-    if seen and seen != run.facts.get(BEFORE, ""):
-        return Complete({RESCUE: seen})
-    return Continue(run.timeout("poll_interval"), "the rescue system's SSH (a new host key)")
+    if _is_rescue(run, seen):
+        return Complete({RESCUE: seen[0]})
+    announced = _announced(run)
+    if announced and seen[0] and seen[0] != run.facts.get(BEFORE, ""):
+        return Failed(
+            "HostKeyMismatch",
+            f"{run.box_label} answers SSH with host key {seen[0]}, which is neither its old one nor one "
+            f"of the rescue system's keys Robot announced ({', '.join(announced)}); refusing to log in",
+        )
+    return Continue(run.timeout("poll_interval"), "the rescue system's SSH (an announced host key)")
 
 
 def installimage(run: Run) -> Result:
@@ -156,16 +200,18 @@ def installimage(run: Run) -> Result:
     return Complete()
 
 
+def _is_installed(run: Run, seen: str) -> bool:
+    return bool(seen) and seen not in (run.facts.get(RESCUE, ""), run.facts.get(BEFORE, ""))
+
+
 def reboot(run: Run) -> Result:
-    seen = _probe(run)
-    if seen and seen not in (run.facts.get(RESCUE, ""), run.facts.get(BEFORE, "")):
+    if _is_installed(run, _probe(run)[0]):
         return Complete()  # a resumed run: the box already booted the installed OS
-    robot(run).reset(run.box_id, "hw")
-    return Complete()
+    return _reset(run, lambda: _is_installed(run, _probe(run)[0]), "WAIT_NEW_HOST_KEY")
 
 
 def wait_new_host_key(run: Run) -> Result:
-    seen = _probe(run)
+    seen = _probe(run)[0]
     if seen and seen != run.facts.get(RESCUE, ""):
         return Complete({INSTALLED: seen})
     return Continue(

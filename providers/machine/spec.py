@@ -19,18 +19,17 @@ import pulumi.dynamic as dyn
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
-# The one import of Vendor in this package: it moves to providers.vendor (vendors session).
-from config.models import Vendor as Vendor
 from providers.claims import claim_token
 from providers.constants import (
     ENVIRONMENTS,
     FLEET_LABEL,
     MARKER_PATTERN,
-    MARKER_RULES,
     POOL_LABEL,
     PRODUCTION,
 )
 from providers.machine.errors import MachineInputError
+from providers.vendor import Vendor as Vendor
+from providers.vendor import marker_problem
 
 ROBOT_LABELS = {"tuist.dev/kata-runtime": "true", "katacontainers.io/kata-runtime": "true"}
 ROBOT_TAINT = {"key": "tuist.dev/runner-tier", "value": "bare-metal", "effect": "NoSchedule"}
@@ -420,15 +419,12 @@ def claim_input_problems(props: Mapping[str, Any]) -> Problems:
     """(property, reason) for every problem with a MachineClaim's inputs; empty when they are fine."""
     problems = _common_problems(props)
     _need(problems, props, "marker", _MARKER, "a marker (lowercase letters, digits and '-')")
-    rule = MARKER_RULES.get(str(props.get("vendor")))
     marker = props.get("marker")
-    if rule is not None and isinstance(marker, str) and len(marker) > rule.marker_max:
-        problems.append(
-            (
-                "marker",
-                f"is {len(marker)} characters; {props['vendor']} markers take at most {rule.marker_max}",
-            )
-        )
+    if props.get("vendor") in _VENDORS and isinstance(marker, str) and _MARKER.match(marker):
+        # The vendor field's limits (providers/vendor.py MARKER_LIMITS), as config checks them.
+        problem = marker_problem(Vendor(props["vendor"]), marker)
+        if problem:
+            problems.append(("marker", problem))
     _need(problems, props, "os", re.compile(r"^[a-z0-9][a-z0-9_.-]*$"), "an OS label")
     _need(
         problems,

@@ -4,13 +4,21 @@ python-ovh signs every request (application key/secret + consumer key, with OVH'
 /auth/time). We call its `raw_call` and read the response ourselves, so that the status, OVH's error
 class, the X-OVH-QUERYID and Retry-After all reach the typed error, and a non-JSON 502 from a proxy
 is still a retryable 502.
+
+Writes and their repeats (docs/vendor-behaviour.md):
+- PUT /service/{id} (the displayName) sets a whole value: retried like a read.
+- POST .../reinstall and POST /ip/{ip}/move create tasks: sent again only after reading back that
+  the first one created none (a new install task in the server's task list; the IP already routed,
+  or a move task running). A reinstall refused because one runs is that one's ticket.
+- A task is followed by its own id to its own terminal status; OVH answers 404 or 500 for tasks
+  still in flight now and then, and those answers are waited out within the wait's budget.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -18,8 +26,6 @@ import ovh
 import ovh.exceptions
 import requests
 
-from config.models import Vendor
-from providers import claims
 from providers.errors import (
     AuthError,
     ConflictError,
@@ -34,24 +40,45 @@ from providers.errors import (
     transport_error,
 )
 from providers.ovh.models import (
+    IP_MOVE_FUNCTION,
     IP_TASK_FAILED,
     REINSTALL_FUNCTION,
+    TASK_DONE,
+    TASK_FAILED,
     check_service_name,
     disk_groups_from_hardware,
+    display_name,
     install_state_of_task,
     ip_block_segment,
+    is_install_function,
+    parse_display_name,
     plan_storage,
     resolve_template,
 )
 from providers.retry import (
+    DEFAULT_POLL,
     DEFAULT_RETRY,
     DEFAULT_TIMEOUTS,
+    Clock,
     HttpTimeouts,
+    PollPolicy,
+    PollTimeout,
     RetryPolicy,
+    Sleep,
+    call_with_retries,
     parse_retry_after,
-    with_retries,
+    poll,
+    verified_write,
 )
-from providers.vendor import Box, Claim, InstallState, MarkerFiltering, single_line_key
+from providers.vendor import (
+    Box,
+    Claim,
+    InstallState,
+    MarkerFiltering,
+    Reinstall,
+    Vendor,
+    single_line_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +86,9 @@ VENDOR = "ovh"
 _NO_OS = {"", "none_64"}
 # OVH answers a bad signature with 400, not 401/403; it is still a credential problem.
 _AUTH_CODES = {"INVALID_SIGNATURE", "INVALID_CREDENTIAL", "NOT_CREDENTIAL", "INVALID_KEY", "NOT_GRANTED_CALL"}
+_RUNNING = frozenset({"init", "todo", "doing", "waitingAck"})
+# How far back an IP's task list is searched for a running move (newest first).
+_TASK_SCAN = 20
 
 
 class OvhClient(MarkerFiltering):
@@ -74,9 +104,10 @@ class OvhClient(MarkerFiltering):
         consumer_key: str,
         timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
         retry: RetryPolicy = DEFAULT_RETRY,
-        task_poll_interval: float = 5.0,
+        poll: PollPolicy = DEFAULT_POLL,
         task_timeout: float = 600.0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Sleep = time.sleep,
+        clock: Clock = time.monotonic,
     ) -> None:
         for what, value in (
             ("application_key", application_key),
@@ -87,24 +118,30 @@ class OvhClient(MarkerFiltering):
                 raise VendorInputError(f"OvhClient: {what} is empty")
         self._secrets = (application_secret, consumer_key)
         self._retry = retry
+        self._poll = poll
         self._sleep = sleep
-        self._task_poll_interval = task_poll_interval
+        self._clock = clock
         self._task_timeout = task_timeout
+        # serviceName -> serviceId never changes for a server: read once per client.
+        self._service_ids: dict[str, int] = {}
         self._api = _build_ovh_client(endpoint, application_key, application_secret, consumer_key, timeouts)
 
     # --- boxes -------------------------------------------------------------------
 
     def list_boxes(self) -> list[Box]:
+        return [self.get_box(name) for name in self.list_box_ids()]
+
+    def list_box_ids(self) -> list[str]:
+        """Every service name of the account: one call."""
         names = self._call("GET", "/dedicated/server", "/dedicated/server")
         if not isinstance(names, list):
             raise self._shape_error("GET /dedicated/server", "expected a list of service names")
-        return [self.get_box(str(name)) for name in names]
+        return [str(name) for name in names]
 
     def get_box(self, box_id: str) -> Box:
         svc = check_service_name(box_id)
         server = self._call("GET", "/dedicated/server/{svc}", f"/dedicated/server/{_seg(svc)}", subject=svc)
-        display_name = self._display_name(svc, self._service_id(svc))
-        base, claim = claims.parse_ovh_display_name(display_name)
+        base, claim = parse_display_name(self._display_name(svc, self._service_id(svc)))
         return Box(
             vendor=Vendor.OVH,
             id=svc,
@@ -119,11 +156,12 @@ class OvhClient(MarkerFiltering):
         )
 
     def set_claim(self, box_id: str, claim: Claim | None) -> None:
+        """Write the claim into the displayName. A PUT of the whole value: safe to repeat."""
         svc = check_service_name(box_id)
         service_id = self._service_id(svc)
         current = self._display_name(svc, service_id)
-        base, _ = claims.parse_ovh_display_name(current)
-        wanted = claims.ovh_display_name(base, claim)
+        base, _ = parse_display_name(current)
+        wanted = display_name(base, claim)
         if wanted == current:
             return
         self._call(
@@ -135,6 +173,9 @@ class OvhClient(MarkerFiltering):
         )
 
     def _service_id(self, svc: str) -> int:
+        known = self._service_ids.get(svc)
+        if known is not None:
+            return known
         infos = self._call(
             "GET",
             "/dedicated/server/{svc}/serviceInfos",
@@ -142,11 +183,13 @@ class OvhClient(MarkerFiltering):
             subject=svc,
         )
         try:
-            return int(infos["serviceId"])
+            service_id = int(infos["serviceId"])
         except (KeyError, TypeError, ValueError):
             raise self._shape_error(
                 "GET /dedicated/server/{svc}/serviceInfos", "no serviceId in the answer", svc
             ) from None
+        self._service_ids[svc] = service_id
+        return service_id
 
     def _display_name(self, svc: str, service_id: int) -> str:
         service = self._call("GET", "/services/{serviceId}", f"/services/{service_id}", subject=svc)
@@ -164,11 +207,14 @@ class OvhClient(MarkerFiltering):
         user_login: str,
         user_password: str,
         os_label: str = "ubuntu_24.04",
-    ) -> None:
-        """POST /reinstall with one storage entry on the largest disk group.
+    ) -> Reinstall:
+        """POST /reinstall with one storage entry on the largest disk group; returns the ticket of
+        the install task, the one a release must see through.
 
         OVH images log in as their default user with the key; `user_login` / `user_password` are
-        not sent (OVH has no such fields). Raises TaskAlreadyExistsError when an install runs.
+        not sent (OVH has no such fields). When OVH refuses because an install already runs
+        (TaskAlreadyExists), that install is the one returned: a retried release waits for it
+        instead of failing or queueing a second wipe.
         """
         svc = check_service_name(box_id)
         if not hostname:
@@ -188,42 +234,160 @@ class OvhClient(MarkerFiltering):
             subject=svc,
         )
         storage = plan_storage(disk_groups_from_hardware(hardware, box_id=svc), box_id=svc)
-        self._call(
-            "POST",
-            "/dedicated/server/{svc}/reinstall",
-            f"/dedicated/server/{_seg(svc)}/reinstall",
-            body={
-                "operatingSystem": template,
-                "customizations": {"hostname": hostname, "sshKey": key},
-                "storage": storage,
-            },
-            subject=svc,
-        )
-        log.info("OVH reinstall of %s with %s started", svc, template)
 
-    def install_state(self, box_id: str) -> InstallState:
-        """State of the newest reinstall task; PENDING when the box has none. A task OVH has already
-        purged (404) is skipped for the next newest."""
-        svc = check_service_name(box_id)
-        query = urlencode({"function": REINSTALL_FUNCTION})
-        task_ids = self._call(
+        def ticket(task_id: int) -> Reinstall:
+            return Reinstall(vendor=Vendor.OVH, box_id=svc, task_id=str(task_id))
+
+        ids = self._install_task_ids(svc)
+        # A reinstall that runs already is the one to follow: OVH's answer to a second POST is
+        # TaskAlreadyExists on the accounts the reference saw, but it is not documented to be.
+        running = self._running_install_task(svc, ids)
+        if running is not None:
+            log.info("OVH reinstall of %s: install task %s already runs; following it", svc, running)
+            return ticket(running)
+        # The newest reinstall task before the POST: a read-back looks only at newer ones.
+        known = max(ids, default=0)
+
+        def read_back() -> Reinstall | None:
+            newer = [task_id for task_id in self._install_task_ids(svc) if task_id > known]
+            return ticket(max(newer)) if newer else None
+
+        def post() -> Reinstall:
+            task = self._call(
+                "POST",
+                "/dedicated/server/{svc}/reinstall",
+                f"/dedicated/server/{_seg(svc)}/reinstall",
+                body={
+                    "operatingSystem": template,
+                    "customizations": {"hostname": hostname, "sshKey": key},
+                    "storage": storage,
+                },
+                subject=svc,
+            )
+            task_id = task.get("taskId") if isinstance(task, Mapping) else None
+            if task_id:
+                return ticket(int(task_id))
+            # Terraform and pigeon-as both met a POST that answered without the task it created.
+            found = read_back()
+            if found is None:
+                raise self._shape_error(
+                    "POST /dedicated/server/{svc}/reinstall", "no taskId in the answer", svc
+                )
+            return found
+
+        try:
+            result = verified_write(self._retry, post, read_back, sleep=self._sleep)
+        except TaskAlreadyExistsError:
+            running = self._running_install_task(svc)
+            if running is None:
+                raise
+            log.info("OVH reinstall of %s: install task %s already runs; following it", svc, running)
+            return ticket(running)
+        log.info("OVH reinstall of %s with %s started (task %s)", svc, template, result.task_id)
+        return result
+
+    def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
+        """State of `reinstall`'s own task; without one, of the newest install task (PENDING when
+        the box has none). A task that answers 404 or 500 reads RUNNING: OVH does that for tasks in
+        flight, and never falling through to an older task keeps a release from ending early."""
+        return self._progress(check_service_name(box_id), reinstall)[0]
+
+    def wait_reinstall(self, reinstall: Reinstall, *, timeout: float) -> None:
+        """Wait until `reinstall`'s task is done; TaskFailedError on a failure status (named), and
+        TaskTimeoutError after `timeout` seconds. Polls start short and back off."""
+        svc = check_service_name(reinstall.box_id)
+        if reinstall.task_id is None:
+            raise VendorInputError(f"OVH reinstall of {svc}: the ticket names no task")
+        last = ""
+
+        def check() -> bool | None:
+            nonlocal last
+            state, status = self._progress(svc, reinstall)
+            last = status
+            if state is InstallState.FAILED:
+                raise TaskFailedError(
+                    vendor=VENDOR,
+                    call="GET /dedicated/server/{svc}/task/{taskId}",
+                    subject=svc,
+                    code=status,
+                    message=f"reinstall task {reinstall.task_id} ended {status}",
+                )
+            return True if state is InstallState.DONE else None
+
+        try:
+            poll(
+                check,
+                timeout=timeout,
+                policy=self._poll,
+                what="reinstall",
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+        except PollTimeout:
+            raise TaskTimeoutError(
+                vendor=VENDOR,
+                call="GET /dedicated/server/{svc}/task/{taskId}",
+                subject=svc,
+                message=(
+                    f"reinstall task {reinstall.task_id} not done after {timeout:g}s "
+                    f"(last seen: {last or 'no answer'})"
+                ),
+            ) from None
+
+    def _progress(self, svc: str, reinstall: Reinstall | None) -> tuple[InstallState, str]:
+        if reinstall is None or reinstall.task_id is None:
+            ids = self._install_task_ids(svc)
+            if not ids:
+                return InstallState.PENDING, ""
+            task_id = ids[0]
+        else:
+            task_id = int(reinstall.task_id)
+        try:
+            task = self._task(svc, task_id)
+        except NotFoundError:
+            # OVH answers 404 for tasks in flight now and then; an older task says nothing about it.
+            log.info("OVH task %s of %s answered 404 (in flight, as OVH does); waiting", task_id, svc)
+            return InstallState.RUNNING, "404"
+        except TransientVendorError as error:
+            log.info("OVH task %s of %s: %s; waiting", task_id, svc, error)
+            return InstallState.RUNNING, str(error.status or "no answer")
+        status = str(task.get("status") or "")
+        return install_state_of_task(status), status
+
+    def _task_ids(self, svc: str, **query: str) -> list[int]:
+        """Task ids of the server, newest first."""
+        suffix = f"?{urlencode(query)}" if query else ""
+        ids = self._call(
+            "GET", "/dedicated/server/{svc}/task", f"/dedicated/server/{_seg(svc)}/task{suffix}", subject=svc
+        )
+        return sorted((int(t) for t in ids or []), reverse=True)
+
+    def _install_task_ids(self, svc: str) -> list[int]:
+        """The server's reinstall task ids, newest first (filtered by OVH on the function)."""
+        return self._task_ids(svc, function=REINSTALL_FUNCTION)
+
+    def _task(self, svc: str, task_id: int) -> Mapping[str, Any]:
+        task = self._call(
             "GET",
-            "/dedicated/server/{svc}/task",
-            f"/dedicated/server/{_seg(svc)}/task?{query}",
+            "/dedicated/server/{svc}/task/{taskId}",
+            f"/dedicated/server/{_seg(svc)}/task/{task_id}",
             subject=svc,
         )
-        for task_id in sorted((int(t) for t in task_ids or []), reverse=True):
-            try:
-                task = self._call(
-                    "GET",
-                    "/dedicated/server/{svc}/task/{taskId}",
-                    f"/dedicated/server/{_seg(svc)}/task/{task_id}",
-                    subject=svc,
-                )
-            except NotFoundError:
-                continue
-            return install_state_of_task(str(task.get("status") or ""))
-        return InstallState.PENDING
+        return task if isinstance(task, Mapping) else {}
+
+    def _running_install_task(self, svc: str, ids: list[int] | None = None) -> int | None:
+        """The reinstall task that runs now: the newest one, unless it has ended (tasks of a
+        server run one after the other). One that answers 404/500 is taken as running."""
+        ids = self._install_task_ids(svc) if ids is None else ids
+        if not ids:
+            return None
+        try:
+            task = self._task(svc, ids[0])
+        except (NotFoundError, TransientVendorError):
+            return ids[0]
+        if not is_install_function(str(task.get("function") or REINSTALL_FUNCTION)):
+            return None
+        return ids[0] if task.get("status") in _RUNNING else None
 
     # --- failover IPs --------------------------------------------------------------
 
@@ -235,32 +399,85 @@ class OvhClient(MarkerFiltering):
         return str(target) if target else None
 
     def move_failover(self, ip: str, box_id: str) -> None:
-        """Route `ip` to `box_id` and wait for OVH's IP task; a no-op when it is already there."""
+        """Route `ip` to `box_id` and wait until OVH routes it there; a no-op when it already is.
+
+        The POST is sent again only when a read-back shows the first one moved nothing and started
+        no move task; a refusal (moving to where the IP is, a move already running) is settled by
+        reading where the IP is routed and following the running move."""
         svc = check_service_name(box_id)
         block = ip_block_segment(ip)
         if self.failover_target(ip) == svc:
             return
-        try:
-            task = self._call("POST", "/ip/{ip}/move", f"/ip/{block}/move", body={"to": svc}, subject=ip)
-        except ConflictError:
-            # A retried POST whose first try went through: the IP may already be there.
-            if self.failover_target(ip) == svc:
-                return
-            raise
-        task_id = task.get("taskId") if isinstance(task, Mapping) else None
-        if task_id is None:
-            raise self._shape_error("POST /ip/{ip}/move", "no taskId in the answer", ip)
-        self._wait_ip_task(ip, block, int(task_id))
+        known = max(self._ip_task_ids(ip, block), default=0)
 
-    def _wait_ip_task(self, ip: str, block: str, task_id: int) -> None:
+        def post() -> int | None:
+            task = self._call(
+                "POST", "/ip/{ip}/move", f"/ip/{block}/move", body={"to": svc}, subject=ip, idempotent=False
+            )
+            task_id = task.get("taskId") if isinstance(task, Mapping) else None
+            if task_id is None:
+                raise self._shape_error("POST /ip/{ip}/move", "no taskId in the answer", ip)
+            return int(task_id)
+
+        def read_back() -> int | None:
+            if self.failover_target(ip) == svc:
+                return 0  # moved already: nothing to wait for
+            return self._running_ip_task(ip, block, after=known)
+
+        try:
+            task_id = verified_write(self._retry, post, read_back, sleep=self._sleep)
+        except VendorError as refused:
+            if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
+                raise
+            # "already routed there" or "a move already runs": where is it, what runs?
+            found = read_back()
+            if found is None:
+                raise
+            log.info("OVH move of %s to %s refused (%s); settled by reading back", ip, svc, refused.message)
+            task_id = found
+        if task_id:
+            self._wait_ip_task(ip, block, task_id, svc)
+        if self.failover_target(ip) != svc:
+            raise VendorError(
+                vendor=VENDOR,
+                call="GET /ip/{ip}",
+                subject=ip,
+                message=f"the move task ended but the IP is not routed to {svc}",
+            )
+
+    def _ip_task_ids(self, ip: str, block: str, **query: str) -> list[int]:
+        suffix = f"?{urlencode(query)}" if query else ""
+        ids = self._call("GET", "/ip/{ip}/task", f"/ip/{block}/task{suffix}", subject=ip)
+        return sorted((int(t) for t in ids or []), reverse=True)
+
+    def _running_ip_task(self, ip: str, block: str, *, after: int = 0) -> int | None:
+        for task_id in self._ip_task_ids(ip, block, function=IP_MOVE_FUNCTION)[:_TASK_SCAN]:
+            if task_id <= after:
+                return None
+            try:
+                task = self._call("GET", "/ip/{ip}/task/{taskId}", f"/ip/{block}/task/{task_id}", subject=ip)
+            except (NotFoundError, TransientVendorError):
+                continue
+            if task.get("status") in _RUNNING:
+                return task_id
+        return None
+
+    def _wait_ip_task(self, ip: str, block: str, task_id: int, svc: str) -> None:
         call = "GET /ip/{ip}/task/{taskId}"
-        deadline = time.monotonic() + self._task_timeout
-        while True:
-            task = self._call("GET", "/ip/{ip}/task/{taskId}", f"/ip/{block}/task/{task_id}", subject=ip)
-            status = str(task.get("status") or "")
-            if status == "done":
-                return
-            if status in IP_TASK_FAILED:
+        last = ""
+
+        def check() -> bool | None:
+            nonlocal last
+            try:
+                task = self._call("GET", "/ip/{ip}/task/{taskId}", f"/ip/{block}/task/{task_id}", subject=ip)
+            except (NotFoundError, TransientVendorError) as error:
+                # In flight, OVH sometimes answers 404/500 for the task: where the IP is decides.
+                last = str(error.status or "no answer")
+                return True if self.failover_target(ip) == svc else None
+            status = last = str(task.get("status") or "")
+            if status == TASK_DONE:
+                return True
+            if status in IP_TASK_FAILED or status in TASK_FAILED:
                 raise TaskFailedError(
                     vendor=VENDOR,
                     call=call,
@@ -268,14 +485,24 @@ class OvhClient(MarkerFiltering):
                     code=status,
                     message=f"IP move task {task_id} ended {status}: {task.get('comment') or ''}".strip(),
                 )
-            if time.monotonic() >= deadline:
-                raise TaskTimeoutError(
-                    vendor=VENDOR,
-                    call=call,
-                    subject=ip,
-                    message=f"IP move task {task_id} still {status!r} after {self._task_timeout:.0f}s",
-                )
-            self._sleep(self._task_poll_interval)
+            return None
+
+        try:
+            poll(
+                check,
+                timeout=self._task_timeout,
+                policy=self._poll,
+                what=f"IP move task {task_id}",
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+        except PollTimeout:
+            raise TaskTimeoutError(
+                vendor=VENDOR,
+                call=call,
+                subject=ip,
+                message=f"IP move task {task_id} still {last!r} after {self._task_timeout:.0f}s",
+            ) from None
 
     def register_ssh_key(self, name: str, public_key: str) -> str | None:
         """OVH takes the key inline in the reinstall body: nothing to register."""
@@ -292,8 +519,13 @@ class OvhClient(MarkerFiltering):
         *,
         body: Mapping[str, Any] | None = None,
         subject: str | None = None,
+        idempotent: bool | None = None,
     ) -> Any:
+        """One API call with the retry policy of its kind: reads and PUTs are retried on transient
+        errors; a POST only when it surely never reached OVH (else OutcomeUnknownError)."""
         call = f"{method} {template}"
+        if idempotent is None:
+            idempotent = method in ("GET", "PUT", "DELETE")
 
         def once() -> Any:
             log.debug("OVH %s", call)
@@ -306,7 +538,7 @@ class OvhClient(MarkerFiltering):
                 raise transport_error(VENDOR, call, error, subject=subject) from None
             return self._decode(call, response, subject)
 
-        return with_retries(self._retry, once, sleep=self._sleep)
+        return call_with_retries(self._retry, once, idempotent=idempotent, sleep=self._sleep)
 
     def _decode(self, call: str, response: requests.Response, subject: str | None) -> Any:
         status = response.status_code
@@ -371,7 +603,10 @@ def error_for_status(
         "request_id": request_id,
         "subject": subject,
     }
-    if status == 429 or status >= 500:
+    if status == 429:
+        # A throttled request was not carried out.
+        return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
+    if status >= 500:
         return TransientVendorError(retry_after=retry_after, **fields)
     if status in (401, 403) or code in _AUTH_CODES:
         return AuthError(**fields)

@@ -9,19 +9,31 @@ from typing import Any
 from urllib.parse import quote
 
 from providers.errors import VendorInputError
-from providers.vendor import DiskGroup, InstallState
+from providers.vendor import (
+    LEGACY_OVH_SUFFIX,
+    Claim,
+    DiskGroup,
+    InstallState,
+    Vendor,
+    split_claim_suffix,
+    with_claim_suffix,
+)
 
 # The one layout every adopted OVH box gets (tuist-anchor 1.1). XFS on /data because it is the
 # only filesystem of OVH's enum with project quotas, which enforce per-account cache quotas.
 BOOT_MB = 1024
 ROOT_MB = 65536
 
-# Server task function the reinstall API creates.
+# Server task function the reinstall API creates (dedicated.TaskFunctionEnum). Tasks are told
+# apart as the reference implementation does: any function containing "install" is a reinstall.
 REINSTALL_FUNCTION = "reinstallServer"
+IP_MOVE_FUNCTION = "genericMoveFloatingIp"
 
-_TASK_DONE = {"done"}
-_TASK_FAILED = {"problem", "error", "cancelled", "customerError", "ovhError"}
-IP_TASK_FAILED = {"cancelled", "ovhError", "customerError"}
+# Task statuses (dedicated.TaskStatusEnum, ip.TaskStatusEnum): init -> todo -> doing -> done, or one
+# of the failures. `problem` and `error` are older server-task spellings the reference still maps.
+TASK_DONE = "done"
+TASK_FAILED = frozenset({"cancelled", "customerError", "ovhError", "problem", "error"})
+IP_TASK_FAILED = frozenset({"cancelled", "ovhError", "customerError"})
 
 _UNIT_MB = {
     "B": 1 / 1_000_000,
@@ -141,10 +153,29 @@ def resolve_template(label: str, compatible: Mapping[str, Any], *, box_id: str =
     )
 
 
+def is_install_function(function: str) -> bool:
+    """Whether a server task's function is a (re)install, as the reference implementation decides."""
+    return "install" in function.lower()
+
+
 def install_state_of_task(status: str) -> InstallState:
     """An install task's status as an InstallState (done / failure set / anything else runs)."""
-    if status in _TASK_DONE:
+    if status == TASK_DONE:
         return InstallState.DONE
-    if status in _TASK_FAILED:
+    if status in TASK_FAILED:
         return InstallState.FAILED
     return InstallState.RUNNING
+
+
+# --- the claim in the displayName ---------------------------------------------------------------------
+
+
+def parse_display_name(display_name: str) -> tuple[str, Claim | None]:
+    """(fleet marker part, claim) of an OVH displayName: `<base>--c-<token>` / `<base>--r-<token>`,
+    or the `<base> claim:<token>` an earlier version wrote (still read, never written)."""
+    return split_claim_suffix(display_name, legacy=LEGACY_OVH_SUFFIX)
+
+
+def display_name(base: str, claim: Claim | None) -> str:
+    """The displayName carrying `claim` on top of the marker part `base`, inside MARKER_LIMITS."""
+    return with_claim_suffix(base, claim, vendor=Vendor.OVH, legacy=LEGACY_OVH_SUFFIX)

@@ -2,11 +2,21 @@
 
 Robot has no tasks: every call is synchronous, and a rescue boot or an install takes effect only
 after a reset. Robot also has no tags, so the fleet marker and the claim share the server_name.
+
+Writes and their repeats (docs/vendor-behaviour.md):
+- POST /server/{n} (server_name) sets a whole value: retried like a read.
+- POST /boot/{n}/rescue is sent again only after reading back that no rescue boot with our key is
+  armed; one armed with our key is the activation (its host keys and password are read back).
+- POST /reset/{n} is never repeated blindly: a lost answer is settled by reading back whether the
+  armed rescue boot was consumed (the reset happened), or by the caller's own check (`verify`).
+- POST /failover/{ip} is sent again only after reading back that the IP is not routed to the box;
+  409 FAILOVER_ALREADY_ROUTED is success, FAILOVER_LOCKED (another switch runs) is waited out.
+Robot limits most calls per hour (models.RATE_LIMITS); over budget a call raises RateLimitError,
+which names the budget and is not retried.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import time
@@ -15,12 +25,15 @@ from typing import Any
 
 import requests
 
-from providers import claims
+from providers.constants import fleet_key_name
 from providers.errors import (
     AuthError,
     ConflictError,
     NotFoundError,
+    OutcomeUnknownError,
+    RateLimitError,
     TaskAlreadyExistsError,
+    TaskTimeoutError,
     TransientVendorError,
     VendorError,
     VendorInputError,
@@ -28,15 +41,37 @@ from providers.errors import (
     transport_error,
 )
 from providers.retry import (
+    DEFAULT_POLL,
     DEFAULT_RETRY,
     DEFAULT_TIMEOUTS,
+    Clock,
     HttpTimeouts,
+    PollPolicy,
+    PollTimeout,
     RetryPolicy,
+    Sleep,
+    call_with_retries,
     parse_retry_after,
-    with_retries,
+    poll,
+    verified_write,
 )
-from providers.robot.models import RescueInfo, box_from_server, check_server_number, rescue_from
-from providers.vendor import Box, Claim, InstallState, MarkerFiltering, single_line_key
+from providers.robot.models import (
+    box_from_server,
+    check_server_number,
+    parse_server_name,
+    rescue_from,
+    server_name,
+)
+from providers.vendor import (
+    Box,
+    Claim,
+    InstallState,
+    MarkerFiltering,
+    Reinstall,
+    RescueInfo,
+    Vendor,
+    single_line_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +90,10 @@ class RobotClient(MarkerFiltering):
         password: str,
         timeouts: HttpTimeouts = DEFAULT_TIMEOUTS,
         retry: RetryPolicy = DEFAULT_RETRY,
-        sleep: Callable[[float], None] = time.sleep,
+        poll: PollPolicy = DEFAULT_POLL,
+        reset_settle_timeout: float = 180.0,
+        sleep: Sleep = time.sleep,
+        clock: Clock = time.monotonic,
     ) -> None:
         if not api_url.startswith(("http://", "https://")):
             raise VendorInputError(f"Robot api_url {api_url!r} is not an http(s) URL")
@@ -65,13 +103,25 @@ class RobotClient(MarkerFiltering):
         self._auth = (username, password)
         self._timeouts = timeouts
         self._retry = retry
+        self._poll = poll
+        # How long a lost reset answer waits for the armed rescue boot to be consumed (the box
+        # takes a minute or more to boot the rescue system after a reset).
+        self._reset_settle_timeout = reset_settle_timeout
         self._sleep = sleep
+        self._clock = clock
         self._session = requests.Session()
+        # main IPv4 -> server number: fixed for a server's life, so GET /server (200 an hour) is
+        # read again only when an address is not in it.
+        self._numbers_by_ip: dict[str, str] = {}
 
     # --- boxes ------------------------------------------------------------------------
 
     def list_boxes(self) -> list[Box]:
+        """Every server of the account, markers included: one call."""
         return [box_from_server(server) for server in self._servers()]
+
+    def list_box_ids(self) -> list[str]:
+        return [str(int(server["server_number"])) for server in self._servers()]
 
     def _servers(self) -> list[Mapping[str, Any]]:
         try:
@@ -81,7 +131,13 @@ class RobotClient(MarkerFiltering):
             if error.code == "SERVER_NOT_FOUND":
                 return []
             raise
-        return [item["server"] for item in items or []]
+        servers = [item["server"] for item in items or []]
+        self._numbers_by_ip = {
+            str(server["server_ip"]): str(int(server["server_number"]))
+            for server in servers
+            if server.get("server_ip")
+        }
+        return servers
 
     def get_box(self, box_id: str) -> Box:
         return box_from_server(self._server(box_id))
@@ -92,10 +148,11 @@ class RobotClient(MarkerFiltering):
         return dict(body["server"])
 
     def set_claim(self, box_id: str, claim: Claim | None) -> None:
+        """Write the claim into the server_name. Sets a whole value: safe to repeat."""
         number = check_server_number(box_id)
         current = str(self._server(number).get("server_name") or "")
-        base, _ = claims.parse_robot_server_name(current)
-        wanted = claims.robot_server_name(base, claim)
+        base, _ = parse_server_name(current)
+        wanted = server_name(base, claim)
         if wanted == current:
             return
         self._call(
@@ -104,6 +161,7 @@ class RobotClient(MarkerFiltering):
             f"/server/{number}",
             form=[("server_name", wanted)],
             subject=number,
+            idempotent=True,
         )
 
     # --- ssh keys -------------------------------------------------------------------
@@ -117,15 +175,19 @@ class RobotClient(MarkerFiltering):
         found = self._key_fingerprint(key)
         if found:
             return found
-        try:
+
+        def post() -> str:
             created = self._call("POST", "/key", "/key", form=[("name", name), ("data", key)], subject=name)
+            return str(created["key"]["fingerprint"])
+
+        try:
+            return verified_write(self._retry, post, lambda: self._key_fingerprint(key), sleep=self._sleep)
         except ConflictError as error:
             # KEY_ALREADY_EXISTS: a retried POST that went through, or the key under another name.
             found = self._key_fingerprint(key)
             if found:
                 return found
             raise error from None
-        return str(created["key"]["fingerprint"])
 
     def _key_fingerprint(self, key: str) -> str | None:
         material = key.split()[:2]
@@ -149,30 +211,92 @@ class RobotClient(MarkerFiltering):
 
     def activate_rescue(self, box_id: str, key_fingerprint: str) -> RescueInfo:
         """Arm the Linux rescue system with `key_fingerprint` authorised; takes effect at the next
-        reset. An already armed rescue is deactivated first so the key is the one asked for."""
+        reset. Returns the activation, with the rescue system's host key fingerprints to pin the
+        rescue session to. An armed rescue boot with our key is that activation (a retried call
+        whose first answer was lost); one armed with another key is deactivated first."""
         number = check_server_number(box_id)
         if not key_fingerprint:
             raise VendorInputError(f"Robot rescue of {number}: key fingerprint is empty")
         form = [("os", "linux"), ("authorized_key", key_fingerprint)]
         path = f"/boot/{number}/rescue"
+
+        def post() -> RescueInfo:
+            return rescue_from(
+                self._call("POST", "/boot/{server-number}/rescue", path, form=form, subject=number)
+            )
+
+        def ours() -> RescueInfo | None:
+            armed = self.rescue_state(number)
+            return armed if armed.active and key_fingerprint in armed.authorized_key_fingerprints else None
+
         try:
-            body = self._call("POST", "/boot/{server-number}/rescue", path, form=form, subject=number)
+            return verified_write(self._retry, post, ours, sleep=self._sleep)
         except ConflictError as error:
             if error.code != "BOOT_ALREADY_ENABLED":
                 raise
+            armed = ours()
+            if armed is not None:
+                return armed
             self._call("DELETE", "/boot/{server-number}/rescue", path, subject=number)
-            body = self._call("POST", "/boot/{server-number}/rescue", path, form=form, subject=number)
-        return rescue_from(body)
+            return verified_write(self._retry, post, ours, sleep=self._sleep)
 
-    def reset(self, box_id: str, kind: str = "hw") -> None:
+    def reset(self, box_id: str, kind: str = "hw", *, verify: Callable[[], bool] | None = None) -> None:
+        """Reset the server. Never sent twice on a guess: Robot allows 50 resets an hour, and a
+        second reset interrupts the boot the first one started. When the answer is lost, an armed
+        rescue boot that is gone proves the reset happened; otherwise `verify` (the caller's own
+        check, e.g. the box answers SSH with a new host key) decides; without either the error is
+        OutcomeUnknownError, which says the reset may have happened."""
         number = check_server_number(box_id)
         if kind not in RESET_KINDS:
             raise VendorInputError(
                 f"Robot reset of {number}: kind {kind!r} is not one of {', '.join(RESET_KINDS)}"
             )
-        self._call(
-            "POST", "/reset/{server-number}", f"/reset/{number}", form=[("type", kind)], subject=number
-        )
+        armed = self.rescue_state(number).active
+
+        def post() -> bool:
+            self._call(
+                "POST", "/reset/{server-number}", f"/reset/{number}", form=[("type", kind)], subject=number
+            )
+            return True
+
+        def consumed() -> bool | None:
+            return True if not self.rescue_state(number).active else None
+
+        def happened() -> bool | None:
+            if verify is not None and verify():
+                return True
+            if not armed:
+                return None
+            # The box clears the armed rescue boot when it boots it, a minute or so after a reset.
+            try:
+                return poll(
+                    consumed,
+                    timeout=self._reset_settle_timeout,
+                    policy=self._poll,
+                    what=f"rescue boot of {number}",
+                    sleep=self._sleep,
+                    clock=self._clock,
+                )
+            except PollTimeout:
+                return None
+
+        try:
+            post()
+        except OutcomeUnknownError as unknown:
+            if happened():
+                log.info("Robot reset of %s: the answer was lost, but the reset happened", number)
+                return
+            raise OutcomeUnknownError(
+                vendor=VENDOR,
+                call=unknown.call,
+                status=unknown.status,
+                code=unknown.code,
+                subject=number,
+                message=(
+                    f"{unknown.message}; the reset may have happened and is not sent again "
+                    "(a second one would interrupt the boot it started)"
+                ),
+            ) from None
 
     def start_reinstall(
         self,
@@ -183,7 +307,7 @@ class RobotClient(MarkerFiltering):
         user_login: str,
         user_password: str,
         os_label: str = "ubuntu_24.04",
-    ) -> None:
+    ) -> Reinstall:
         """Robot's half of a reinstall: arm the rescue system with the fleet key, then hardware
         reset into it. The installimage run (hostname, user, password, OS) happens over SSH in the
         rescue system and is not this client's. Raises TaskAlreadyExistsError while a rescue boot
@@ -199,12 +323,13 @@ class RobotClient(MarkerFiltering):
                 code="BOOT_ALREADY_ENABLED",
                 message="a rescue boot is already armed and has not been booted yet",
             )
-        fingerprint = self.register_ssh_key("tuist-" + hashlib.sha256(key.encode()).hexdigest()[:12], key)
+        fingerprint = self.register_ssh_key(fleet_key_name(key), key)
         self.activate_rescue(number, fingerprint)
         self.reset(number, "hw")
         log.info("Robot server %s reset into rescue", number)
+        return Reinstall(vendor=Vendor.ROBOT, box_id=number)
 
-    def install_state(self, box_id: str) -> InstallState:
+    def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
         """What Robot can tell, honestly: it only knows whether a rescue boot is armed.
 
         Armed (active) reads RUNNING: the reset is pending or the box is booting into rescue.
@@ -214,21 +339,48 @@ class RobotClient(MarkerFiltering):
         """
         return InstallState.RUNNING if self.rescue_state(box_id).active else InstallState.DONE
 
+    def wait_reinstall(self, reinstall: Reinstall, *, timeout: float) -> None:
+        """Wait until the armed rescue boot is consumed (the box booted into rescue)."""
+        number = check_server_number(reinstall.box_id)
+
+        def check() -> bool | None:
+            return True if self.install_state(number) is InstallState.DONE else None
+
+        try:
+            poll(
+                check,
+                timeout=timeout,
+                policy=self._poll,
+                what="rescue boot",
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+        except PollTimeout:
+            raise TaskTimeoutError(
+                vendor=VENDOR,
+                call="GET /boot/{server-number}/rescue",
+                subject=number,
+                message=f"the armed rescue boot was not consumed within {timeout:g}s",
+            ) from None
+
     # --- failover IPs ---------------------------------------------------------------------
 
     def failover_target(self, ip: str) -> str | None:
         active = self._failover(ip).get("active_server_ip")
         if not active:
             return None
-        for server in self._servers():
-            if server.get("server_ip") == active:
-                return str(int(server["server_number"]))
-        raise VendorError(
-            vendor=VENDOR,
-            call="GET /failover/{ip}",
-            subject=ip,
-            message=f"routed to {active}, which is no server of this account",
-        )
+        number = self._numbers_by_ip.get(str(active))
+        if number is None:
+            self._servers()
+            number = self._numbers_by_ip.get(str(active))
+        if number is None:
+            raise VendorError(
+                vendor=VENDOR,
+                call="GET /failover/{ip}",
+                subject=ip,
+                message=f"routed to {active}, which is no server of this account",
+            )
+        return number
 
     def _failover(self, ip: str) -> Mapping[str, Any]:
         address = _check_ip(ip)
@@ -245,7 +397,8 @@ class RobotClient(MarkerFiltering):
             )
         if self._failover(address).get("active_server_ip") == server_ip:
             return
-        try:
+
+        def post() -> bool:
             self._call(
                 "POST",
                 "/failover/{ip}",
@@ -253,7 +406,15 @@ class RobotClient(MarkerFiltering):
                 form=[("active_server_ip", server_ip)],
                 subject=address,
             )
+            return True
+
+        def routed() -> bool | None:
+            return True if self._failover(address).get("active_server_ip") == server_ip else None
+
+        try:
+            verified_write(self._retry, post, routed, sleep=self._sleep)
         except ConflictError as error:
+            # Documented: FAILOVER_ALREADY_ROUTED when the IP already goes to that server.
             if error.code != "FAILOVER_ALREADY_ROUTED":
                 raise
 
@@ -267,8 +428,13 @@ class RobotClient(MarkerFiltering):
         *,
         form: Sequence[tuple[str, str]] | None = None,
         subject: str | None = None,
+        idempotent: bool | None = None,
     ) -> Any:
+        """One API call with the retry policy of its kind: reads are retried on transient errors;
+        a write only when `idempotent` or when it surely never reached Robot."""
         call = f"{method} {template}"
+        if idempotent is None:
+            idempotent = method in ("GET", "DELETE")
 
         def once() -> Any:
             log.debug("Robot %s", call)
@@ -298,7 +464,7 @@ class RobotClient(MarkerFiltering):
                     ) from None
             raise _error_from(call, response, subject, self._auth[1])
 
-        return with_retries(self._retry, once, sleep=self._sleep)
+        return call_with_retries(self._retry, once, idempotent=idempotent, sleep=self._sleep)
 
 
 def _check_ip(ip: str) -> str:
@@ -327,7 +493,18 @@ def _error_from(call: str, response: requests.Response, subject: str | None, pas
     }
     status = response.status_code
     retry_after = parse_retry_after(response.headers.get("Retry-After"))
-    if code == "RATE_LIMIT_EXCEEDED" or status == 429 or status >= 500:
+    if code == "RATE_LIMIT_EXCEEDED":
+        return RateLimitError(
+            max_request=_int_or_none(error.get("max_request")),
+            interval=_int_or_none(error.get("interval")),
+            **fields,
+        )
+    if code == "FAILOVER_LOCKED":
+        # Another switch of this IP runs: ours was refused, not carried out; worth waiting for.
+        return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
+    if status == 429:
+        return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
+    if status >= 500:
         return TransientVendorError(retry_after=retry_after, **fields)
     if status in (401, 403):
         return AuthError(**fields)
@@ -336,3 +513,10 @@ def _error_from(call: str, response: requests.Response, subject: str | None, pas
     if status == 409:
         return ConflictError(**fields)
     return VendorError(**fields)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -14,11 +14,17 @@ import logging
 from scaleway.baremetal.v1 import BaremetalV1API, BaremetalV1PrivateNetworkAPI
 from scaleway.baremetal.v1.types import Offer, Server
 
-from providers import claims
-from providers.errors import ConflictError, VendorError, VendorInputError
-from providers.scaleway_em.models import VENDOR, box_from_server, install_state_of, parse_box_id, resolve_os
+from providers.errors import VendorError, VendorInputError
+from providers.scaleway_em.models import (
+    VENDOR,
+    box_from_server,
+    install_state_of,
+    parse_box_id,
+    resolve_os,
+    tags_with,
+)
 from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
-from providers.vendor import Box, Claim, InstallState, boxes_with_marker, single_line_key
+from providers.vendor import Box, Claim, InstallState, Reinstall, Vendor, boxes_with_marker, single_line_key
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +35,9 @@ class ElasticMetalClient(ProjectClient):
     """One Scaleway project's Elastic Metal servers, reached with an IAM API key."""
 
     VENDOR = VENDOR
+    VENDOR_ENUM = Vendor.SCALEWAY_EM
     WHAT = "Elastic Metal"
+    SERVER_PATH = _SERVER
 
     def _init_apis(self) -> None:
         self._api = self._api_of(BaremetalV1API)
@@ -71,7 +79,7 @@ class ElasticMetalClient(ProjectClient):
         tag list is replaced as a whole, so it is read first."""
         zone, server_id = parse_box_id(box_id)
         current = list(self._server(box_id).tags or [])
-        wanted = claims.dedibox_tags(current, claim)
+        wanted = tags_with(current, claim)
         if wanted == current:
             return
         self._caller.call(
@@ -91,13 +99,14 @@ class ElasticMetalClient(ProjectClient):
         user_login: str,
         user_password: str,
         os_label: str = "ubuntu_24.04",
-    ) -> None:
+    ) -> Reinstall:
         """POST .../install with the OS the label names among those the server's offer allows, the
         fleet key (an IAM key of the project) and, where the OS lets them be set, the login user and
-        the fleet's sudo password.
+        the fleet's sudo password; returns the install's ticket.
 
-        An install already running answers 409 `transient_state`; when the server's own install
-        status confirms it runs, TaskAlreadyExistsError is raised (a retried release waits for it).
+        An install already running (a retried release) is followed, not started again; so is one a
+        409 `transient_state` refusal reveals. A lost answer is settled by reading the server's
+        install record back (ProjectClient._start).
         """
         zone, server_id = parse_box_id(box_id)
         if not hostname:
@@ -124,7 +133,8 @@ class ElasticMetalClient(ProjectClient):
         if system.password is not None and system.password.required and not password:
             raise VendorInputError(f"Elastic Metal reinstall of {box_id}: the OS requires a password")
         key_id = self._register_fleet_key(key, box_id=box_id)
-        try:
+
+        def post() -> None:
             self._caller.call(
                 f"POST {_SERVER}/install",
                 lambda: self._api.install_server(
@@ -139,13 +149,27 @@ class ElasticMetalClient(ProjectClient):
                 subject=box_id,
                 hidden=(user_password,),
             )
-        except ConflictError as refused:
-            if self.install_state(box_id) is InstallState.RUNNING:
-                raise self._already_running(refused, box_id, "an install") from None
-            raise
-        log.info("Elastic Metal reinstall of %s with %s %s started", box_id, system.name, system.version)
 
-    def install_state(self, box_id: str) -> InstallState:
+        ticket = self._start(box_id, post, lambda: self._progress(box_id), "install")
+        log.info("Elastic Metal reinstall of %s with %s %s started", box_id, system.name, system.version)
+        return ticket
+
+    def _progress(self, box_id: str) -> tuple[InstallState, str]:
+        """(install state, what identifies the server's last install): the install record has no id,
+        so its parameters, its status and the server's updated_at tell a new one from the last."""
+        server = self._server(box_id)
+        install = server.install
+        digest = (
+            ""
+            if install is None
+            else repr([install.os_id, install.hostname, list(install.ssh_key_ids or []), str(install.status)])
+        )
+        return install_state_of(server), f"{digest} {server.updated_at}"
+
+    def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
+        """From `server.install.status` (models.install_state_of). The ticket changes nothing: the
+        install a ticket names answered `to_install` when it was started, so a later `completed` is
+        its own."""
         return install_state_of(self._server(box_id))
 
     # --- private networks --------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Elastic Metal shapes: the scaleway SDK's `baremetal.v1` dataclasses seen as vendor-neutral Boxes.
 
 The fleet marker is a server tag (the API filters on tags server-side) and the claim is one more
-tag, written exactly as on Dedibox (`tuist-claim:<token>`, `tuist-releasing:<token>`): both are
-Scaleway tag lists, and the program reads them with the same functions.
+tag, written exactly as on Dedibox (`tuist-claim-<token>`, `tuist-releasing-<token>`; the
+`tuist-claim:<token>` of an earlier version is still read): both are Scaleway tag lists, and the
+program reads them with the same functions (providers.vendor.split_claim_tags / with_claim_tag),
+inside MARKER_LIMITS[SCALEWAY_EM].
 """
 
 from __future__ import annotations
@@ -12,11 +14,9 @@ from collections.abc import Sequence
 
 from scaleway.baremetal.v1.types import OS, Server
 
-from config.models import Vendor
-from providers import claims
 from providers.errors import VendorInputError
 from providers.scaleway_sdk import parse_box_id as _parse_box_id
-from providers.vendor import Box, InstallState
+from providers.vendor import Box, Claim, InstallState, Vendor, split_claim_tags, with_claim_tag
 
 VENDOR = Vendor.SCALEWAY_EM.value
 _RUNNING = frozenset({"to_install", "installing"})
@@ -52,7 +52,7 @@ def has_os(server: Server) -> bool:
 
 
 def box_from_server(server: Server) -> Box:
-    fleet_tags, claim = claims.parse_dedibox_tags(server.tags or [])
+    fleet_tags, claim = split_claim_tags(server.tags or [])
     return Box(
         vendor=Vendor.SCALEWAY_EM,
         id=f"{server.zone}/{server.id}",
@@ -66,6 +66,11 @@ def box_from_server(server: Server) -> Box:
         has_os=has_os(server),
         tags=fleet_tags,
     )
+
+
+def tags_with(tags: Sequence[str], claim: Claim | None) -> list[str]:
+    """The full tag list carrying `claim`: every other tag kept in order, one claim tag at the end."""
+    return with_claim_tag(tags, claim, vendor=Vendor.SCALEWAY_EM)
 
 
 def install_state_of(server: Server) -> InstallState:

@@ -18,6 +18,7 @@ No Pulumi import here: the dynamic providers call this.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import socket
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import paramiko
+
+from providers.errors import InfraError, scrub
 
 OUTPUT_TAIL_CHARS = 2000
 _SECRET_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -59,8 +62,8 @@ class RunResult:
     output_tail: str  # last OUTPUT_TAIL_CHARS of stdout+stderr, secrets replaced by ***
 
 
-class SshError(Exception):
-    """Base of every error this module raises."""
+class SshError(InfraError):
+    """Base of every error this module raises (under the project's one InfraError tree)."""
 
 
 class HostKeyMismatchError(SshError):
@@ -152,7 +155,7 @@ def run_script(
             status, output = _exec(transport, target, command, stdin.encode(), step, step_timeout)
         finally:
             transport.close()
-        tail = scrub(output, secrets)[-OUTPUT_TAIL_CHARS:]
+        tail = scrub(output, secrets, limit=None)[-OUTPUT_TAIL_CHARS:]
         if status != 0:
             raise RemoteCommandError(target, step, status, tail)
         return RunResult(host_key_fingerprint=fingerprint, exit_status=status, output_tail=tail)
@@ -162,9 +165,16 @@ def run_script(
 
 def fetch_host_key(target: SshTarget, timeout: float = 30) -> str:
     """The box's host key fingerprint, from a key exchange without logging in."""
+    return fetch_host_key_forms(target, timeout)[0]
+
+
+def fetch_host_key_forms(target: SshTarget, timeout: float = 30) -> tuple[str, str]:
+    """The box's host key fingerprint in both forms a vendor may announce it in, from a key exchange
+    without logging in: ("SHA256:<base64>", "MD5:<hex:pairs>"), as ssh-keygen -l prints them."""
     transport, host_key = _handshake(target, timeout)
     transport.close()
-    return host_key.fingerprint
+    digest = hashlib.md5(host_key.asbytes(), usedforsecurity=False).hexdigest()
+    return host_key.fingerprint, "MD5:" + ":".join(digest[i : i + 2] for i in range(0, 32, 2))
 
 
 def close_all_sessions() -> int:
@@ -175,13 +185,6 @@ def close_all_sessions() -> int:
     for transport in transports:
         transport.close()
     return len(transports)
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """Replace every secret value in text by ***, longest first so one secret inside another goes too."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 # --- internals ----------------------------------------------------------------------------------------

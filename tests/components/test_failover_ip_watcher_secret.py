@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from components.failover_watcher import FailoverWatcher, FailoverWatcherArgs
-from config.models import DediboxAccount, FailoverIP, Fleet, OvhAccount, Region, Vendor, Vendors
+from components.failover_watcher import FailoverWatcher, FailoverWatcherArgs, robot_failover_watchers
+from config.models import DediboxAccount, FailoverIP, Fleet, OvhAccount, Region, RobotAccount, Vendor, Vendors
 from tests.components.conftest import WATCHER_IMAGE
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
@@ -124,3 +124,47 @@ def test_missing_vendor_account_is_refused(region: Region, fleet: Fleet, failove
         ValueError, match=re.escape("failover_ips 'us-east-peer' is on ovh, but vendors.ovh is not set")
     ):
         FailoverWatcher("w", args)
+
+
+def test_a_robot_watcher_knows_how_many_share_the_robot_budget(region: Region, fleet: Fleet) -> None:
+    """Robot allows 100 GET /failover/{ip} an hour per account: the stack's Robot watchers split it,
+    so each one is told how many they are (watcher/__main__.py slows down accordingly)."""
+    robot = Vendors(robot=RobotAccount(username="#ws+tuist"))
+    fip = FailoverIP(name="us-east-peer", vendor=Vendor.ROBOT, fleet=fleet.name, address="198.51.100.31")
+    args = watcher_args(
+        region,
+        fleet.model_copy(update={"vendor": Vendor.ROBOT}),
+        fip,
+        vendors=robot,
+        robot_password="rp-5e",
+        robot_failover_watchers=3,
+    )
+    (container,) = render(args).find("Deployment", "kura-failover-watcher-us-east")["spec"]["template"][
+        "spec"
+    ]["containers"]
+    assert {e["name"]: e["value"] for e in container["env"]}["ROBOT_FAILOVER_WATCHERS"] == "3"
+    # An OVH watcher has no Robot budget to share.
+    ovh = render(
+        watcher_args(
+            region, fleet, FailoverIP(name="x", vendor=Vendor.OVH, fleet=fleet.name, address="198.51.100.9")
+        )
+    )
+    (container,) = ovh.find("Deployment", "kura-failover-watcher-us-east")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "ROBOT_FAILOVER_WATCHERS" not in {e["name"] for e in container["env"]}
+
+
+def test_the_robot_watchers_are_the_regions_with_a_routed_robot_ip(region: Region) -> None:
+    ips = [
+        FailoverIP(name="a", vendor=Vendor.ROBOT, fleet="f", address="198.51.100.31"),
+        FailoverIP(name="b", vendor=Vendor.ROBOT, fleet="f", address="198.51.100.32"),
+        FailoverIP(name="parked", vendor=Vendor.ROBOT, fleet="f"),
+        FailoverIP(name="o", vendor=Vendor.OVH, fleet="f", address="198.51.100.9"),
+    ]
+    regions = [
+        region.model_copy(update={"id": rid, "failover_ip": ip})
+        for rid, ip in [("r1", "a"), ("r2", "b"), ("r3", "parked"), ("r4", "o"), ("r5", None)]
+    ]
+    assert robot_failover_watchers(regions, ips) == 2
+    assert robot_failover_watchers(regions[2:], ips) == 1  # none routed: the watcher default

@@ -214,3 +214,24 @@ def test_configured_credentials_do_not_show_in_repr() -> None:
     text = repr(vars(provider))
     for value in SECRET_VALUES.values():
         assert value not in text
+
+
+@pytest.mark.parametrize(
+    ("current", "eligible", "target"),
+    [
+        # The box it is on stays while eligible, even when a lower one is eligible too.
+        ("b", {"a": "node-a", "b": "node-b"}, "b"),
+        # Otherwise the lowest by name: the node's name, not the box id.
+        ("x", {"ns9": "kura-a", "ns1": "kura-b"}, "ns9"),
+        (None, {"ns9": "kura-a", "ns1": "kura-b"}, "ns9"),
+        # No eligible box: no target, and the IP must not move.
+        ("b", {}, None),
+        (None, {}, None),
+    ],
+)
+def test_failover_placement_is_the_anchor_rule(current, eligible, target):
+    """reference/tuist-anchor.md 4.1: keep the current box if eligible, else the lexically lowest;
+    never move when none is eligible. The deploy-time provider and the watcher both apply it."""
+    from providers.vendor import failover_placement
+
+    assert failover_placement(current, eligible) == target

@@ -208,7 +208,7 @@ def test_claim_checks_report_each_bad_input_by_name() -> None:
 def test_a_long_bad_value_is_quoted_cut_short() -> None:
     problems = claim_input_problems(claim_props("kura-ovh", 0, marker="x" * 10_000))
     assert problems == [
-        ("marker", "is 10000 characters; ovh markers take at most 32"),
+        ("marker", "is 10000 characters long; ovh markers take at most 34 (a claim adds 16)"),
         ("marker", "'" + "x" * 56 + "... does not contain the environment name 'dev'"),
     ]
 

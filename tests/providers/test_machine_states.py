@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from providers.constants import fleet_key_name
-from providers.errors import TransientVendorError
+from providers.errors import OutcomeUnknownError, TransientVendorError
 from providers.machine import robot_install
 from providers.machine.errors import ClaimLostError, MachineHostKeyMismatchError, MachineStepError
 from providers.machine.fsm import (
@@ -37,10 +37,11 @@ from providers.machine.fsm import (
     classify,
 )
 from providers.machine.record import Holder, Phase, ProcessClaimRecord, Progress
-from providers.machine.release import release_table
+from providers.machine.release import release_table, resume_state
 from providers.machine.spec import DEFAULT_TIMEOUTS, Timeouts, Vendor
 from providers.machine.states import adopt_table, leave_table, rejoin_table
 from providers.ssh.runner import HostKeyMismatchError, RemoteCommandError, SshConnectError, SshTarget
+from providers.vendor import Claim, InstallState, Reinstall, RescueInfo
 
 SECRET = "s3cret-sudo-password"
 HOLDER = Holder("tuist-infra", "dev", "kura-ovh-0", "0123456789ab")
@@ -354,17 +355,32 @@ def test_check_table_refuses_a_dangling_state() -> None:
 
 @dataclass
 class FakeRobot:
+    """A RescueInstaller: records its calls; the activation announces `announced`; the resets listed
+    in `lost` (by their order) were carried out but their answer was lost."""
+
     calls: list[tuple[str, str]] = field(default_factory=list)
+    announced: tuple[str, ...] = ("SHA256:rescue",)
+    lost: tuple[int, ...] = ()
+    resets: int = 0
 
     def register_ssh_key(self, name: str, public_key: str) -> str:
         self.calls.append(("register_ssh_key", name))
         return "aa:bb"
 
-    def activate_rescue(self, box_id: str, fingerprint: str) -> None:
-        self.calls.append(("activate_rescue", box_id))
+    def rescue_state(self, box_id: str) -> RescueInfo:
+        raise AssertionError("the install flow reads the activation's answer, not the rescue state")
 
-    def reset(self, box_id: str, kind: str) -> None:
+    def activate_rescue(self, box_id: str, key_fingerprint: str) -> RescueInfo:
+        self.calls.append(("activate_rescue", box_id))
+        return RescueInfo(box_id, None, True, (key_fingerprint,), self.announced, password="rescue-pw")
+
+    def reset(self, box_id: str, kind: str = "hw", *, verify: Callable[[], bool] | None = None) -> None:
         self.calls.append(("reset", kind))
+        self.resets += 1
+        if self.resets in self.lost:
+            raise OutcomeUnknownError(
+                vendor="robot", call="POST /reset/{server-number}", message="read timeout; may have happened"
+            )
 
 
 class FakeSettings:
@@ -373,15 +389,17 @@ class FakeSettings:
 
 
 @pytest.fixture
-def robot_run(world: World, monkeypatch: pytest.MonkeyPatch) -> tuple[World, FakeRobot, list[str], list[str]]:
+def robot_run(world: World, monkeypatch: pytest.MonkeyPatch) -> tuple[World, FakeRobot, list[Any], list[str]]:
     """The install rows' handlers with a fake Robot, host keys answered from a script, run_script
-    recorded: what the box answers with on each probe is `keys` (consumed in turn, the last repeats)."""
+    recorded: what the box answers with on each probe is `keys` (consumed in turn, the last repeats): a
+    SHA256 fingerprint, or a (SHA256, MD5) pair."""
     robot = FakeRobot()
-    keys: list[str] = []
+    keys: list[Any] = []
     scripts: list[str] = []
 
-    def probe(_target: SshTarget, timeout: float) -> str:
-        return keys.pop(0) if len(keys) > 1 else keys[0]
+    def probe(_target: SshTarget, timeout: float) -> tuple[str, str]:
+        key = keys.pop(0) if len(keys) > 1 else keys[0]
+        return key if isinstance(key, tuple) else (key, "")
 
     def run_script(_target: SshTarget, script: str, **kwargs: Any) -> Any:
         scripts.append(f"{kwargs['step']} pinned {kwargs['expected_host_key']}")
@@ -389,7 +407,7 @@ def robot_run(world: World, monkeypatch: pytest.MonkeyPatch) -> tuple[World, Fak
         lsblk = json.dumps({"blockdevices": disks})
         return type("R", (), {"output_tail": lsblk})()
 
-    monkeypatch.setattr(robot_install, "fetch_host_key", probe)
+    monkeypatch.setattr(robot_install, "fetch_host_key_forms", probe)
     monkeypatch.setattr(robot_install, "run_script", run_script)
     monkeypatch.setattr(robot_install, "render_postinstall", lambda pins: "#!/bin/sh\n")
     world.run.vendor, world.run.box_id, world.run.box_label = Vendor.ROBOT, "2345601", "robot box 2345601"
@@ -400,33 +418,81 @@ def robot_run(world: World, monkeypatch: pytest.MonkeyPatch) -> tuple[World, Fak
         pins=None,
         hostname="runners-linux-2345601",
     )
+    world.run.timeout = Timeouts({"poll_interval": 3})
     return world, robot, keys, scripts
 
 
-def test_the_robot_install_from_the_start(robot_run: tuple[World, FakeRobot, list[str], list[str]]) -> None:
+def install(world: World, first: str = "RESCUE_BOOT", progress: Progress | None = None) -> Progress:
+    table = robot_install.install_rows(then=DONE)
+    return Runner(table, world.run, world.record, progress or world.progress, Phase.ADOPTING).start(first)
+
+
+def test_the_robot_install_from_the_start(robot_run: tuple[World, FakeRobot, list[Any], list[str]]) -> None:
     world, robot, keys, scripts = robot_run
     # The old OS, then (after the reset) not answering twice, then the rescue system; then the new OS.
     keys += ["SHA256:old", "SHA256:old", "", "", "SHA256:rescue", "SHA256:rescue", "", "SHA256:installed"]
-    table = robot_install.install_rows(then=DONE)
-    world.run.timeout = Timeouts({"poll_interval": 3})
-    done = Runner(table, world.run, world.record, world.progress, Phase.ADOPTING).start("RESCUE_BOOT")
+    done = install(world)
     assert robot.calls == [
         ("register_ssh_key", fleet_key_name(FakeSettings.fleet_public_key)),
         ("activate_rescue", "2345601"),
         ("reset", "hw"),
         ("reset", "hw"),
     ]
+    # The rescue session is pinned to the key Robot announced when the rescue boot was armed.
     assert scripts == ["lsblk pinned SHA256:rescue", "installimage pinned SHA256:rescue"]
     assert done.facts == {
         "host_key_before": "SHA256:old",
+        "rescue_host_keys_announced": "SHA256:rescue",
         "rescue_host_key": "SHA256:rescue",
         "installed_host_key": "SHA256:installed",
     }
     assert world.clock.sleeps == [3, 3, 3]  # polled for the rescue system twice, the new OS once
 
 
+def test_a_rescue_key_robot_did_not_announce_is_never_logged_in_to(
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]],
+) -> None:
+    """Issue 17.5: no trust on first use. After the reset the box answers with a key that is neither
+    its old one nor one Robot announced at activation: the install stops before any login."""
+    world, _, keys, scripts = robot_run
+    keys += ["SHA256:old", "SHA256:old", "SHA256:someone-else"]
+    with pytest.raises(MachineHostKeyMismatchError) as raised:
+        install(world)
+    assert raised.value.state == "WAIT_RESCUE_SSH"
+    assert "SHA256:someone-else" in str(raised.value) and "SHA256:rescue" in str(raised.value)
+    assert scripts == []
+
+
+def test_an_announcement_in_md5_form_pins_the_key_it_names(
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]],
+) -> None:
+    """Robot does not document the form of `host_key`: an MD5 fingerprint is matched too, and the
+    session is pinned to the SHA256 form of that same key."""
+    world, robot, keys, scripts = robot_run
+    robot.announced = ("MD5:0a:1b:2c:3d:4e:5f:60:71:82:93:a4:b5:c6:d7:e8:f9",)
+    rescue = ("SHA256:rescue", "MD5:0a:1b:2c:3d:4e:5f:60:71:82:93:a4:b5:c6:d7:e8:f9")
+    keys += [("SHA256:old", "MD5:ff"), ("SHA256:old", "MD5:ff"), rescue, rescue, "SHA256:installed"]
+    done = install(world)
+    assert scripts == ["lsblk pinned SHA256:rescue", "installimage pinned SHA256:rescue"]
+    assert done.facts["rescue_host_key"] == "SHA256:rescue"
+
+
+def test_a_reset_whose_answer_was_lost_is_waited_for_not_sent_again(
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]],
+) -> None:
+    """The first reset's answer is lost (it happened: the rescue system comes up): the flow waits in
+    WAIT_RESCUE_SSH instead of resetting again, and the reboot out of rescue is the only other reset."""
+    world, robot, keys, _ = robot_run
+    robot.lost = (1,)
+    keys += ["SHA256:old", "SHA256:old", "", "SHA256:rescue", "SHA256:rescue", "SHA256:installed"]
+    done = install(world)
+    assert [call for call in robot.calls if call[0] == "reset"] == [("reset", "hw"), ("reset", "hw")]
+    assert done.facts["installed_host_key"] == "SHA256:installed"
+    assert any("waiting in WAIT_RESCUE_SSH instead of resetting again" in line for line in world.lines)
+
+
 def test_a_create_that_died_in_installimage_resumes_there(
-    robot_run: tuple[World, FakeRobot, list[str], list[str]],
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]],
 ) -> None:
     world, robot, keys, scripts = robot_run
     # The record a killed create left behind: in INSTALLIMAGE, with the host keys it had seen.
@@ -439,29 +505,138 @@ def test_a_create_that_died_in_installimage_resumes_there(
             phase=Phase.ADOPTING,
             state="INSTALLIMAGE",
             attempt=1,
-            facts={"host_key_before": "SHA256:old", "rescue_host_key": "SHA256:rescue"},
+            facts={
+                "host_key_before": "SHA256:old",
+                "rescue_host_keys_announced": "SHA256:rescue",
+                "rescue_host_key": "SHA256:rescue",
+            },
             version=world.progress.version,
         )
     )
     keys += ["SHA256:rescue", "SHA256:installed"]  # still in rescue; after the reboot, the new OS
-    table = robot_install.install_rows(then=DONE)
-    world.run.timeout = Timeouts({"poll_interval": 3})
-    done = Runner(table, world.run, world.record, died, Phase.ADOPTING).start(died.state)
+    done = install(world, died.state, died)
     # No rescue arming, one reset (the reboot out of rescue): the install was not started over.
     assert robot.calls == [("reset", "hw")]
     assert scripts == ["lsblk pinned SHA256:rescue", "installimage pinned SHA256:rescue"]
     assert done.attempt == 2 and done.facts["installed_host_key"] == "SHA256:installed"
 
 
+@pytest.mark.parametrize("announced", ["SHA256:rescue", ""])
 def test_a_reset_is_not_sent_twice_when_the_rescue_is_already_up(
-    robot_run: tuple[World, FakeRobot, list[str], list[str]],
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]], announced: str
 ) -> None:
     """A create that died between the reset and WAIT_RESCUE_SSH resumes at RESET: the box already
-    answers with the rescue system's key, so the handler completes without resetting again."""
+    answers with the rescue system's key (announced; or, where Robot announced none, a new one), so
+    the handler completes without resetting again."""
     world, robot, keys, _ = robot_run
-    world.run.facts["host_key_before"] = "SHA256:old"
+    world.run.facts.update(host_key_before="SHA256:old", rescue_host_keys_announced=announced)
     keys += ["SHA256:rescue"]
     row = robot_install.install_rows(then=DONE)["RESET"]
     single = {"RESET": Row("RESET", row.handler, row.budget, DONE, FAILED)}
     Runner(single, world.run, world.record, world.progress, Phase.ADOPTING).start("RESET")
     assert robot.calls == []
+
+
+def test_the_install_flow_needs_a_vendor_that_boots_a_rescue_system(
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]],
+) -> None:
+    world, _, keys, _ = robot_run
+    keys += ["SHA256:old"]
+    world.run.extra["client"] = object()
+    with pytest.raises(MachineStepError, match="object cannot boot a rescue system"):
+        install(world)
+
+
+# --- release: the reinstall ticket ------------------------------------------------------------------------
+
+
+@dataclass
+class FakeVendor:
+    """A VendorClient's reinstall half: `states` is what install_state answers, in turn."""
+
+    states: list[InstallState | BaseException]
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    def set_claim(self, box_id: str, claim: Any) -> None:
+        self.calls.append(("set_claim", claim))
+
+    def start_reinstall(self, box_id: str, **kwargs: Any) -> Reinstall:
+        self.calls.append(("start_reinstall", box_id))
+        return Reinstall(vendor=Vendor.OVH, box_id=box_id, task_id="4242")
+
+    def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
+        self.calls.append(("install_state", reinstall))
+        answer = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+class FakeClaimSpec:
+    fleet, token, ssh_user, os = "kura-ovh", "0123456789ab", "ubuntu", "ubuntu_24.04"
+
+
+class FakeReleaseSettings:
+    fleet_public_key = "ssh-ed25519 AAAAkey"
+    sudo_password = SECRET
+
+
+TICKET = Reinstall(vendor=Vendor.OVH, box_id="ns1", task_id="4242")
+
+
+@pytest.fixture
+def releasing(world: World) -> World:
+    world.run.timeout = Timeouts({"poll_interval": 5})
+    world.run.extra.update(claim=FakeClaimSpec(), settings=FakeReleaseSettings())
+    return world
+
+
+def release(world: World, vendor: FakeVendor, first: str = "RELEASE_MARKING") -> Progress:
+    world.run.extra["client"] = vendor
+    return Runner(release_table(Vendor.OVH), world.run, world.record, world.progress, Phase.RELEASING).start(
+        first
+    )
+
+
+def test_a_release_records_its_reinstall_ticket_and_follows_it(releasing: World) -> None:
+    busy = TransientVendorError(vendor="ovh", call="GET /dedicated/server/{s}/task/{t}", message="HTTP 500")
+    vendor = FakeVendor([InstallState.RUNNING, busy, InstallState.RUNNING, InstallState.DONE])
+    release(releasing, vendor)
+    assert vendor.calls == [
+        ("set_claim", Claim("0123456789ab", releasing=True)),
+        ("start_reinstall", "ns1"),
+        *[("install_state", TICKET)] * 4,  # every poll asks about this reinstall's own task
+        ("set_claim", None),
+    ]
+    saved = releasing.record.get("ovh", "ns1")
+    assert saved is not None and json.loads(saved.facts["reinstall"]) == TICKET.to_record()
+    # Polls back off from the poll interval; a failed read is waited out within the budget.
+    assert releasing.clock.sleeps == [5, 10, 20]
+
+
+def test_a_retried_release_follows_its_own_ticket(releasing: World) -> None:
+    """The record of a release that died while waiting holds its ticket: the retried release waits for
+    that reinstall and starts none."""
+    releasing.run.facts["reinstall"] = json.dumps(TICKET.to_record())
+    vendor = FakeVendor([InstallState.DONE])
+    release(releasing, vendor, "RELEASE_WAIT_INSTALL")
+    assert vendor.calls == [("install_state", TICKET), ("set_claim", None)]
+
+
+def test_a_failed_reinstall_fails_the_release_naming_it(releasing: World) -> None:
+    vendor = FakeVendor([InstallState.FAILED])
+    with pytest.raises(
+        MachineStepError, match=r"RELEASE_WAIT_INSTALL failed .*InstallFailed.*reinstall of ns1 failed"
+    ):
+        release(releasing, vendor)
+    assert ("set_claim", None) not in vendor.calls  # the box stays marked releasing: nobody adopts it
+
+
+def test_where_a_release_resumes() -> None:
+    table = release_table(Vendor.OVH)
+    ticket = {"reinstall": json.dumps(TICKET.to_record())}
+    assert resume_state(table, False, "READY", {}) == "RELEASE_MARKING"
+    assert resume_state(table, True, "RELEASE_WAIT_INSTALL", ticket) == "RELEASE_WAIT_INSTALL"
+    # A record without a ticket (written before tickets were recorded): find the running install again.
+    assert resume_state(table, True, "RELEASE_WAIT_INSTALL", {}) == "RELEASE_REINSTALL"
+    assert resume_state(table, True, "RELEASE_CLEARING", {}) == "RELEASE_CLEARING"

@@ -182,6 +182,15 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
     claim, outs = sim.adopt("runners-linux", 0, claim=pinned(sim))
 
     assert watcher.states == ["CLAIMING", *INSTALL_STATES, "JOINING"]
+    # The rescue session was pinned to the host key Robot announced when the rescue boot was armed
+    # (vendorsim boots the rescue system with exactly that key), not to the first key that answered.
+    facts = ProcessClaimRecord().get("robot", "2345601").facts  # type: ignore[union-attr]
+    assert facts["rescue_host_keys_announced"].startswith("SHA256:")
+    assert (
+        facts["rescue_host_key"]
+        == facts["rescue_host_keys_announced"]
+        not in (before, outs["host_key_fingerprint"])
+    )
     assert (outs["box_id"], outs["provider_id"], outs["public_ipv4"]) == (
         "2345601",
         "hrobot://2345601",
@@ -194,7 +203,7 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
     fingerprint = next(k["fingerprint"] for k in sim.state()["robot"]["keys"])
     fleet_key = sim.key.public.rsplit(" ", 1)[0]
     assert robot_writes(sim, since) == [
-        ("POST", "/robot/server/2345601", {"server_name": f"tuist-bm-dev-1~c-{token}"}),
+        ("POST", "/robot/server/2345601", {"server_name": f"tuist-bm-dev-1--c-{token}"}),
         ("POST", "/robot/key", {"name": fleet_key_name(fleet_key), "data": fleet_key}),
         ("POST", "/robot/boot/2345601/rescue", {"os": "linux", "authorized_key": fingerprint}),
         ("POST", "/robot/reset/2345601", {"type": "hw"}),
@@ -252,7 +261,7 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
 
     assert watcher.states == ["RELEASE_MARKING", *INSTALL_STATES, "RELEASE_CLEARING"]
     writes = robot_writes(sim, since)
-    assert writes[0] == ("POST", "/robot/server/2345601", {"server_name": f"tuist-bm-dev-1~r-{token}"})
+    assert writes[0] == ("POST", "/robot/server/2345601", {"server_name": f"tuist-bm-dev-1--r-{token}"})
     assert writes[-1] == ("POST", "/robot/server/2345601", {"server_name": "tuist-bm-dev-1"})
     # The fleet key is registered at /key already: no second POST.
     assert [w[1] for w in writes[1:-1]] == [

@@ -109,7 +109,7 @@ def test_task_failure_for_dedibox_install(served: Served) -> None:
 def test_audit_redacts_secrets_and_names_the_box(served: Served) -> None:
     body = {"os_id": 502, "hostname": "sd-200107", "root_password": "Root-Pass-1234"}
     dedibox(served, "POST", f"{Z}/servers/200107/install", body)
-    robot(served, "POST", "/server/2345602", {"server_name": "tuist-bm-dev-2~c-x"})
+    robot(served, "POST", "/server/2345602", {"server_name": "tuist-bm-dev-2--c-0123456789ab"})
     ovh_signed(served, "GET", "/dedicated/server")  # reads are not audited
     entries = served.admin("GET", "audit").json()["entries"]
     assert [(e["vendor"], e["method"], e["path"], e["status"], e["box"]) for e in entries] == [
@@ -117,7 +117,7 @@ def test_audit_redacts_secrets_and_names_the_box(served: Served) -> None:
         ("robot", "POST", "/robot/server/2345602", 200, "robot-2345602"),
     ]
     assert entries[0]["body"] == {"os_id": 502, "hostname": "sd-200107", "root_password": "<redacted>"}
-    assert entries[1]["body"] == {"server_name": "tuist-bm-dev-2~c-x"}
+    assert entries[1]["body"] == {"server_name": "tuist-bm-dev-2--c-0123456789ab"}
     assert "Root-Pass-1234" not in requests.get(f"{served.url}/_admin/state", timeout=5).text
     later = served.admin("GET", f"audit?since={entries[0]['id']}").json()["entries"]
     assert [e["id"] for e in later] == [entries[1]["id"]]
@@ -184,7 +184,10 @@ def test_cli_state_persists_across_restart_and_tasks_advance_by_wall_time(tmp_pa
     proc, url = _start(tmp_path)
     try:
         r = requests.post(
-            f"{url}/robot/server/2345603", data={"server_name": "tuist-bm-dev-3~c-abc"}, auth=creds, timeout=5
+            f"{url}/robot/server/2345603",
+            data={"server_name": "tuist-bm-dev-3--c-0123456789ab"},
+            auth=creds,
+            timeout=5,
         )
         assert r.status_code == 200
         token = {"X-Auth-Token": "f24d2ad3-cea4-48c1-a6bd-1b0d15fb94c3"}
@@ -205,7 +208,7 @@ def test_cli_state_persists_across_restart_and_tasks_advance_by_wall_time(tmp_pa
     proc, url = _start(tmp_path)
     try:
         server = requests.get(f"{url}/robot/server/2345603", auth=creds, timeout=5).json()["server"]
-        assert server["server_name"] == "tuist-bm-dev-3~c-abc"
+        assert server["server_name"] == "tuist-bm-dev-3--c-0123456789ab"
         fip = requests.get(f"{url}/dedibox{Z}/failover-ips/3002", headers=token, timeout=5).json()
         assert (fip["status"], fip["server_id"]) == ("ready", 200102)
     finally:

@@ -98,7 +98,10 @@ def test_robot_matches_documented_shapes(served: Served) -> None:
     check: list[tuple[str, Any]] = [
         ("server_list_item", robot(served, "GET", "/server").json()[0]),
         ("server", robot(served, "GET", f"/server/{n}").json()),
-        ("server", robot(served, "POST", f"/server/{n}", {"server_name": "tuist-bm-dev-1~c-t"}).json()),
+        (
+            "server",
+            robot(served, "POST", f"/server/{n}", {"server_name": "tuist-bm-dev-1--c-0123456789ab"}).json(),
+        ),
         ("key", robot(served, "POST", "/key", {"name": "fleet", "data": KEY}).json()),
         ("rescue_inactive", robot(served, "GET", f"/boot/{n}/rescue").json()),
         ("reset_options", robot(served, "GET", f"/reset/{n}").json()),

@@ -125,11 +125,13 @@ def test_server_detail_and_tags(served: Served) -> None:
     )
     assert server["interfaces"][0]["ips"][0]["semantic"] == "public"
     assert server["interfaces"][0]["ips"][0]["address"] == "127.0.2.31"
-    r = dedibox(served, "POST", f"{Z}/servers/200101/tags", {"tags": ["tuist-kura-dev", "tuist-claim:abc"]})
-    assert r.json()["tags"] == ["tuist-kura-dev", "tuist-claim:abc"]
+    r = dedibox(
+        served, "POST", f"{Z}/servers/200101/tags", {"tags": ["tuist-kura-dev", "tuist-claim-0123456789ab"]}
+    )
+    assert r.json()["tags"] == ["tuist-kura-dev", "tuist-claim-0123456789ab"]
     assert dedibox(served, "GET", f"{Z}/servers/200101").json()["tags"] == [
         "tuist-kura-dev",
-        "tuist-claim:abc",
+        "tuist-claim-0123456789ab",
     ]
     r = dedibox(served, "POST", f"{Z}/servers/200101/tags", {"tags": "tuist"})
     assert r.json()["details"][0] == {
@@ -301,7 +303,7 @@ def test_scaleway_sdk_runs_unchanged(served: Served) -> None:
     servers = api.list_servers_all(project_id=_project(served), page_size=2)
     assert [s.id for s in servers] == [200101, 200102, 200103, 200104, 200105, 200106, 200107]
     server = api.get_server(server_id=200104)
-    assert server.tags == ["tuist-kura-dev", "tuist-claim:tuist-infra/alice-dev/kura-eu-central-0"]
+    assert server.tags == ["tuist-kura-dev", "tuist-claim-a1ce00000002"]
     key_id = _key_id(served)
     install = api.install_server(
         server_id=200101,

@@ -159,7 +159,7 @@ def test_server_detail_and_service_display_name_round_trip(served: Served) -> No
     assert service["resource"]["displayName"] == "tuist-kura-dev-ovh-1"
     assert service["resource"]["name"] == SVC
 
-    claimed = "tuist-kura-dev-ovh-1 claim:tuist-infra/dev/kura-0"
+    claimed = "tuist-kura-dev-ovh-1--c-0123456789ab"
     r = ovh_signed(
         served, "PUT", f"/service/{service_id}", {"resource": {"displayName": claimed, "name": SVC}}
     )

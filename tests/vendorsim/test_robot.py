@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from urllib.parse import urlencode
 
 from tests.vendorsim.conftest import Served, md5_fingerprint, robot
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 fleet"
 N = 2345601
+
+
+def _fingerprint_of_pem(pem: str) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_private_key(pem.encode(), password=None)
+    blob = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    digest = hashlib.sha256(base64.b64decode(blob.split()[1])).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 def _add_key(served: Served) -> str:
@@ -47,9 +58,12 @@ def test_server_list_and_detail_are_wrapped(served: Served) -> None:
 
 
 def test_rename_server_is_form_encoded(served: Served) -> None:
-    r = robot(served, "POST", f"/server/{N}", {"server_name": "tuist-bm-dev-1~c-token-1"})
-    assert r.json()["server"]["server_name"] == "tuist-bm-dev-1~c-token-1"
-    assert robot(served, "GET", f"/server/{N}").json()["server"]["server_name"] == "tuist-bm-dev-1~c-token-1"
+    r = robot(served, "POST", f"/server/{N}", {"server_name": "tuist-bm-dev-1--c-0123456789ab"})
+    assert r.json()["server"]["server_name"] == "tuist-bm-dev-1--c-0123456789ab"
+    assert (
+        robot(served, "GET", f"/server/{N}").json()["server"]["server_name"]
+        == "tuist-bm-dev-1--c-0123456789ab"
+    )
     r = robot(served, "POST", f"/server/{N}", {})
     assert (r.status_code, r.json()) == (
         400,
@@ -118,6 +132,11 @@ def test_rescue_then_reset_boots_rescue_then_installed(served: Served) -> None:
         {"key": {"name": "fleet", "fingerprint": fingerprint, "type": "ED25519", "size": 256}}
     ]
     assert isinstance(active["password"], str) and len(active["password"]) >= 12
+    # The activation announces the rescue system's host key, so the session can be pinned to it.
+    [announced] = active["host_key"]
+    assert announced["key"]["key_type"] == "ED25519"
+    assert announced["key"]["fingerprint"].startswith("SHA256:")
+    assert robot(served, "GET", f"/boot/{N}/rescue").json()["rescue"]["host_key"] == [announced]
     r = robot(served, "POST", f"/boot/{N}/rescue", {"os": "linux"})
     assert (r.status_code, r.json()["error"]["code"]) == (409, "BOOT_ALREADY_ENABLED")
     assert served.farm.reinstalls() == []
@@ -134,7 +153,10 @@ def test_rescue_then_reset_boots_rescue_then_installed(served: Served) -> None:
     }
     # Rescue boots a fresh system with the rescue keys and leaves the disk alone: no reinstall.
     assert served.farm.reinstalls() == []
-    assert _farm_calls(served, "boot_rescue") == [(f"robot-{N}", {"authorized_key": KEY})]
+    [(box_key, booted)] = _farm_calls(served, "boot_rescue")
+    assert (box_key, booted["authorized_key"]) == (f"robot-{N}", KEY)
+    # ... and it boots with the host key the activation announced.
+    assert _fingerprint_of_pem(booted["host_key_pem"]) == announced["key"]["fingerprint"]
     box = next(b for b in served.admin("GET", "state").json()["boxes"] if b["key"] == f"robot-{N}")
     assert box["state"] == "rescue"
     # The rescue config was consumed by that boot; the next reset boots the OS on the disk, the old one

@@ -354,3 +354,32 @@ def test_reset_out_of_rescue_without_an_install_brings_the_old_os_back_as_it_was
     back = run(box.port, keys["fleet"][0], "cat /root/old-os; test ! -e /root/rescue-only")
     assert (back.returncode, back.stdout) == (0, "old\n")
     assert run(box.port, keys["rescue"][0], "true").returncode == 255
+
+
+def test_the_rescue_system_answers_with_the_host_key_its_activation_announced(
+    robot_box: RobotBox, keys: dict[str, tuple[Path, str]]
+) -> None:
+    """Issue 17.5: Robot's rescue activation returns the rescue system's host keys, so the session
+    into it is pinned rather than trusted on first use. The sshd that answers after the reset
+    presents exactly the announced key."""
+    import paramiko
+
+    from providers.robot.models import rescue_from
+    from providers.vendor import host_key_matches
+
+    box = robot_box
+    r = box.robot("POST", "/key", {"name": "rescue", "data": " ".join(keys["rescue"][1].split()[:2])})
+    fingerprint = r.json()["key"]["fingerprint"]
+    activation = box.robot("POST", f"/boot/{N}/rescue", {"os": "linux", "authorized_key": fingerprint}).json()
+    announced = rescue_from(activation).host_key_fingerprints
+    assert len(announced) == 1
+    box.reset()
+
+    transport = paramiko.Transport(("127.0.0.1", box.port))
+    try:
+        transport.start_client(timeout=10)
+        presented = transport.get_remote_server_key()
+    finally:
+        transport.close()
+    assert host_key_matches(announced, presented.asbytes())
+    assert box.fingerprint() == announced[0]

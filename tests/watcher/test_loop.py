@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client
 
+from providers.errors import RateLimitError
 from watcher.decision import Action
 from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
 
@@ -253,3 +254,62 @@ def test_run_polls_until_stopped(api: tuple[FakeApi, client.CoreV1Api]) -> None:
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert mover.calls == [("failover_target", IP)] * 3
+
+
+@dataclass
+class RateLimitedMover(RecordingMover):
+    """A mover whose vendor's hourly budget ran out (Robot's 403 RATE_LIMIT_EXCEEDED)."""
+
+    def failover_target(self, ip: str) -> str | None:
+        self.calls.append(("failover_target", ip))
+        raise RateLimitError(
+            vendor="robot",
+            call="GET /failover/{ip}",
+            subject=ip,
+            status=403,
+            code="RATE_LIMIT_EXCEEDED",
+            message="Rate limit exceeded",
+            max_request=100,
+            interval=3600,
+        )
+
+
+def test_a_spent_request_budget_keeps_the_route_alerts_and_pauses(
+    api: tuple[FakeApi, client.CoreV1Api], caplog: pytest.LogCaptureFixture
+) -> None:
+    state, core = api
+    two_boxes(state, a_ready=False)
+    mover = RateLimitedMover("ns1.ip-1.net")
+    w = watcher(core, mover)
+    with caplog.at_level(logging.ERROR, logger="watcher"):
+        assert w.poll_once() is None
+    assert [c[0] for c in mover.calls] == ["failover_target"]
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"failover {IP}: ALERT vendor request budget spent, keeping the current route: ")
+    assert "may call GET /failover/{ip} 100 times per 3600 s" in line
+    # The next read waits out the pause, not the poll interval.
+    assert w.next_wait() == SETTINGS.rate_limited_pause_seconds
+    mover.__class__ = RecordingMover
+    w.poll_once()
+    assert w.next_wait() == SETTINGS.poll_seconds
+
+
+def test_robot_watcher_polls_no_faster_than_half_the_budget_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    import watcher.__main__ as watcher_main
+
+    for key, value in {
+        "FAILOVER_IP": IP,
+        "FAILOVER_VENDOR": "robot",
+        "REGION": "us-east",
+        "NODE_POOL": "kura-us-east",
+        "POLL_SECONDS": "30",
+    }.items():
+        monkeypatch.setenv(key, value)
+    assert watcher_main.settings_from_env().poll_seconds == 72.0
+    monkeypatch.setenv("ROBOT_FAILOVER_WATCHERS", "2")
+    assert watcher_main.settings_from_env().poll_seconds == 144.0
+    monkeypatch.setenv("FAILOVER_VENDOR", "ovh")
+    assert watcher_main.settings_from_env().poll_seconds == 30.0
+    monkeypatch.setenv("POLL_SECONDS", "soon")
+    with pytest.raises(SystemExit, match=r"POLL_SECONDS='soon' is not a number"):
+        watcher_main.settings_from_env()

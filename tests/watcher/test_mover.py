@@ -13,7 +13,7 @@ import pytest
 
 import watcher.__main__ as watcher_main
 from providers.errors import AuthError
-from providers.retry import RetryPolicy
+from providers.retry import PollPolicy, RetryPolicy
 from tests.providers.conftest import (
     DEV_INVENTORY,
     Vendorsim,
@@ -27,7 +27,7 @@ from watcher.mover import ClientTiming, MoverConfigError, VendorMover, build_mov
 
 TIMING = ClientTiming(
     retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02),
-    task_poll_interval=0.05,
+    poll=PollPolicy(first=0.05, max_interval=0.05),
     task_timeout=10,
 )
 CREDENTIALS = {

@@ -12,9 +12,9 @@ import pytest
 from config.models import Vendor
 from providers.applesilicon.client import AppleSiliconClient
 from providers.applesilicon.models import compose_name, parse_name, provider_id
-from providers.errors import TaskAlreadyExistsError, VendorInputError
+from providers.errors import VendorInputError
 from providers.retry import RetryPolicy
-from providers.vendor import Box, Claim, InstallState
+from providers.vendor import Box, Claim, InstallState, Reinstall
 
 SECRET = "3b0e2f4c-55d6-4c3a-9b1e-7d2f6a8c9e01"
 PROJECT = "5c1e0a7d-2b3f-4e8a-9c6d-0f1e2d3c4b5a"
@@ -118,7 +118,7 @@ def test_claims_round_trip_through_the_name(claim: Claim | None, name: str) -> N
 
 def test_names_stay_within_the_limits() -> None:
     assert len(compose_name("m" * 47, Claim("0123456789ab"))) == 63
-    with pytest.raises(VendorInputError, match="keep the fleet part within 47"):
+    with pytest.raises(VendorInputError, match="the box's name before the claim may be at most 47"):
         compose_name("m" * 48, Claim("0123456789ab"))
     with pytest.raises(VendorInputError, match="lowercase letters"):
         compose_name("Tuist Mac", None)
@@ -253,6 +253,7 @@ def test_a_family_pin_reinstalls_the_newest_published_image_of_it(recorder, clie
         "GET /apple-silicon/v1alpha1/zones/fr-par-3/os?page=1&page_size=100&server_type=M2-L",
         f"GET /iam/v1alpha1/ssh-keys?page=1&page_size=100&project_id={PROJECT}",
         "POST /iam/v1alpha1/ssh-keys",
+        f"GET {SERVER}",  # no reinstall runs already: one is started
         f"POST {SERVER}/reinstall",
     ]
     # 26.1: not the beta 26.2, not 26.3 (published for M4-S only); kernel extensions kept as they were.
@@ -293,9 +294,17 @@ def test_the_fleet_user_must_be_the_macs(recorder, client) -> None:
     assert recorder.calls() == [f"GET {SERVER}"]
 
 
-def test_a_reinstall_already_running_is_task_already_exists(recorder, client) -> None:
+def test_a_reinstall_already_running_is_followed_not_started_again(recorder, client) -> None:
     _reinstallable(recorder, SYSTEMS)
     recorder.on("GET", SERVER, server(), server(status="reinstalling"))
+    ticket = client.start_reinstall(BOX, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    assert ticket == Reinstall(vendor=Vendor.APPLESILICON, box_id=BOX)
+    assert f"POST {SERVER}/reinstall" not in recorder.calls()
+
+
+def test_a_409_while_a_reinstall_runs_is_that_reinstalls_ticket(recorder, client) -> None:
+    _reinstallable(recorder, SYSTEMS)
+    recorder.on("GET", SERVER, server(), server(), server(status="reinstalling"))
     busy = {
         "current_state": "reinstalling",
         "message": "resource is in a transient state",
@@ -304,8 +313,9 @@ def test_a_reinstall_already_running_is_task_already_exists(recorder, client) ->
         "type": "transient_state",
     }
     recorder.on("POST", f"{SERVER}/reinstall", recorder.reply(busy, status=409))
-    with pytest.raises(TaskAlreadyExistsError, match="a reinstall already runs"):
-        client.start_reinstall(BOX, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    ticket = client.start_reinstall(BOX, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    assert ticket.box_id == BOX
+    assert recorder.calls().count(f"POST {SERVER}/reinstall") == 1
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from providers.applesilicon.client import AppleSiliconClient
-from providers.errors import TaskAlreadyExistsError, VendorInputError
+from providers.errors import VendorInputError
 from providers.retry import RetryPolicy
 from providers.vendor import Claim, InstallState
 
@@ -47,11 +47,11 @@ def release_cycle(client: AppleSiliconClient) -> str:
     assert client.get_box(MAC1).name == "tuist-macos-dev-1--c-0123456789ab"
     before = client.login(MAC1).sudo_password
     client.set_claim(MAC1, Claim("0123456789ab", releasing=True))
-    client.start_reinstall(
+    ticket = client.start_reinstall(
         MAC1, hostname="ignored", ssh_public_key=KEY, user_login="m1", user_password="ignored"
     )
-    assert client.install_state(MAC1) is InstallState.RUNNING
-    wait_for(lambda: client.install_state(MAC1) is InstallState.DONE)
+    assert client.install_state(MAC1, ticket) is InstallState.RUNNING
+    client.wait_reinstall(ticket, timeout=10)
     client.set_claim(MAC1, None)
     box = client.get_box(MAC1)
     assert (box.name, box.claim) == ("tuist-macos-dev-1", None)
@@ -87,11 +87,38 @@ def test_the_release_cycle_survives_flaky_answers(vendorsim) -> None:
     assert [e for e in vendorsim.admin("GET", "/audit?since=0")["entries"] if e["method"] == "DELETE"] == []
 
 
-def test_a_second_release_meets_the_running_reinstall(vendorsim) -> None:
+def test_a_second_release_follows_the_running_reinstall(vendorsim) -> None:
     client = make_client(vendorsim)
-    client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
-    with pytest.raises(TaskAlreadyExistsError):
-        client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    first = client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    again = client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    assert again == first
+    entries = vendorsim.admin("GET", "/audit?since=0")["entries"]
+    assert [e["path"] for e in entries if e["path"].endswith("/reinstall")] == [
+        "/scaleway/apple-silicon/v1alpha1/zones/fr-par-3/servers/a5000000-0000-4000-8000-000000000001/reinstall"
+    ]
+
+
+def test_a_reinstall_whose_answer_is_lost_is_read_back_not_sent_twice(vendorsim) -> None:
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "applesilicon",
+            "route": "/scaleway/apple-silicon/v1alpha1/zones/*/servers/*/reinstall",
+            "method": "POST",
+            "error_rate": 1,
+            "count": 1,
+            "status": 503,
+            "answer": "lost",
+        },
+    )
+    client = make_client(vendorsim)
+    ticket = client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    client.wait_reinstall(ticket, timeout=10)
+    entries = vendorsim.admin("GET", "/audit?since=0")["entries"]
+    assert [(e["method"], e["status"]) for e in entries if e["path"].endswith("/reinstall")] == [
+        ("POST", 200)
+    ]
 
 
 def test_a_failed_reinstall_reads_failed(vendorsim) -> None:

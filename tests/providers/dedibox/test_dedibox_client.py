@@ -9,14 +9,14 @@ from providers.dedibox.client import DediboxClient
 from providers.dedibox.models import decode_server
 from providers.errors import (
     AuthError,
-    TaskAlreadyExistsError,
+    TaskFailedError,
     TaskTimeoutError,
     TransientVendorError,
     VendorError,
     VendorInputError,
 )
-from providers.retry import RetryPolicy
-from providers.vendor import Box, Claim, InstallState
+from providers.retry import PollPolicy, RetryPolicy
+from providers.vendor import Box, Claim, InstallState, Reinstall
 
 SECRET = "5f0c1a36-8a54-4a31-9a8b-0e7c3a1e9d21"
 PROJECT = "b3f1c2d4-0000-4000-8000-00000000abcd"
@@ -38,7 +38,7 @@ def client(recorder, sleeps) -> DediboxClient:
         project_id=PROJECT,
         zones=[ZONE],
         retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
-        task_poll_interval=0.01,
+        poll=PollPolicy(first=0.01, max_interval=0.01),
         task_timeout=2,
         sleep=sleeps.append,
     )
@@ -163,8 +163,8 @@ def test_list_boxes_pages_summaries_and_reads_each_detail(recorder, client):
     assert (boxes[1].id, boxes[1].claim, boxes[1].has_os) == ("fr-par-2/104524", None, False)
     assert recorder.calls() == [
         f"GET {SERVERS}?project_id={PROJECT}&page=1&page_size=100",
-        f"GET {SERVERS}/104523",
         f"GET {SERVERS}?project_id={PROJECT}&page=2&page_size=100",
+        f"GET {SERVERS}/104523",
         f"GET {SERVERS}/104524",
     ]
     for recorded in recorder.requests:
@@ -179,11 +179,25 @@ def test_set_claim_posts_all_tags(recorder, client):
 
     client.set_claim("fr-par-2/104523", Claim("b" * 12, releasing=True))
 
+    # The claim tag an earlier version wrote (tuist-claim:<token>) is replaced by the current form.
     post = recorder.last("POST", f"{SERVERS}/104523/tags")
-    assert post.json() == {"tags": ["tuist-kura-staging", f"tuist-releasing:{'b' * 12}"]}
+    assert post.json() == {"tags": ["tuist-kura-staging", f"tuist-releasing-{'b' * 12}"]}
     assert post.headers["content-type"] == "application/json"
+    recorder.on(
+        "GET", f"{SERVERS}/104523", server_detail(tags=["tuist-kura-staging", f"tuist-claim-{'a' * 12}"])
+    )
     client.set_claim("fr-par-2/104523", Claim("a" * 12))  # already so: no write
     assert recorder.calls().count(f"POST {SERVERS}/104523/tags") == 1
+
+
+def test_set_claim_whose_answer_is_lost_is_written_again(recorder, client, sleeps):
+    """The tag list is a whole value: writing it again is safe, so a lost answer is retried."""
+    recorder.on("GET", f"{SERVERS}/104523", server_detail(tags=["tuist-kura-staging"]))
+    recorder.on(
+        "POST", f"{SERVERS}/104523/tags", recorder.reply(status=502, raw=b"bad gateway"), server_detail()
+    )
+    client.set_claim("fr-par-2/104523", Claim("b" * 12))
+    assert recorder.calls().count(f"POST {SERVERS}/104523/tags") == 2
 
 
 def test_register_ssh_key_is_idempotent_by_key(recorder, client):
@@ -271,10 +285,13 @@ def serve_install_inputs(recorder) -> None:
 def test_start_reinstall_posts_the_exact_install_body(recorder, client):
     serve_install_inputs(recorder)
     recorder.on(
+        "GET", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "sd-104523", "status": "installed"}
+    )
+    recorder.on(
         "POST", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "kura-eu-1", "status": "booting"}
     )
 
-    client.start_reinstall(
+    ticket = client.start_reinstall(
         "fr-par-2/104523",
         hostname="kura-eu-1",
         ssh_public_key=KEY,
@@ -285,6 +302,7 @@ def test_start_reinstall_posts_the_exact_install_body(recorder, client):
     assert recorder.calls()[:1] == [
         f"GET /dedibox/v1/zones/{ZONE}/os?project_id={PROJECT}&page=1&page_size=100&server_id=104523"
     ]
+    assert ticket == Reinstall(vendor=Vendor.DEDIBOX, box_id="fr-par-2/104523", started_running=True)
     post = recorder.last("POST", f"{SERVERS}/104523/install")
     assert post.json() == {
         "os_id": 412,
@@ -305,7 +323,8 @@ def test_start_reinstall_posts_the_exact_install_body(recorder, client):
     }
 
 
-def test_refused_install_while_one_runs_is_task_already_exists(recorder, client):
+def test_refused_install_while_one_runs_follows_the_running_one(recorder, client):
+    """Dedibox names no error class for "an install runs": the server's own install status says."""
     serve_install_inputs(recorder)
     recorder.on(
         "POST",
@@ -316,23 +335,79 @@ def test_refused_install_while_one_runs_is_task_already_exists(recorder, client)
             headers={"x-request-id": "req-91"},
         ),
     )
-    recorder.on("GET", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "h", "status": "partitioning"})
-    with pytest.raises(TaskAlreadyExistsError) as raised:
-        client.start_reinstall(
-            "fr-par-2/104523", hostname="h", ssh_public_key=KEY, user_login="tuist", user_password="pw"
-        )
-    assert raised.value.request_id == "req-91"
-    assert str(raised.value) == (
-        "dedibox: POST /dedibox/v1/zones/{zone}/servers/{server_id}/install [fr-par-2/104523] failed "
-        "(HTTP 400 invalid_request_error): an install already runs (server is busy) (request id req-91)"
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523/install",
+        {"os_id": 412, "hostname": "sd-104523", "status": "installed"},
+        {"os_id": 412, "hostname": "h", "status": "partitioning"},
     )
+    ticket = client.start_reinstall(
+        "fr-par-2/104523", hostname="h", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+    )
+    assert ticket.box_id == "fr-par-2/104523"
+    assert recorder.calls().count(f"POST {SERVERS}/104523/install") == 1
 
     recorder.on("GET", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "h", "status": "installed"})
     with pytest.raises(VendorError) as plain:
         client.start_reinstall(
             "fr-par-2/104523", hostname="h", ssh_public_key=KEY, user_login="tuist", user_password="pw"
         )
-    assert type(plain.value) is VendorError
+    assert plain.value.request_id == "req-91"
+    assert str(plain.value) == (
+        "dedibox: POST /dedibox/v1/zones/{zone}/servers/{server_id}/install [fr-par-2/104523] failed "
+        "(HTTP 400 invalid_request_error): server is busy (request id req-91)"
+    )
+
+
+def test_start_reinstall_while_an_install_runs_follows_it_without_posting(recorder, client):
+    serve_install_inputs(recorder)
+    recorder.on(
+        "GET", f"{SERVERS}/104523/install", {"os_id": 412, "hostname": "kura-eu-1", "status": "formatting"}
+    )
+    ticket = client.start_reinstall(
+        "fr-par-2/104523", hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+    )
+    assert ticket.started_running
+    assert not [c for c in recorder.calls() if c.startswith("POST")]
+
+
+def test_install_whose_answer_is_lost_is_not_sent_twice(recorder, client):
+    """A 502 after Dedibox started the install: the install record changed and runs."""
+    serve_install_inputs(recorder)
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523/install",
+        {"os_id": 412, "hostname": "sd-104523", "status": "installed"},
+        {"os_id": 412, "hostname": "kura-eu-1", "status": "booting"},
+    )
+    recorder.on("POST", f"{SERVERS}/104523/install", recorder.reply(status=502, raw=b"bad gateway"))
+    ticket = client.start_reinstall(
+        "fr-par-2/104523", hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+    )
+    assert ticket.started_running
+    assert recorder.calls().count(f"POST {SERVERS}/104523/install") == 1
+
+
+def test_install_whose_answer_is_lost_is_sent_again_when_the_record_did_not_change(recorder, client):
+    serve_install_inputs(recorder)
+    before = {"os_id": 412, "hostname": "sd-104523", "status": "installed"}
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523/install",
+        before,
+        before,
+        {"os_id": 412, "hostname": "h", "status": "booting"},
+    )
+    recorder.on(
+        "POST",
+        f"{SERVERS}/104523/install",
+        recorder.reply(status=503, body={"message": "maintenance"}),
+        {"os_id": 412, "hostname": "h", "status": "booting"},
+    )
+    client.start_reinstall(
+        "fr-par-2/104523", hostname="h", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+    )
+    assert recorder.calls().count(f"POST {SERVERS}/104523/install") == 2
 
 
 def test_start_reinstall_refuses_missing_password_before_any_call(recorder, client):
@@ -370,6 +445,57 @@ def test_install_state_mapping_with_404_fallback(recorder, client, install, serv
     assert client.install_state("fr-par-2/104523") is state
 
 
+@pytest.mark.parametrize(
+    ("install", "server", "state"),
+    [
+        ({"status": "installed"}, None, InstallState.DONE),
+        ({"status": "booting"}, None, InstallState.RUNNING),
+        ({"status": "unknown"}, server_detail(status="error"), InstallState.FAILED),
+        ({"status": "unknown"}, server_detail(status="installing"), InstallState.RUNNING),
+        # The record gone mid-install: never DONE because the server still shows its old OS.
+        (None, server_detail(), InstallState.RUNNING),
+        (None, server_detail(status="error"), InstallState.FAILED),
+        (None, server_detail(status="locked"), InstallState.FAILED),
+    ],
+)
+def test_install_state_of_an_install_this_client_started(recorder, client, install, server, state):
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523/install",
+        recorder.reply(status=404, body={"type": "not_found", "message": "no install"})
+        if install is None
+        else install,
+    )
+    if server is not None:
+        recorder.on("GET", f"{SERVERS}/104523", server)
+    ticket = Reinstall(vendor=Vendor.DEDIBOX, box_id="fr-par-2/104523")
+    assert client.install_state("fr-par-2/104523", ticket) is state
+
+
+def test_wait_reinstall_fails_naming_the_state_and_backs_off(recorder, sleeps):
+    client = DediboxClient(
+        api_url=recorder.url,
+        secret_key=SECRET,
+        project_id=PROJECT,
+        zones=[ZONE],
+        poll=PollPolicy(first=0.5, factor=2, max_interval=1.5),
+        sleep=sleeps.append,
+        clock=lambda: sum(sleeps),
+    )
+    recorder.on(
+        "GET",
+        f"{SERVERS}/104523/install",
+        {"status": "booting"},
+        {"status": "partitioning"},
+        {"status": "installing"},
+        {"status": "unknown"},
+    )
+    recorder.on("GET", f"{SERVERS}/104523", server_detail(status="error"))
+    with pytest.raises(TaskFailedError, match=r"the install failed \(install unknown, server error\)"):
+        client.wait_reinstall(Reinstall(vendor=Vendor.DEDIBOX, box_id="fr-par-2/104523"), timeout=60)
+    assert sleeps == [0.5, 1.0, 1.5]
+
+
 def fip(server_id, status="ready"):
     return {
         "id": 9001,
@@ -399,6 +525,44 @@ def test_failover_target_and_move_with_exact_attach_body(recorder, client, sleep
     assert sleeps == [0.01]
 
 
+def test_attach_refused_while_the_ip_is_elsewhere_detaches_first(recorder, client):
+    """Whether Dedibox moves an IP attached elsewhere on attach is undocumented: a refusal is
+    answered with detach, then attach (docs/vendor-behaviour.md)."""
+    fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
+    recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104524)]})
+    refused = {
+        "type": "invalid_request_error",
+        "message": "failover ip is attached to server 104524: detach it first",
+    }
+    recorder.on("POST", f"{fips}/attach", recorder.reply(status=400, body=refused), {})
+    recorder.on("POST", f"{fips}/detach", {})
+    recorder.on(
+        "GET",
+        f"{fips}/9001",
+        fip(104524),  # after the refusal: still elsewhere
+        fip(104524, "busy"),  # detaching
+        fip(None),  # detached
+        fip(104523, "busy"),
+        fip(104523),
+    )
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    posts = [(r.path, r.json()) for r in recorder.requests if r.method == "POST"]
+    assert posts == [
+        (f"{fips}/attach", {"server_id": 104523, "fips_ids": [9001]}),
+        (f"{fips}/detach", {"fips_ids": [9001]}),
+        (f"{fips}/attach", {"server_id": 104523, "fips_ids": [9001]}),
+    ]
+
+
+def test_attach_whose_answer_is_lost_is_not_sent_twice(recorder, client):
+    fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
+    recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{fips}/attach", recorder.reply(status=500, body={"message": "internal error"}))
+    recorder.on("GET", f"{fips}/9001", fip(104524, "busy"), fip(104523))
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert recorder.calls().count(f"POST {fips}/attach") == 1
+
+
 def test_move_is_noop_when_there_and_times_out_when_stuck(recorder, client):
     fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
     recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104523)]})
@@ -413,7 +577,7 @@ def test_move_is_noop_when_there_and_times_out_when_stuck(recorder, client):
         secret_key=SECRET,
         project_id=PROJECT,
         zones=[ZONE],
-        task_poll_interval=0.01,
+        poll=PollPolicy(first=0.01, max_interval=0.01),
         task_timeout=0.03,
     )
     with pytest.raises(TaskTimeoutError, match=r"failover IP still 'busy' on fr-par-2/104523 after 0s"):

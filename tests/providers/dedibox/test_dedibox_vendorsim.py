@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from providers.dedibox.client import DediboxClient
-from providers.errors import AuthError, VendorError
-from providers.retry import RetryPolicy
+from providers.errors import AuthError, TaskFailedError, VendorError
+from providers.retry import PollPolicy, RetryPolicy
 from providers.vendor import Claim, InstallState
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 tuist-dev-fleet"
@@ -21,7 +21,7 @@ def make_client(sim, secret=SECRET, attempts=12) -> DediboxClient:
         project_id="b781bdf3-6efc-4c4a-a11d-f57edf663188",
         zones=["fr-par-1", "fr-par-2", "nl-ams-1"],
         retry=RetryPolicy(max_attempts=attempts, base_delay=0.01, max_delay=0.05),
-        task_poll_interval=0.05,
+        poll=PollPolicy(first=0.05, max_interval=0.05),
         task_timeout=10,
     )
 
@@ -29,7 +29,7 @@ def make_client(sim, secret=SECRET, attempts=12) -> DediboxClient:
 def exercise(client: DediboxClient) -> None:
     boxes = {b.id: b for b in client.list_boxes()}
     assert boxes[BOX].tags == ("tuist-kura-dev",) and boxes[BOX].has_os
-    assert boxes["fr-par-2/200104"].claim == Claim("tuist-infra/alice-dev/kura-eu-central-0")
+    assert boxes["fr-par-2/200104"].claim == Claim("a1ce00000002")
     assert "fr-par-2/200105" not in {b.id for b in client.boxes_with_marker("tuist-kura-dev")}
     client.set_claim(BOX, Claim("0123456789ab"))
     assert client.get_box(BOX).claim == Claim("0123456789ab")
@@ -39,10 +39,11 @@ def exercise(client: DediboxClient) -> None:
     key_id = client.register_ssh_key("tuist-fleet", KEY)
     assert client.register_ssh_key("tuist-fleet", KEY + "\n") == key_id
     client.set_claim(BOX, Claim("0123456789ab", releasing=True))
-    client.start_reinstall(
+    ticket = client.start_reinstall(
         BOX, hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="sudo-pw"
     )
-    assert client.install_state(BOX) in (InstallState.RUNNING, InstallState.DONE)
+    assert client.install_state(BOX, ticket) in (InstallState.RUNNING, InstallState.DONE)
+    client.wait_reinstall(ticket, timeout=10)
     client.set_claim(BOX, None)
     assert client.get_box(BOX).tags == ("tuist-kura-dev",)
 
@@ -55,7 +56,7 @@ def test_every_method_against_vendorsim(vendorsim):
     assert writes[0] == (
         "POST",
         "/dedibox/dedibox/v1/zones/fr-par-2/servers/200102/tags",
-        {"tags": ["tuist-kura-dev", "tuist-claim:0123456789ab"]},
+        {"tags": ["tuist-kura-dev", "tuist-claim-0123456789ab"]},
     )
     assert writes[1] == (
         "POST",
@@ -97,3 +98,127 @@ def test_non_transient_injected_error_names_vendor_and_call(vendorsim):
     assert str(raised.value).startswith(
         f"dedibox: POST /dedibox/v1/zones/{{zone}}/servers/{{server_id}}/tags [{BOX}] failed (HTTP 400"
     )
+
+
+def writes(sim, suffix: str) -> list[dict]:
+    return [e for e in sim.admin("GET", "/audit?since=0")["entries"] if e["path"].endswith(suffix)]
+
+
+@pytest.mark.parametrize("fault", [{"status": 502}, {"drop": True}], ids=["502", "dropped"])
+def test_install_whose_answer_is_lost_wipes_the_box_once(vendorsim, fault):
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "dedibox",
+            "route": "/dedibox/dedibox/v1/zones/*/servers/*/install",
+            "method": "POST",
+            "error_rate": 1.0,
+            "count": 1,
+            "answer": "lost",
+            **fault,
+        },
+    )
+    client = make_client(vendorsim)
+    ticket = client.start_reinstall(
+        BOX, hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+    )
+    assert vendorsim.admin("GET", "/faults")["rules"][0]["fired"] == 1
+    assert len(writes(vendorsim, "/install")) == 1
+    client.wait_reinstall(ticket, timeout=10)
+    assert client.get_box(BOX).name == "kura-eu-1"
+
+
+@pytest.mark.parametrize("status", ["unknown", "missing"])
+def test_a_failed_install_is_a_typed_failure(vendorsim, status):
+    """Dedibox has no failed install status: it reads `unknown` (or the record is gone) and the
+    server goes to `error`."""
+    vendorsim.admin(
+        "POST", "/faults", json={"task_failure": {"kind": "dedibox.install", "count": 1, "status": status}}
+    )
+    client = make_client(vendorsim)
+    ticket = client.start_reinstall(
+        BOX, hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="pw"
+    )
+    with pytest.raises(TaskFailedError, match=r"server error"):
+        client.wait_reinstall(ticket, timeout=10)
+    assert client.install_state(BOX, ticket) is InstallState.FAILED
+
+
+def test_custom_partitioning_is_read_from_the_partitioning_route_and_sent(vendorsim):
+    client = make_client(vendorsim)
+    ticket = client.start_reinstall(
+        BOX,
+        hostname="kura-eu-1",
+        ssh_public_key=KEY,
+        user_login="root",
+        user_password="root-pw",
+        os_label="debian_12",
+    )
+    [install] = writes(vendorsim, "/install")
+    assert install["body"]["os_id"] == 502
+    assert [p["mount_point"] for p in install["body"]["partitions"]] == ["/boot/efi", None, "/"]
+    assert install["body"]["root_password"] == "<redacted>"
+    client.wait_reinstall(ticket, timeout=10)
+
+
+def test_tag_write_whose_answer_is_lost_converges(vendorsim):
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "dedibox",
+            "route": "/dedibox/*/tags",
+            "method": "POST",
+            "error_rate": 1.0,
+            "count": 1,
+            "answer": "lost",
+        },
+    )
+    client = make_client(vendorsim)
+    client.set_claim(BOX, Claim("0123456789ab"))
+    assert client.get_box(BOX).claim == Claim("0123456789ab")
+
+
+@pytest.mark.parametrize("fault", [{"status": 500}, {"drop": True}], ids=["500", "dropped"])
+def test_attach_whose_answer_is_lost_attaches_once(vendorsim, fault):
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "dedibox",
+            "route": "/dedibox/*/failover-ips/attach",
+            "error_rate": 1.0,
+            "count": 1,
+            "answer": "lost",
+            **fault,
+        },
+    )
+    client = make_client(vendorsim)
+    client.move_failover("198.51.100.20", BOX)
+    assert client.failover_target("198.51.100.20") == BOX
+    assert len(writes(vendorsim, "/attach")) == 1
+
+
+@pytest.mark.parametrize("behaviour", ["move", "reject"])
+def test_attach_of_an_ip_attached_elsewhere_under_either_answer(vendorsim, behaviour):
+    vendorsim.admin("POST", "/behaviour", json={"dedibox.attach_when_attached": behaviour})
+    client = make_client(vendorsim)
+    client.move_failover("198.51.100.20", BOX)
+    assert client.failover_target("198.51.100.20") == BOX
+    paths = [w["path"].rsplit("/", 1)[-1] for w in vendorsim.admin("GET", "/audit?since=0")["entries"]]
+    assert paths == (["attach"] if behaviour == "move" else ["attach", "detach", "attach"])
+
+
+def test_vendorsim_refuses_a_tag_outside_the_assumed_limits(vendorsim):
+    client = make_client(vendorsim)
+    for bad in ("tuist-claim:0123456789ab", "t" * 65):
+        with pytest.raises(VendorError) as raised:
+            client._call(
+                "POST",
+                "/dedibox/v1/zones/{zone}/servers/{server_id}/tags",
+                "/dedibox/v1/zones/fr-par-2/servers/200102/tags",
+                body={"tags": ["tuist-kura-dev", bad]},
+                idempotent=True,
+            )
+        assert (raised.value.status, raised.value.code) == (400, "invalid_arguments")

@@ -17,8 +17,8 @@ from providers.errors import (
     VendorInputError,
 )
 from providers.ovh.client import OvhClient
-from providers.retry import RetryPolicy
-from providers.vendor import Box, Claim, InstallState
+from providers.retry import PollPolicy, RetryPolicy
+from providers.vendor import Box, Claim, InstallState, Reinstall
 
 SVC = "ns3001234.ip-51-38-1.eu"
 AS = "app-secret-0b9f"
@@ -40,7 +40,7 @@ def client(recorder, sleeps) -> OvhClient:
         application_secret=AS,
         consumer_key=CK,
         retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
-        task_poll_interval=0.01,
+        poll=PollPolicy(first=0.01, max_interval=0.01),
         task_timeout=2,
         sleep=sleeps.append,
     )
@@ -129,6 +129,7 @@ def test_box_without_os_and_display_name(recorder, client):
 
 
 def test_set_claim_puts_display_name_keeping_fleet_marker(recorder, client):
+    # A claim in the form an earlier version wrote is read, and rewritten in the current one.
     serve_box(recorder, "tuist-kura-staging-bhs claim:0123456789ab")
     recorder.on("PUT", "/1.0/service/4242", recorder.reply(status=200, body=None))
 
@@ -136,7 +137,7 @@ def test_set_claim_puts_display_name_keeping_fleet_marker(recorder, client):
 
     put = recorder.last("PUT", "/1.0/service/4242")
     assert put.body == (
-        b'{"resource":{"displayName":"tuist-kura-staging-bhs releasing:0123456789ab",'
+        b'{"resource":{"displayName":"tuist-kura-staging-bhs--r-0123456789ab",'
         b'"name":"ns3001234.ip-51-38-1.eu"}}'
     )
     assert put.headers["content-type"] == "application/json"
@@ -144,7 +145,7 @@ def test_set_claim_puts_display_name_keeping_fleet_marker(recorder, client):
 
 
 def test_set_claim_none_frees_and_same_claim_writes_nothing(recorder, client):
-    serve_box(recorder, "tuist-kura-staging-bhs claim:0123456789ab")
+    serve_box(recorder, "tuist-kura-staging-bhs--c-0123456789ab")
     recorder.on("PUT", "/1.0/service/4242", recorder.reply(status=200))
     client.set_claim(SVC, Claim(token="0123456789ab"))
     assert not [c for c in recorder.calls() if c.startswith("PUT")]
@@ -155,6 +156,12 @@ def test_set_claim_none_frees_and_same_claim_writes_nothing(recorder, client):
 
 
 def serve_install_inputs(recorder) -> None:
+    # The operator's prep reinstall, long done.
+    recorder.on(
+        "GET",
+        f"/1.0/dedicated/server/{SVC}/task/880",
+        {"taskId": 880, "function": "reinstallServer", "status": "done"},
+    )
     recorder.on(
         "GET",
         f"/1.0/dedicated/server/{SVC}/install/compatibleTemplates",
@@ -182,17 +189,30 @@ def serve_install_inputs(recorder) -> None:
     )
 
 
+def test_set_claim_refuses_a_display_name_the_limit_cannot_hold(recorder, client):
+    serve_box(recorder, "tuist-kura-staging-bhs-with-a-very-long-operator-name")  # 45 characters
+    with pytest.raises(
+        VendorInputError, match=r"at most 50, so the box's name before the claim may be at most 34"
+    ):
+        client.set_claim(SVC, Claim(token="0123456789ab"))
+    assert not [c for c in recorder.calls() if c.startswith("PUT")]
+
+
 def test_start_reinstall_posts_template_trimmed_key_and_one_storage_entry(recorder, client):
     serve_install_inputs(recorder)
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [880])
     recorder.on(
         "POST",
         f"/1.0/dedicated/server/{SVC}/reinstall",
         {"taskId": 991, "function": "reinstallServer", "status": "init"},
     )
 
-    client.start_reinstall(
+    ticket = client.start_reinstall(
         SVC, hostname="kura-bhs-1", ssh_public_key=KEY + "\n", user_login="ubuntu", user_password="pw"
     )
+
+    assert ticket == Reinstall(vendor=Vendor.OVH, box_id=SVC, task_id="991")
+    assert f"GET /1.0/dedicated/server/{SVC}/task?function=reinstallServer" in recorder.calls()
 
     post = recorder.last("POST", f"/1.0/dedicated/server/{SVC}/reinstall")
     assert post.json() == {
@@ -218,6 +238,7 @@ def test_start_reinstall_posts_template_trimmed_key_and_one_storage_entry(record
 
 def test_start_reinstall_task_already_exists_is_typed(recorder, client):
     serve_install_inputs(recorder)
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [])
     recorder.on(
         "POST",
         f"/1.0/dedicated/server/{SVC}/reinstall",
@@ -243,6 +264,74 @@ def test_start_reinstall_task_already_exists_is_typed(recorder, client):
     )
     # A non-transient error is not retried.
     assert recorder.calls().count(f"POST /1.0/dedicated/server/{SVC}/reinstall") == 1
+
+
+def test_start_reinstall_follows_a_running_reinstall_without_posting(recorder, client):
+    """Whatever OVH answers a second reinstall (TaskAlreadyExists, or a second queued wipe), the
+    client never asks: the running one is the release's."""
+    serve_install_inputs(recorder)
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [990, 880])
+    recorder.on(
+        "GET",
+        f"/1.0/dedicated/server/{SVC}/task/990",
+        {"taskId": 990, "function": "reinstallServer", "status": "doing"},
+    )
+    ticket = client.start_reinstall(SVC, hostname="h", ssh_public_key=KEY, user_login="u", user_password="p")
+    assert ticket.task_id == "990"
+    assert not [c for c in recorder.calls() if c.startswith("POST")]
+
+
+def test_start_reinstall_refused_while_one_runs_follows_the_running_one(recorder, client):
+    serve_install_inputs(recorder)
+    # Another release started one between our read and our POST.
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [880], [990, 880])
+    recorder.on(
+        "GET",
+        f"/1.0/dedicated/server/{SVC}/task/990",
+        {"taskId": 990, "function": "reinstallServer", "status": "doing"},
+    )
+    recorder.on(
+        "POST",
+        f"/1.0/dedicated/server/{SVC}/reinstall",
+        recorder.reply(
+            status=400,
+            body={
+                "class": "Client::BadRequest::TaskAlreadyExists",
+                "message": "A reinstallation is already in doing",
+            },
+        ),
+    )
+    ticket = client.start_reinstall(SVC, hostname="h", ssh_public_key=KEY, user_login="u", user_password="p")
+    assert ticket.task_id == "990"
+    assert recorder.calls().count(f"POST /1.0/dedicated/server/{SVC}/reinstall") == 1
+
+
+def test_start_reinstall_whose_answer_is_lost_is_not_sent_twice(recorder, client):
+    """A 502 after OVH created the task: the new reinstall task in the list is the answer."""
+    serve_install_inputs(recorder)
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [880], [880, 991])
+    recorder.on(
+        "POST", f"/1.0/dedicated/server/{SVC}/reinstall", recorder.reply(status=502, raw=b"Bad gateway")
+    )
+
+    ticket = client.start_reinstall(SVC, hostname="h", ssh_public_key=KEY, user_login="u", user_password="p")
+
+    assert ticket.task_id == "991"
+    assert recorder.calls().count(f"POST /1.0/dedicated/server/{SVC}/reinstall") == 1
+
+
+def test_start_reinstall_sent_again_only_when_the_read_back_shows_nothing_started(recorder, client):
+    serve_install_inputs(recorder)
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [880], [880], [880, 992])
+    recorder.on(
+        "POST",
+        f"/1.0/dedicated/server/{SVC}/reinstall",
+        recorder.reply(status=503, body={"message": "Service unavailable"}),
+        {"taskId": 992, "function": "reinstallServer", "status": "init"},
+    )
+    ticket = client.start_reinstall(SVC, hostname="h", ssh_public_key=KEY, user_login="u", user_password="p")
+    assert ticket.task_id == "992"
+    assert recorder.calls().count(f"POST /1.0/dedicated/server/{SVC}/reinstall") == 2
 
 
 def test_start_reinstall_refuses_two_keys_and_unknown_os(recorder, client):
@@ -271,7 +360,19 @@ def test_start_reinstall_refuses_two_keys_and_unknown_os(recorder, client):
         ("ovhError", InstallState.FAILED),
     ],
 )
-def test_install_state_reads_newest_reinstall_task(recorder, client, status, state):
+def test_install_state_reads_the_tickets_own_task(recorder, client, status, state):
+    recorder.on(
+        "GET",
+        f"/1.0/dedicated/server/{SVC}/task/57",
+        {"taskId": 57, "function": "reinstallServer", "status": status},
+    )
+    assert client.install_state(SVC, Reinstall(vendor=Vendor.OVH, box_id=SVC, task_id="57")) is state
+    assert recorder.calls()[1:] == [f"GET /1.0/dedicated/server/{SVC}/task/57"]
+
+
+def test_a_404_on_the_newest_reinstall_task_is_waited_out_not_skipped(recorder, client):
+    """OVH answers 404 for tasks in flight now and then: an older, finished reinstall (the prep
+    one) must never stand in for it, or a release ends while the box is still being wiped."""
     recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [31, 57])
     recorder.on(
         "GET", f"/1.0/dedicated/server/{SVC}/task/57", recorder.reply(status=404, body={"message": "gone"})
@@ -279,20 +380,79 @@ def test_install_state_reads_newest_reinstall_task(recorder, client, status, sta
     recorder.on(
         "GET",
         f"/1.0/dedicated/server/{SVC}/task/31",
-        {"taskId": 31, "function": "reinstallServer", "status": status},
+        {"taskId": 31, "function": "reinstallServer", "status": "done"},
     )
 
-    assert client.install_state(SVC) is state
-    assert recorder.calls()[1:] == [
-        f"GET /1.0/dedicated/server/{SVC}/task?function=reinstallServer",
-        f"GET /1.0/dedicated/server/{SVC}/task/57",
-        f"GET /1.0/dedicated/server/{SVC}/task/31",
-    ]
+    assert client.install_state(SVC) is InstallState.RUNNING
+    assert (
+        client.install_state(SVC, Reinstall(vendor=Vendor.OVH, box_id=SVC, task_id="57"))
+        is InstallState.RUNNING
+    )
+    assert f"GET /1.0/dedicated/server/{SVC}/task/31" not in recorder.calls()
+
+
+def test_wait_reinstall_sees_its_task_through_404s_with_backoff(recorder, sleeps):
+    client = OvhClient(
+        endpoint=f"{recorder.url}/1.0",
+        application_key="app-key-1",
+        application_secret=AS,
+        consumer_key=CK,
+        retry=RetryPolicy(max_attempts=1),
+        poll=PollPolicy(first=1, factor=2, max_interval=5),
+        sleep=sleeps.append,
+        clock=lambda: sum(sleeps),
+    )
+    recorder.on("GET", "/1.0/auth/time", 1_700_000_000)
+    gone = recorder.reply(
+        status=404, body={"class": "Client::NotFound", "message": "The requested object does not exist"}
+    )
+    recorder.on(
+        "GET",
+        f"/1.0/dedicated/server/{SVC}/task/57",
+        {"taskId": 57, "status": "todo"},
+        gone,
+        recorder.reply(status=500, body={"message": "Internal server error"}),
+        {"taskId": 57, "status": "doing"},
+        {"taskId": 57, "status": "done"},
+    )
+    client.wait_reinstall(Reinstall(vendor=Vendor.OVH, box_id=SVC, task_id="57"), timeout=60)
+    # Starts short and backs off to the cap.
+    assert sleeps == [1, 2, 4, 5]
+
+
+@pytest.mark.parametrize("status", ["customerError", "ovhError", "cancelled", "error"])
+def test_wait_reinstall_names_the_failure_status(recorder, client, status):
+    recorder.on(
+        "GET",
+        f"/1.0/dedicated/server/{SVC}/task/57",
+        {"taskId": 57, "function": "reinstallServer", "status": status},
+    )
+    with pytest.raises(TaskFailedError, match=rf"reinstall task 57 ended {status}") as raised:
+        client.wait_reinstall(Reinstall(vendor=Vendor.OVH, box_id=SVC, task_id="57"), timeout=5)
+    assert raised.value.code == status
+
+
+def test_wait_reinstall_times_out_with_the_last_status(recorder, sleeps):
+    clock = iter(range(0, 1000, 10))
+    client = OvhClient(
+        endpoint=f"{recorder.url}/1.0",
+        application_key="app-key-1",
+        application_secret=AS,
+        consumer_key=CK,
+        poll=PollPolicy(first=1, max_interval=10),
+        sleep=sleeps.append,
+        clock=lambda: float(next(clock)),
+    )
+    recorder.on("GET", "/1.0/auth/time", 1_700_000_000)
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task/57", {"taskId": 57, "status": "doing"})
+    with pytest.raises(TaskTimeoutError, match=r"reinstall task 57 not done after 30s \(last seen: doing\)"):
+        client.wait_reinstall(Reinstall(vendor=Vendor.OVH, box_id=SVC, task_id="57"), timeout=30)
 
 
 def test_install_state_pending_without_task(recorder, client):
     recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [])
     assert client.install_state(SVC) is InstallState.PENDING
+    assert recorder.calls()[1:] == [f"GET /1.0/dedicated/server/{SVC}/task?function=reinstallServer"]
 
 
 def test_failover_target_escapes_the_block(recorder, client):
@@ -308,7 +468,13 @@ def test_failover_target_escapes_the_block(recorder, client):
 
 
 def test_move_failover_posts_and_waits_for_the_ip_task(recorder, client, sleeps):
-    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32", {"routedTo": {"serviceName": "ns-other.eu"}})
+    recorder.on(
+        "GET",
+        "/1.0/ip/198.51.100.7%2F32",
+        {"routedTo": {"serviceName": "ns-other.eu"}},
+        {"routedTo": {"serviceName": SVC}},
+    )
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task", [70])
     recorder.on(
         "POST",
         "/1.0/ip/198.51.100.7%2F32/move",
@@ -328,7 +494,45 @@ def test_move_failover_posts_and_waits_for_the_ip_task(recorder, client, sleeps)
     assert post.body == b'{"to":"ns3001234.ip-51-38-1.eu"}'
     assert_signed(recorder, post)
     assert recorder.calls().count("GET /1.0/ip/198.51.100.7%2F32/task/77") == 3
+    assert recorder.calls().count("POST /1.0/ip/198.51.100.7%2F32/move") == 1
     assert sleeps == [0.01, 0.01]
+
+
+def test_move_failover_whose_answer_is_lost_is_not_sent_twice(recorder, client):
+    """The move went through, the answer did not: OVH routes the IP to the box; no second move."""
+    recorder.on(
+        "GET",
+        "/1.0/ip/198.51.100.7%2F32",
+        {"routedTo": {"serviceName": "ns-other.eu"}},
+        {"routedTo": {"serviceName": SVC}},
+    )
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task", [70])
+    recorder.on(
+        "POST",
+        "/1.0/ip/198.51.100.7%2F32/move",
+        recorder.reply(status=504, body={"message": "Gateway timeout"}),
+    )
+    client.move_failover("198.51.100.7", SVC)
+    assert recorder.calls().count("POST /1.0/ip/198.51.100.7%2F32/move") == 1
+
+
+def test_move_failover_refused_because_it_is_there_already_is_success(recorder, client):
+    """OVH's answer to moving an IP where it is routed is undocumented: a refusal is settled by
+    reading where the IP is (docs/vendor-behaviour.md)."""
+    recorder.on(
+        "GET",
+        "/1.0/ip/198.51.100.7%2F32",
+        {"routedTo": {"serviceName": "ns-other.eu"}},
+        {"routedTo": {"serviceName": SVC}},
+    )
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task", [])
+    recorder.on(
+        "POST",
+        "/1.0/ip/198.51.100.7%2F32/move",
+        recorder.reply(status=400, body={"class": "Client::BadRequest", "message": "already routed"}),
+    )
+    client.move_failover("198.51.100.7", SVC)
+    assert recorder.calls().count("POST /1.0/ip/198.51.100.7%2F32/move") == 1
 
 
 def test_move_failover_is_a_noop_when_already_routed(recorder, client):
@@ -339,6 +543,7 @@ def test_move_failover_is_a_noop_when_already_routed(recorder, client):
 
 def test_move_failover_task_failure_and_timeout(recorder, client):
     recorder.on("GET", "/1.0/ip/198.51.100.7%2F32", {"routedTo": {"serviceName": "ns-other.eu"}})
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task", [])
     recorder.on("POST", "/1.0/ip/198.51.100.7%2F32/move", {"taskId": 78})
     recorder.on(
         "GET",
@@ -353,7 +558,7 @@ def test_move_failover_task_failure_and_timeout(recorder, client):
         application_key="k",
         application_secret=AS,
         consumer_key=CK,
-        task_poll_interval=0.01,
+        poll=PollPolicy(first=0.01, max_interval=0.01),
         task_timeout=0.05,
     )
     recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task/78", {"taskId": 78, "status": "doing"})

@@ -14,15 +14,15 @@ from providers.errors import (
     AuthError,
     ConflictError,
     NotFoundError,
-    TaskAlreadyExistsError,
+    TaskFailedError,
     TransientVendorError,
     VendorError,
     VendorInputError,
 )
-from providers.retry import HttpTimeouts, RetryPolicy
+from providers.retry import HttpTimeouts, PollPolicy, RetryPolicy
 from providers.scaleway_em.client import ElasticMetalClient
 from providers.scaleway_em.models import provider_id
-from providers.vendor import Box, Claim, InstallState
+from providers.vendor import Box, Claim, InstallState, Reinstall
 
 SECRET = "3b0e2f4c-55d6-4c3a-9b1e-7d2f6a8c9e01"
 ACCESS = "SCWDEVSIMULATOR00001"
@@ -186,6 +186,22 @@ def test_list_boxes_walks_the_pages_with_the_project_filter(recorder, client) ->
     assert sent["user-agent"].startswith("scaleway-sdk-python/")
 
 
+def test_list_box_ids_is_one_call_per_zone_and_page(recorder) -> None:
+    client = make(recorder.url, [], zones=["fr-par-2", "nl-ams-1"])
+    recorder.on("GET", "/baremetal/v1/zones/fr-par-2/servers", {"total_count": 1, "servers": [server()]})
+    other = server(sid="00000000-0000-4000-8000-000000000007")
+    recorder.on(
+        "GET",
+        "/baremetal/v1/zones/nl-ams-1/servers",
+        {"total_count": 1, "servers": [{**other, "zone": "nl-ams-1"}]},
+    )
+    assert client.list_box_ids() == [BOX, "nl-ams-1/00000000-0000-4000-8000-000000000007"]
+    assert recorder.calls() == [
+        f"GET /baremetal/v1/zones/fr-par-2/servers?page=1&page_size=100&project_id={PROJECT}",
+        f"GET /baremetal/v1/zones/nl-ams-1/servers?page=1&page_size=100&project_id={PROJECT}",
+    ]
+
+
 def test_the_fleet_is_filtered_by_tag_on_the_api_side(recorder, client) -> None:
     recorder.on("GET", "/baremetal/v1/zones/fr-par-2/servers", {"total_count": 1, "servers": [server()]})
     assert [b.id for b in client.boxes_with_marker("tuist-kura-scw-dev")] == [BOX]
@@ -231,23 +247,24 @@ def test_set_claim_patches_the_whole_tag_list(recorder, client) -> None:
     recorder.on("PATCH", SERVER, server())
     client.set_claim(BOX, Claim("0123456789ab"))
     patch = recorder.last("PATCH", SERVER)
-    assert patch.json() == {"tags": ["team-x", "tuist-kura-scw-dev", "tuist-claim:0123456789ab"]}
+    assert patch.json() == {"tags": ["team-x", "tuist-kura-scw-dev", "tuist-claim-0123456789ab"]}
     assert patch.headers["content-type"] == "application/json; charset=utf-8"
 
 
 def test_set_claim_swaps_and_clears_claim_tags(recorder, client) -> None:
+    # The claim tag an earlier version wrote (`tuist-claim:<token>`) is read, and replaced.
     recorder.on("GET", SERVER, server(tags=["tuist-kura-scw-dev", "tuist-claim:0123456789ab"]))
     recorder.on("PATCH", SERVER, server())
     client.set_claim(BOX, Claim("0123456789ab", releasing=True))
     assert recorder.last("PATCH", SERVER).json() == {
-        "tags": ["tuist-kura-scw-dev", "tuist-releasing:0123456789ab"]
+        "tags": ["tuist-kura-scw-dev", "tuist-releasing-0123456789ab"]
     }
     client.set_claim(BOX, None)
     assert recorder.last("PATCH", SERVER).json() == {"tags": ["tuist-kura-scw-dev"]}
 
 
 def test_set_claim_writes_nothing_when_the_claim_is_there(recorder, client) -> None:
-    recorder.on("GET", SERVER, server(tags=["tuist-kura-scw-dev", "tuist-claim:0123456789ab"]))
+    recorder.on("GET", SERVER, server(tags=["tuist-kura-scw-dev", "tuist-claim-0123456789ab"]))
     client.set_claim(BOX, Claim("0123456789ab"))
     assert recorder.calls() == [f"GET {SERVER}"]
 
@@ -281,14 +298,16 @@ def _catalogue(recorder, *, keys: list[dict[str, Any]] | None = None, **os_field
 def test_start_reinstall_sends_the_os_the_fleet_key_and_the_password(recorder, client) -> None:
     _catalogue(recorder)
     recorder.on("POST", f"{SERVER}/install", server(install="to_install"))
-    client.start_reinstall(
+    ticket = client.start_reinstall(
         BOX, hostname="kura-scw-1", ssh_public_key=KEY + "\n", user_login="ubuntu", user_password="Sudo-Pw-7"
     )
+    assert ticket == Reinstall(vendor=Vendor.SCALEWAY_EM, box_id=BOX, task_id=None, started_running=True)
     assert recorder.calls() == [
         f"GET {SERVER}",
         f"GET /baremetal/v1/zones/fr-par-2/os?offer_id={OFFER}&page=1&page_size=100",
         f"GET /iam/v1alpha1/ssh-keys?page=1&page_size=100&project_id={PROJECT}",
         "POST /iam/v1alpha1/ssh-keys",
+        f"GET {SERVER}",  # no install runs already: one is started
         f"POST {SERVER}/install",
     ]
     registered = recorder.last("POST", "/iam/v1alpha1/ssh-keys").json()
@@ -344,9 +363,20 @@ def test_an_unknown_os_label_names_what_is_offered(recorder, client) -> None:
         )
 
 
-def test_an_install_already_running_is_task_already_exists(recorder, client) -> None:
+def test_an_install_already_running_is_followed_not_started_again(recorder, client) -> None:
     _catalogue(recorder)
     recorder.on("GET", SERVER, server(), server(install="installing"))
+    ticket = client.start_reinstall(
+        BOX, hostname="h", ssh_public_key=KEY, user_login="ubuntu", user_password="p"
+    )
+    assert ticket.box_id == BOX and ticket.started_running
+    assert f"POST {SERVER}/install" not in recorder.calls()
+
+
+def test_a_409_while_an_install_runs_is_that_installs_ticket(recorder, client) -> None:
+    _catalogue(recorder)
+    # Free when read before the POST; a parallel release started one in between.
+    recorder.on("GET", SERVER, server(), server(), server(install="installing"))
     busy = {
         "current_state": "installing",
         "message": "resource is in a transient state",
@@ -355,13 +385,66 @@ def test_an_install_already_running_is_task_already_exists(recorder, client) -> 
         "type": "transient_state",
     }
     recorder.on("POST", f"{SERVER}/install", recorder.reply(busy, status=409))
-    with pytest.raises(TaskAlreadyExistsError) as raised:
+    ticket = client.start_reinstall(
+        BOX, hostname="h", ssh_public_key=KEY, user_login="ubuntu", user_password="Sudo-Pw-7"
+    )
+    assert ticket.box_id == BOX
+    assert recorder.calls().count(f"POST {SERVER}/install") == 1  # a 409 is not retried
+
+
+def test_a_409_with_nothing_running_surfaces_as_a_conflict(recorder, client) -> None:
+    _catalogue(recorder)
+    busy = {
+        "current_state": "locked",
+        "message": "resource is in a transient state",
+        "type": "transient_state",
+    }
+    recorder.on("POST", f"{SERVER}/install", recorder.reply(busy, status=409))
+    with pytest.raises(ConflictError) as raised:
         client.start_reinstall(
             BOX, hostname="h", ssh_public_key=KEY, user_login="ubuntu", user_password="Sudo-Pw-7"
         )
     assert (raised.value.status, raised.value.code) == (409, "transient_state")
-    assert "current state installing" in str(raised.value) and "Sudo-Pw-7" not in str(raised.value)
-    assert recorder.calls().count(f"POST {SERVER}/install") == 1  # a 409 is not retried
+    assert "current state locked" in str(raised.value) and "Sudo-Pw-7" not in str(raised.value)
+
+
+def test_a_lost_install_answer_is_read_back_and_never_sent_twice(recorder, client, sleeps) -> None:
+    _catalogue(recorder)
+    # The POST was carried out, but its answer was a 502: the server shows the new install running.
+    recorder.on("GET", SERVER, server(), server(), server(install="to_install"))
+    recorder.on("POST", f"{SERVER}/install", recorder.reply(raw=b"<html>Bad Gateway</html>", status=502))
+    ticket = client.start_reinstall(
+        BOX, hostname="h", ssh_public_key=KEY, user_login="ubuntu", user_password="p"
+    )
+    assert ticket.box_id == BOX
+    assert recorder.calls().count(f"POST {SERVER}/install") == 1
+
+
+def test_a_lost_install_answer_that_started_nothing_is_sent_again(recorder, client, sleeps) -> None:
+    _catalogue(recorder)
+    # The read-back shows the install record as it was: the 502 came before Scaleway acted.
+    recorder.on("GET", SERVER, server())
+    recorder.on(
+        "POST",
+        f"{SERVER}/install",
+        recorder.reply(raw=b"<html>Bad Gateway</html>", status=502),
+        server(install="to_install"),
+    )
+    client.start_reinstall(BOX, hostname="h", ssh_public_key=KEY, user_login="ubuntu", user_password="p")
+    assert recorder.calls().count(f"POST {SERVER}/install") == 2
+
+
+def test_wait_reinstall_follows_the_install_to_completed(recorder, sleeps) -> None:
+    client = make(recorder.url, sleeps, poll=PollPolicy(first=1, factor=2, max_interval=4))
+    recorder.on("GET", SERVER, server(install="to_install"), server(install="installing"), server())
+    client.wait_reinstall(Reinstall(vendor=Vendor.SCALEWAY_EM, box_id=BOX), timeout=60)
+    assert recorder.calls() == [f"GET {SERVER}"] * 3 and sleeps == [1, 2]
+
+
+def test_wait_reinstall_names_a_failed_install(recorder, client) -> None:
+    recorder.on("GET", SERVER, server(install="error"))
+    with pytest.raises(TaskFailedError, match="the Elastic Metal reinstall failed"):
+        client.wait_reinstall(Reinstall(vendor=Vendor.SCALEWAY_EM, box_id=BOX), timeout=60)
 
 
 def test_a_refused_install_with_nothing_running_surfaces(recorder, client) -> None:

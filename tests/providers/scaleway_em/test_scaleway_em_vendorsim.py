@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from providers.errors import AuthError, TaskAlreadyExistsError
+from providers.errors import AuthError
 from providers.retry import RetryPolicy
 from providers.scaleway_em.client import ElasticMetalClient
 from providers.vendor import Claim, InstallState
@@ -49,11 +49,12 @@ def release_cycle(client: ElasticMetalClient) -> None:
     client.set_claim(DEV1, Claim("0123456789ab"))
     assert client.get_box(DEV1).claim == Claim("0123456789ab")
     client.set_claim(DEV1, Claim("0123456789ab", releasing=True))
-    client.start_reinstall(
+    ticket = client.start_reinstall(
         DEV1, hostname="kura-scw-1", ssh_public_key=KEY, user_login="ubuntu", user_password="Sudo-9"
     )
-    assert client.install_state(DEV1) is InstallState.RUNNING
-    wait_for(lambda: client.install_state(DEV1) is InstallState.DONE)
+    assert client.install_state(DEV1, ticket) is InstallState.RUNNING
+    client.wait_reinstall(ticket, timeout=10)
+    assert client.install_state(DEV1, ticket) is InstallState.DONE
     client.set_claim(DEV1, None)
     assert client.get_box(DEV1).tags == ("tuist-kura-scw-dev",) and client.get_box(DEV1).claim is None
 
@@ -71,7 +72,7 @@ def test_the_release_cycle_against_vendorsim(vendorsim) -> None:
         ("POST", f"{server}/install"),
         ("PATCH", server),
     ]
-    assert writes[0][2] == {"tags": ["tuist-kura-scw-dev", "tuist-claim:0123456789ab"]}
+    assert writes[0][2] == {"tags": ["tuist-kura-scw-dev", "tuist-claim-0123456789ab"]}
     assert writes[3][2] == {
         "os_id": "05000000-0000-4000-8000-000000000001",
         "hostname": "kura-scw-1",
@@ -92,18 +93,47 @@ def test_the_release_cycle_survives_flaky_answers(vendorsim) -> None:
     assert injected == []
 
 
-def test_a_retried_release_meets_the_running_install(vendorsim) -> None:
-    """A release retried after its install was accepted (the answer lost, or the engine restarted) meets
-    the running install: 409 transient_state, reported as the install already there."""
+def test_a_retried_release_follows_the_running_install(vendorsim) -> None:
+    """A release retried after its install was accepted (the engine restarted) finds the install
+    running and follows it: one install, never a second."""
     client = make_client(vendorsim)
-    client.start_reinstall(
+    first = client.start_reinstall(
         DEV1, hostname="kura-scw-1", ssh_public_key=KEY, user_login="ubuntu", user_password="p"
     )
-    with pytest.raises(TaskAlreadyExistsError):
-        client.start_reinstall(
-            DEV1, hostname="kura-scw-1", ssh_public_key=KEY, user_login="ubuntu", user_password="p"
-        )
-    wait_for(lambda: client.install_state(DEV1) is InstallState.DONE)
+    again = client.start_reinstall(
+        DEV1, hostname="kura-scw-1", ssh_public_key=KEY, user_login="ubuntu", user_password="p"
+    )
+    assert again == first
+    client.wait_reinstall(again, timeout=10)
+    installs = [
+        e for e in vendorsim.admin("GET", "/audit?since=0")["entries"] if e["path"].endswith("/install")
+    ]
+    assert len(installs) == 1
+
+
+def test_an_install_whose_answer_is_lost_is_read_back_not_sent_twice(vendorsim) -> None:
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "scaleway_em",
+            "route": "/scaleway/baremetal/v1/zones/*/servers/*/install",
+            "method": "POST",
+            "error_rate": 1,
+            "count": 1,
+            "status": 502,
+            "answer": "lost",
+        },
+    )
+    client = make_client(vendorsim)
+    ticket = client.start_reinstall(
+        DEV1, hostname="kura-scw-1", ssh_public_key=KEY, user_login="ubuntu", user_password="p"
+    )
+    client.wait_reinstall(ticket, timeout=10)
+    installs = [
+        e for e in vendorsim.admin("GET", "/audit?since=0")["entries"] if e["path"].endswith("/install")
+    ]
+    assert [(e["method"], e["status"]) for e in installs] == [("POST", 200)]
 
 
 def test_a_failed_install_reads_failed(vendorsim) -> None:
