@@ -91,7 +91,7 @@ def test_the_installed_copy_runs_the_watcher(tmp_path: Path) -> None:
     )
     # Every import went through; it stops at its first missing setting, as in a Pod without env.
     assert started.returncode == 1, started.stderr
-    assert started.stderr.strip() == "watcher: environment variable FAILOVER_IP is required"
+    assert started.stderr.strip() == "watcher: environment variable FAILOVER_VENDOR is required"
     reconciler = subprocess.run(
         [sys.executable, "-m", "demux"], cwd=elsewhere, env=env, text=True, capture_output=True, check=False
     )
