@@ -108,7 +108,8 @@ production_release = StackValidationPolicy(
     name="production-release",
     description=(
         "A release in production: a machine leaves the production stack, or is armed to (seed 000: a "
-        "release reinstalls the box, wiping what it served; production Kura fleets never allow it)."
+        "release reinstalls the box, wiping what it served; it needs both allow_release and "
+        "allow_production_release)."
     ),
     validate=_production_release,
     enforcement_level=EnforcementLevel.ADVISORY,

@@ -97,11 +97,17 @@ def _image_problems(args: ResourceValidationArgs) -> list[str]:
     found: list[tuple[str, Any]] = []
     spec = pod_spec(obj)
     for container in containers(spec):
-        found.append((f"container '{get(container, 'name')}'", get(container, "image")))
+        name = get(container, "name")
+        found.append((f"container '{name}'", get(container, "image")))
+        # kura-controller starts the Kura runtime from its env (KURA_RUNTIME_IMAGE): the same rule.
+        for env in items(get(container, "env")):
+            key = get(env, "name")
+            if isinstance(key, str) and key.endswith("_IMAGE"):
+                found.append((f"container '{name}' env {key}", get(env, "value")))
     if args.resource_type == RUNNER_POOL_TYPE:
         found.append(("spec.image", get(obj.props, "spec", "image")))
     if obj.kind == "ConfigMap":
-        # kura-controller settings carry the runtime image it starts (KURA_RUNTIME_IMAGE).
+        # Settings a controller reads from a ConfigMap name images the same way.
         data = get(obj.props, "data")
         if isinstance(data, Mapping):
             for key in sorted(data):

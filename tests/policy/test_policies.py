@@ -106,6 +106,30 @@ def test_the_kura_runtime_image_in_the_controller_settings_is_checked() -> None:
     assert len(found) == 1 and "data.KURA_RUNTIME_IMAGE" in found[0]
 
 
+def test_the_kura_runtime_image_in_the_controllers_env_is_checked() -> None:
+    # kura-controller starts the Kura runtime it names in its env (seed 001: an explicit runtime tag).
+    props = deployment(
+        "kura-controller",
+        {
+            "containers": [
+                {
+                    "name": "controller",
+                    "image": "ghcr.io/tuist/kura-controller:0.10.4",
+                    "env": [
+                        {"name": "KURA_RUNTIME_IMAGE", "value": "ghcr.io/tuist/kura:latest"},
+                        {"name": "KURA_REGION", "value": "eu-central"},
+                    ],
+                }
+            ]
+        },
+    )
+    found = check_resource(mandatory.images_pinned, DEPLOYMENT, props, stack="production")
+    assert found == [
+        "Deployment kura-controller: container 'controller' env KURA_RUNTIME_IMAGE "
+        "'ghcr.io/tuist/kura:latest' uses the floating tag 'latest'; pin a digest (@sha256:...) or an explicit release tag"
+    ]
+
+
 def test_init_containers_and_runner_pool_images_are_checked_and_unknown_images_skipped() -> None:
     props = deployment(
         "w",
