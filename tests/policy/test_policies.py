@@ -126,7 +126,8 @@ def test_the_kura_runtime_image_in_the_controllers_env_is_checked() -> None:
     found = check_resource(mandatory.images_pinned, DEPLOYMENT, props, stack="production")
     assert found == [
         "Deployment kura-controller: container 'controller' env KURA_RUNTIME_IMAGE "
-        "'ghcr.io/tuist/kura:latest' uses the floating tag 'latest'; pin a digest (@sha256:...) or an explicit release tag"
+        "'ghcr.io/tuist/kura:latest' uses the floating tag 'latest'; "
+        "pin a digest (@sha256:...) or an explicit release tag"
     ]
 
 
