@@ -61,7 +61,8 @@ def replica_sets(cluster: KubeCluster, namespace: str) -> list[k8s.V1ReplicaSet]
         .list_namespaced_replica_set(namespace, label_selector="app.kubernetes.io/name=kura-controller")
         .items
     )
-    return sorted(items, key=lambda rs: rs.metadata.creation_timestamp)
+    # Oldest first by the Deployment's revision: creation timestamps have one-second resolution.
+    return sorted(items, key=lambda rs: int(rs.metadata.annotations["deployment.kubernetes.io/revision"]))
 
 
 def env_of(rs: k8s.V1ReplicaSet) -> dict[str, str]:

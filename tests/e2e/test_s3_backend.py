@@ -258,7 +258,9 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
         row = next(line for line in comment.splitlines() if line.startswith("| `dev` |"))
         assert "✅ previewed" in row and "1 advisory: fleet-shrinking" in row, comment[:4000]
         assert "fleet kura-ovh shrinks from 3 to 2 machine(s): kura-ovh-2 will be released" in comment
-        assert "1 to delete" in row, row
+        # One slot leaves: its MachineClaim, AdoptedMachine and NodeLabels, and the box's 4 local volumes
+        # (regions[].volumes_per_box, default 4). Nothing else is deleted.
+        assert "7 to delete" in row, row
     finally:
         destroy = engine.run("destroy", "--yes", "--skip-preview", "--stack", "dev", check=False)
     assert destroy.returncode == 0, destroy.stdout[-6000:] + destroy.stderr[-2000:]

@@ -165,8 +165,8 @@ def test_a_config_that_breaks_the_invariants_fails_with_each_policy_s_message(pr
     assert result.returncode != 0
     expected = {
         "images-pinned": (
-            "ConfigMap kura-controller-ca-east: data.KURA_RUNTIME_IMAGE 'ghcr.io/tuist/kura:latest' "
-            "uses the floating tag 'latest'"
+            "Deployment kura-controller: container 'manager' env KURA_RUNTIME_IMAGE "
+            "'ghcr.io/tuist/kura:latest' uses the floating tag 'latest'"
         ),
         "bare-metal-gateway-no-proxy-protocol": (
             "ConfigMap kura-gateway-eu-central: use-proxy-protocol is 'true'"
