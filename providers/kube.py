@@ -124,6 +124,13 @@ def cluster_ca_pem(kubeconfig: str) -> str:
 # --- bootstrap token ----------------------------------------------------------------------------------
 
 
+def bootstrap_group(fleet: str) -> str:
+    """The group a fleet's bootstrap tokens authenticate into (their Secret's auth-extra-groups), and
+    the one components/node_bootstrap.py binds: one name for both, so a token is never in a group
+    nothing binds. The bootstrap-token authenticator accepts only system:bootstrappers:[a-z0-9:-]+."""
+    return f"system:bootstrappers:tuist-{fleet}"
+
+
 def bootstrap_token_secret(
     token: BootstrapToken, *, fleet: str, node_name: str, now: dt.datetime, ttl: dt.timedelta
 ) -> k8s.V1Secret:
@@ -145,7 +152,7 @@ def bootstrap_token_secret(
             "token-secret": token.secret,
             "expiration": expiration,
             "usage-bootstrap-authentication": "true",
-            "auth-extra-groups": f"system:bootstrappers:tuist-{fleet}",
+            "auth-extra-groups": bootstrap_group(fleet),
         },
     )
 

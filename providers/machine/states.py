@@ -55,6 +55,8 @@ def joining(run: Run) -> Result:
         ca_bundle_pem=ca_pem,
         kubernetes_minor=spec.kubernetes_minor,
         taints=tuple(NodeTaint(**t) for t in spec.node_taints()),
+        cluster_dns=spec.cluster_dns,
+        cluster_domain=spec.cluster_domain,
         containerd_source="preinstalled" if spec.vendor is Vendor.ROBOT else "apt",
     )
     target = run.get("target")
