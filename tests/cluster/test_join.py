@@ -25,7 +25,7 @@ def test_a_kubelet_joins_through_tls_bootstrap_with_what_it_was_given(
 ):
     kubelet = join(
         "kura-us-east-1",
-        node_ip="127.0.40.7",
+        node_ip="198.19.240.7",
         labels={"node.cluster.x-k8s.io/pool": "kura-us-east", "node.cluster.x-k8s.io/instance-type": "ovh"},
         taints=["tuist.dev/kura=true:NoSchedule", "tuist.dev/bare-metal:NoExecute"],
         provider_id="ovh://bhs6/ns5001234.ip-203-0-113.net",
@@ -46,7 +46,7 @@ def test_a_kubelet_joins_through_tls_bootstrap_with_what_it_was_given(
         ("tuist.dev/kura", "true", "NoSchedule"),
     ]
     assert [(a.type, a.address) for a in node.status.addresses] == [
-        ("InternalIP", "127.0.40.7"),
+        ("InternalIP", "198.19.240.7"),
         ("Hostname", "kura-us-east-1"),
     ]
     # Capacity is the box's hardware; allocatable leaves the default hard eviction threshold.

@@ -83,13 +83,11 @@ _USED_RANGES: set[str] = set()
 
 
 def fresh_box_range() -> str:
-    """A /24 prefix of the box network (198.18.0.0/15) no other simulator of this process uses, clear
-    of 198.18.0.x (lo's own address) and of the dev inventory's 198.18.1-9.x."""
-    while True:
-        third = secrets.randbelow(512)
-        prefix = f"198.{18 + third // 256}.{third % 256}"
-        if third >= 10 and prefix not in _USED_RANGES:
-            break
+    """A /24 prefix of the box network's lower half (198.18.0.0/16) no other simulator of this process
+    uses, clear of 198.18.0.x (lo's own address) and of the dev inventory's 198.18.1-9.x. (Kubelet
+    stand-ins on the host report addresses of the upper half, tests/support/cluster.py.)"""
+    while (prefix := f"198.18.{10 + secrets.randbelow(246)}") in _USED_RANGES:
+        pass
     _USED_RANGES.add(prefix)
     return prefix
 
