@@ -6,7 +6,7 @@
 - Release: cordon, drain (evict, DaemonSet and mirror pods left alone), delete the Node (no cloud
   controller reaps a foreign providerID, and a lingering NotReady node wedges `helm --wait`), and
   delete the PVCs bound to node-local volumes on it (StatefulSets wedge in Pending otherwise).
-- Relabel / retaint a Node when a fleet's labels or taints change.
+  (Labels and taints after registration: providers/machine/node_labels.py.)
 
 Every call is idempotent: a missing object counts as done, so a retried release converges.
 No Pulumi import here. The kubeconfig is a secret: it is parsed, never logged or put in a message.
@@ -20,7 +20,7 @@ import logging
 import secrets
 import string
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,19 +71,6 @@ class BootstrapToken:
             id="".join(pick(_TOKEN_ALPHABET) for _ in range(6)),
             secret="".join(pick(_TOKEN_ALPHABET) for _ in range(16)),
         )
-
-
-@dataclass(frozen=True)
-class NodeTaintSpec:
-    key: str
-    value: str
-    effect: str
-
-    def as_dict(self) -> dict[str, str]:
-        body = {"key": self.key, "effect": self.effect}
-        if self.value:
-            body["value"] = self.value
-        return body
 
 
 # --- clients ----------------------------------------------------------------------------------------
@@ -259,37 +246,6 @@ def node_local_claims(volumes: Iterable[Any], node: str, classes: Sequence[str])
         if node in _affinity_values(spec.node_affinity):
             claims.append(f"{spec.claim_ref.namespace}/{spec.claim_ref.name}")
     return sorted(claims)
-
-
-def relabel_node(
-    api: k8s.ApiClient,
-    node: str,
-    *,
-    old_labels: Mapping[str, str],
-    new_labels: Mapping[str, str],
-    old_taints: Sequence[NodeTaintSpec],
-    new_taints: Sequence[NodeTaintSpec],
-) -> bool:
-    """Bring the Node's labels and taints from the fleet's old set to its new one, leaving labels and
-    taints others put there alone. False when there is no such Node (yet)."""
-    core = k8s.CoreV1Api(api)
-    try:
-        current = core.read_node(node)
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise _error(f"read Node {node}", error) from None
-    labels: dict[str, str | None] = {key: None for key in old_labels if key not in new_labels}
-    labels.update(new_labels)
-    old_keys = {(t.key, t.effect) for t in old_taints} | {(t.key, t.effect) for t in new_taints}
-    taints = [
-        {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
-        for t in (current.spec.taints or [])
-        if (t.key, t.effect) not in old_keys
-    ]
-    taints += [t.as_dict() for t in new_taints]
-    patch = {"metadata": {"labels": labels}, "spec": {"taints": taints}}
-    return _missing_ok(f"relabel Node {node}", lambda: core.patch_node(node, patch))
 
 
 # --- internals ----------------------------------------------------------------------------------------
