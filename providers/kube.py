@@ -205,6 +205,10 @@ def drain(
             except ApiException as error:
                 if error.status == 404:
                     continue
+                if error.status == 403 and _namespace_terminating(error):
+                    # The namespace controller is deleting the pod already (an eviction there is always
+                    # refused): wait for it to go, as kubectl drain does.
+                    continue
                 if error.status != 429:  # 429: a disruption budget says not yet
                     raise _error(f"evict Pod {ref}", error) from None
         if time.monotonic() >= deadline:
@@ -220,6 +224,29 @@ def delete_node(api: k8s.ApiClient, node: str) -> bool:
 
 def node_exists(api: k8s.ApiClient, node: str) -> bool:
     return _missing_ok(f"read Node {node}", lambda: k8s.CoreV1Api(api).read_node(node))
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    provider_id: str | None
+    ready: bool
+    reason: str  # the Ready condition's reason (KubeletReady, NodeStatusUnknown, ...) or "no Ready condition"
+
+
+def node_status(api: k8s.ApiClient, node: str) -> NodeStatus | None:
+    """The Node's providerID and Ready condition; None when there is no such Node (yet)."""
+    try:
+        found = k8s.CoreV1Api(api).read_node(node)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise _error(f"read Node {node}", error) from None
+    ready = [c for c in (found.status.conditions if found.status else None) or [] if c.type == "Ready"]
+    return NodeStatus(
+        provider_id=found.spec.provider_id if found.spec else None,
+        ready=bool(ready) and ready[0].status == "True",
+        reason=(ready[0].reason or ready[0].status) if ready else "no Ready condition",
+    )
 
 
 def delete_node_local_pvcs(
@@ -275,6 +302,16 @@ def _evictable(pod: Any) -> bool:
         return False  # its controller would put it straight back
     phase = pod.status.phase if pod.status else None
     return phase not in ("Succeeded", "Failed")
+
+
+def _namespace_terminating(error: ApiException) -> bool:
+    try:
+        body = yaml.safe_load(error.body or "") or {}
+        causes = (body.get("details") or {}).get("causes") or []
+    except (yaml.YAMLError, AttributeError):
+        return False
+    # A StatusCause's type travels as "reason".
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _affinity_values(affinity: Any) -> set[str]:

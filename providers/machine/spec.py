@@ -48,6 +48,7 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "reboot": 300,
     "wait_new_host_key": 1800,
     "joining": 300,  # the anchor's 5 min cap on the self-join
+    "node_ready": 300,  # the kubelet's TLS bootstrap, registration and first Ready status
     "cordoning": 60,
     "draining": 600,
     "deleting_node": 60,

@@ -13,6 +13,7 @@ Fixtures (register them with `from tests.support.cluster import *` in a conftest
   renders for the fleet, so its kubelets may TLS-bootstrap with the program's own RBAC.
 - `join` (function): `join(name, fleet=..., **stand-in options)` makes a bootstrap token the way the
   program does (providers/kube.py) and starts a stand-in with it; waits for the Node to be Ready.
+- `machine_claims_crd` (session): the MachineClaim CRD the program registers, Established.
 
 Node IPs are in the box network (198.18.0.0/15, tests/support/netns.py): the apiserver refuses
 loopback addresses in EndpointSlices, as it would a Service's endpoints on these nodes.
@@ -63,6 +64,7 @@ __all__ = [
     "join",
     "kube_cluster",
     "kubelets",
+    "machine_claims_crd",
     "namespace",
     "node_bootstrap_manifests",
     "node_ready",
@@ -435,3 +437,24 @@ def join(
         return kubelet
 
     yield start
+
+
+@pytest.fixture(scope="session")
+def machine_claims_crd(kube_cluster: KubeCluster) -> KubeCluster:
+    """The MachineClaim CRD as components/claims_crd.py registers it, Established. Kept for the
+    session (deleting a CRD is asynchronous; a later test would meet it Terminating)."""
+    from providers.machine.crd import claim_crd_manifest
+
+    manifest = claim_crd_manifest()
+    kube_cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=pulumi-kubernetes",
+        "-f",
+        "-",
+        input=yaml.safe_dump(manifest),
+    )
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{manifest['metadata']['name']}"
+    )
+    return kube_cluster

@@ -1,11 +1,7 @@
-"""The cluster-side claim record against a real kube-apiserver (the `kube_cluster` fixture of
-tests/support/cluster.py, from the control-plane work): the MachineClaim CRD as the program registers
-it, create-once arbitration, status compare-and-set, the immutable spec, guarded deletes, and two
-provider processes of two stacks claiming from one fleet without ever holding a box twice.
-
-Named so pytest does not collect it until that fixture is on the branch: at the merge, rename it to
-test_machine_record_cluster.py and register the fixture for tests/providers (tests/providers/conftest.py:
-`from tests.support.cluster import kube_cluster  # noqa: F401`).
+"""The cluster-side claim record against the session's real kube-apiserver (tests/support/cluster.py):
+the MachineClaim CRD as the program registers it, create-once arbitration, status compare-and-set,
+the immutable spec, guarded deletes, and two provider processes of two stacks claiming from one fleet
+without ever holding a box twice (issue 10 point 6).
 """
 
 from __future__ import annotations
@@ -14,44 +10,31 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from providers.constants import CLAIM_GROUP, CLAIM_PLURAL, CLAIM_VERSION
-from providers.machine.crd import claim_crd_manifest
 from providers.machine.errors import ClaimLostError
 from providers.machine.record import ClaimHeldError, Holder, KubeClaimRecord, Progress
 from tests.providers.test_machine_support import REPO, Sim, claim_props, claims_in_state, running_sim
+from tests.support.cluster import KubeCluster
 
 A = Holder("tuist-infra", "dev", "kura-dedibox-0", "0123456789ab")
 B = Holder("tuist-infra", "bob-dev", "kura-dedibox-0", "fedcba987654")
 
 
-@pytest.fixture(scope="module")
-def crd(kube_cluster: Any) -> Iterator[Any]:
+@pytest.fixture
+def crd(machine_claims_crd: KubeCluster) -> KubeCluster:
     """The CRD registered as components/claims_crd.py registers it, Established."""
-    ext = k8s.ApiextensionsV1Api(kube_cluster.api)
-    manifest = claim_crd_manifest()
-    ext.create_custom_resource_definition(manifest)
-    deadline = time.monotonic() + 60
-    while True:
-        status = ext.read_custom_resource_definition(manifest["metadata"]["name"]).status
-        if any(c.type == "Established" and c.status == "True" for c in (status.conditions or [])):
-            break
-        assert time.monotonic() < deadline, "the MachineClaim CRD was not Established within 60 s"
-        time.sleep(0.2)
-    yield kube_cluster
-    ext.delete_custom_resource_definition(manifest["metadata"]["name"])
+    return machine_claims_crd
 
 
 @pytest.fixture
-def record(crd: Any) -> Iterator[KubeClaimRecord]:
+def record(crd: KubeCluster) -> Iterator[KubeClaimRecord]:
     yield KubeClaimRecord(crd.api)
     objects = k8s.CustomObjectsApi(crd.api)
     for item in objects.list_cluster_custom_object(CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL)["items"]:
@@ -73,7 +56,7 @@ def test_one_holder_per_box_and_the_holder_resumes(record: KubeClaimRecord) -> N
 
 
 def test_status_moves_by_compare_and_set_and_the_spec_never_changes(
-    record: KubeClaimRecord, crd: Any
+    record: KubeClaimRecord, crd: KubeCluster
 ) -> None:
     first = record.acquire(Progress("robot", "2345601", "runners-linux", A, state="CLAIMED"))
     moved = record.save(
@@ -145,7 +128,7 @@ def sim(sim_process: Sim) -> Sim:
 
 
 def test_two_processes_of_two_stacks_never_hold_one_box_twice(
-    sim: Sim, crd: Any, record: KubeClaimRecord
+    sim: Sim, crd: KubeCluster, record: KubeClaimRecord
 ) -> None:
     """Issue 10 point 6: both list the same three free boxes at once; the apiserver lets one holder
     record each box, the loser moves on, and every box ends with one holder in the record and the same
@@ -175,13 +158,14 @@ def test_two_processes_of_two_stacks_never_hold_one_box_twice(
     held = record.held("dedibox")
     markers = claims_in_state(sim.state())
     for box, holder in held.items():
-        assert markers[box] == f"tuist-kura-dev,tuist-claim:{holder.token}", (box, holder, markers[box])
+        assert markers[box] == f"tuist-kura-dev,tuist-claim-{holder.token}", (box, holder, markers[box])
     assert set(held) == set(won)
 
 
 def test_a_slot_with_a_cluster_records_its_progress_there_and_destroy_removes_it(
-    sim: Sim, crd: Any, record: KubeClaimRecord
+    sim: Sim, crd: KubeCluster, record: KubeClaimRecord, fleet_rbac: Callable[[str], None]
 ) -> None:
+    fleet_rbac("kura-dedibox")  # the box's kubelet joins for real: the machine waits for its Node
     kubeconfig = crd.kubeconfig.read_text()
     claims, machines = sim.claims(kubeconfig=kubeconfig), sim.machines(kubeconfig=kubeconfig)
     claim, machine = sim.adopt(
