@@ -21,8 +21,8 @@ from components.k8s import MANAGED_BY
 from providers.constants import CLAIM_GROUP, CLAIM_PLURAL
 from providers.kube import BOOTSTRAP_NAMESPACE
 from providers.machine.crd import claim_crd_manifest
+from providers.machine.record import MACHINE_PROVIDER_ROLE
 
-MACHINE_PROVIDER_ROLE = "tuist-infra:machine-provider"
 BOOTSTRAP_TOKENS_ROLE = "tuist-infra:bootstrap-tokens"
 
 # (api group, resources, verbs): each is a call of providers/machine or providers/kube.py.

@@ -5,6 +5,13 @@ its state and its vendorsim are never touched), points the dev stack at a
 vendorsim on a free port, and runs the `pulumi` CLI that scripts/bootstrap.sh
 built. Nothing here skips: without the CLI the fixture fails and says how to
 build it.
+
+`dev_cluster` (session) is a control plane as scripts/dev-up.sh starts one (two
+cloud workers for the controllers, the platform's CRDs): the copy's dev stack
+applies to it, and its kubeconfig secret is set as dev-up.sh sets it. Tests
+whose subject is not the cluster (machines through the engine, the S3 backend)
+run their stacks in the dev stack's other mode, `render_only`: manifests written
+to a folder, no cluster, so the session has one dev-stack lifecycle on a cluster.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import pytest
 import yaml
 
 from tests.providers.test_machine_support import fresh_box_range, move_boxes
+from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
 from vendorsim.boxes import reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +56,7 @@ class Engine:
     project: Path
     env: dict[str, str]
     vendorsim_url: str
+    sim_state: Path | None = None  # vendorsim's state dir (its boxes' disks under boxes/)
 
     def run(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
@@ -136,7 +145,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
                 pytest.fail(f"vendorsim did not start:\n{(sim_state / 'vendorsim.log').read_text()}")
             time.sleep(0.2)
     try:
-        yield Engine(project=project, env=env, vendorsim_url=url)
+        yield Engine(project=project, env=env, vendorsim_url=url, sim_state=sim_state)
     finally:
         sim.terminate()
         try:
@@ -146,3 +155,37 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         sim_log.close()
         leftover = reap_orphans(sim_state / "boxes")
         assert not leftover, f"vendorsim left {len(leftover)} sshd processes running after it stopped"
+
+
+def render_only(config: dict[str, object]) -> dict[str, object]:
+    """A stack file's `config` in the dev stack's other mode: every Kubernetes object written to a
+    folder for reading, no cluster (no api_server, so no join waits for a Node)."""
+    key = "tuist-infra:cluster"
+    cluster = {k: v for k, v in dict(config[key]).items() if k != "api_server"}  # type: ignore[call-overload]
+    return {**config, key: {**cluster, "render_dir": "rendered/e2e"}}
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """The control plane of the copy's dev stack, started as scripts/dev-up.sh starts it, and named
+    in the copy's Pulumi.dev.yaml: api_server, and the kubeconfig secret (set through stdin)."""
+    directory = tmp_path_factory.mktemp("dev-cluster")
+    cluster = start_cluster(directory, "--cloud-workers", "2", "--platform")
+    try:
+        stack_file = engine.project / "Pulumi.dev.yaml"
+        text = stack_file.read_text()
+        assert text.count("api_server: https://127.0.0.1:6443\n") == 1, "Pulumi.dev.yaml: no api_server"
+        stack_file.write_text(text.replace("https://127.0.0.1:6443", cluster.api_server))
+        engine.run("stack", "select", "dev", "--create")
+        subprocess.run(
+            ["pulumi", "config", "set", "--secret", "kubeconfig", "-s", "dev", "--non-interactive"],
+            cwd=engine.project,
+            env=engine.env,
+            input=cluster.kubeconfig.read_text(),
+            text=True,
+            capture_output=True,
+            check=True,
+        )
+        yield cluster
+    finally:
+        stop_cluster(directory)
