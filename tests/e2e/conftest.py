@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -38,8 +39,17 @@ from vendorsim.boxes import reap_orphans
 REPO = Path(__file__).resolve().parents[2]
 DEV_PASSPHRASE = "tuist-dev-only-passphrase"
 _IGNORED = shutil.ignore_patterns(
-    ".git", ".venv", ".toolchain", ".pulumi-state", "build", "rendered", "__pycache__",
-    ".pytest_cache", ".mypy_cache", ".ruff_cache", "*.egg-info",
+    ".git",
+    ".venv",
+    ".toolchain",
+    ".pulumi-state",
+    "build",
+    "rendered",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
 )
 
 
@@ -59,10 +69,33 @@ class Engine:
     sim_state: Path | None = None  # vendorsim's state dir (its boxes' disks under boxes/)
 
     def run(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            ["pulumi", *args, "--non-interactive"],
-            cwd=self.project, env=self.env, text=True, capture_output=True, timeout=timeout,
+        """The CLI's output also goes to <project>/../engine-logs/ as it runs, so a run that hangs (and
+        is cut off by the test's timeout) can still be read."""
+        logs = self.project.parent / "engine-logs"
+        logs.mkdir(exist_ok=True)
+        log = (
+            logs
+            / f"{len(list(logs.iterdir())):03d}-{'-'.join(a for a in args[:2] if not a.startswith('-'))}.log"
         )
+        with log.open("w") as out:
+            child = subprocess.Popen(
+                ["pulumi", *args, "--non-interactive"],
+                cwd=self.project,
+                env=self.env,
+                text=True,
+                stdout=out,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                _, stderr = child.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+                raise AssertionError(
+                    f"pulumi {' '.join(args)} ran past {timeout:g}s; its output so far ({log}):\n"
+                    + log.read_text()[-6000:]
+                ) from None
+        proc = subprocess.CompletedProcess(child.args, child.returncode, log.read_text(), stderr)
         if check and proc.returncode != 0:
             # The engine prints each resource's error in its diagnostics, far above the tail.
             errors = [line for line in proc.stdout.splitlines() if "error" in line.lower()]
@@ -79,7 +112,9 @@ class Engine:
 
     def admin_post(self, path: str, body: object) -> object:
         request = urllib.request.Request(
-            f"{self.vendorsim_url}/_admin/{path}", data=json.dumps(body).encode(), method="POST",
+            f"{self.vendorsim_url}/_admin/{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as resp:
@@ -100,6 +135,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     project = root / "project"
     shutil.copytree(REPO, project, ignore=_IGNORED)
     (project / ".venv").symlink_to(REPO / ".venv")
+    # The boxes' kubelet is the stand-in of the toolchain (vendorsim/sandbox/login.sh finds it there).
+    (project / ".toolchain").symlink_to(REPO / ".toolchain")
     port = free_port()
     while (ssh_port := free_port()) == port:
         pass
@@ -129,9 +166,23 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     sim_state.mkdir()
     sim_log = (sim_state / "vendorsim.log").open("w")
     sim = subprocess.Popen(
-        [sys.executable, "-m", "vendorsim", "--inventory", str(project / "vendorsim" / "inventory.dev.yaml"),
-         "--state", str(sim_state), "--port", str(port), "--task-seconds", "0.5"],
-        cwd=project, env=env, stdout=sim_log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "vendorsim",
+            "--inventory",
+            str(project / "vendorsim" / "inventory.dev.yaml"),
+            "--state",
+            str(sim_state),
+            "--port",
+            str(port),
+            "--task-seconds",
+            "0.5",
+        ],
+        cwd=project,
+        env=env,
+        stdout=sim_log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -155,6 +206,18 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         sim_log.close()
         leftover = reap_orphans(sim_state / "boxes")
         assert not leftover, f"vendorsim left {len(leftover)} sshd processes running after it stopped"
+
+
+def render_only_text(stack_file: str) -> str:
+    """The same, on a stack file's text (its layout kept): api_server's line becomes render_dir's."""
+    rendered, count = re.subn(
+        r"^    api_server: https://127\.0\.0\.1:\d+\n",
+        "    render_dir: rendered/e2e\n",
+        stack_file,
+        flags=re.M,
+    )
+    assert count == 1, "the stack file has no dev api_server line"
+    return rendered
 
 
 def render_only(config: dict[str, object]) -> dict[str, object]:

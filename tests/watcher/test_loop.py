@@ -34,6 +34,7 @@ DEMUX = {"app.kubernetes.io/component": "peer-demux", "app.kubernetes.io/instanc
 @dataclass
 class Region:
     namespace: str
+    runner: Kubelets
     kubelets: dict[str, Kubelet]
     pods: dict[str, k8s.V1Pod]  # node -> its demux pod
 
@@ -103,7 +104,7 @@ def region(
     other_region = {**DEMUX, "app.kubernetes.io/instance": "us-west"}
     kube_cluster.core.create_namespaced_pod(namespace, demux_pod("demux-us-west-a", A, other_region))
     try:
-        yield Region(namespace, kubelets, pods)
+        yield Region(namespace, runner, kubelets, pods)
     finally:
         runner.stop_all()
         for node in kubelets:
@@ -138,10 +139,10 @@ def healthy(kube_cluster: KubeCluster, region: Region) -> Region:
 
 
 def restart(cluster: KubeCluster, region: Region, node: str) -> Kubelet:
-    """The stopped stand-in again, with the certificate it holds (no new bootstrap)."""
+    """The stopped stand-in again, with the certificate it holds (no new bootstrap); the module's
+    runner stops it at the end like the others."""
     old = region.kubelets[node]
-    runner = Kubelets(cluster, old.dir.parent)
-    return runner.start(
+    return region.runner.start(
         node,
         "aaaaaa.bbbbbbbbbbbbbbbb",
         node_ip=old.node_ip,
