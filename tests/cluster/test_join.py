@@ -155,9 +155,9 @@ def test_the_node_goes_not_ready_when_its_kubelet_stops(
 def test_the_kubelet_asks_for_a_serving_certificate_that_nothing_approves(
     kube_cluster: KubeCluster, join: Callable[..., Kubelet]
 ):
-    # The self-join sets serverTLSBootstrap: true. kube-controller-manager never approves
-    # kubernetes.io/kubelet-serving CSRs, so without an approver the kubelet serves no TLS and
-    # `kubectl logs` cannot reach it.
+    # Why the self-join leaves serverTLSBootstrap off (providers/ssh/scripts/self-join.sh):
+    # kube-controller-manager never approves kubernetes.io/kubelet-serving CSRs, so with it and no
+    # approver the kubelet serves no TLS and `kubectl logs` cannot reach it.
     join("serving-1", config={"serverTLSBootstrap": True})
 
     def serving_csr() -> k8s.V1CertificateSigningRequest | None:
