@@ -56,7 +56,7 @@ case $cmd in
         [ $# -gt 0 ] || usage
         need_root
         # shellcheck disable=SC2016 # $1 and $@ are the inner shell's: this script, then CMD.
-        exec unshare --net -- bash -c '"$1" setup && shift && exec "$@"' netns "$self" "$@"
+        exec unshare --net -- bash -c 'bash "$1" setup && shift && exec "$@"' netns "$self" "$@"
         ;;
     create)
         valid_name "${1:-}"
@@ -65,7 +65,7 @@ case $cmd in
         if ! ip netns list | awk '{print $1}' | grep -qxF "$name"; then
             ip netns add "$name"
         fi
-        ip netns exec "$name" "$self" setup
+        ip netns exec "$name" bash "$self" setup
         ;;
     run)
         valid_name "${1:-}"
