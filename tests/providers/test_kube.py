@@ -348,8 +348,12 @@ def test_relabel_moves_the_fleets_labels_and_taints_and_keeps_everyone_elses(
         labels={"tuist.dev/tier": "silver", "node.cluster.x-k8s.io/pool": "kura-ovh"},
         taints=["tuist.dev/kura-cache=true:NoSchedule"],
     )
-    # Someone else's label and taint (an operator's, the node lifecycle's cordon).
-    kube_cluster.core.patch_node("kube-relabel-1", {"metadata": {"labels": {"example.com/rack": "r1"}}})
+    # Someone else's label and taint (an operator's), and a cordon.
+    node = kube_cluster.core.read_node("kube-relabel-1")
+    others = [*(node.spec.taints or []), {"key": "example.com/maintenance", "effect": "NoSchedule"}]
+    kube_cluster.core.patch_node(
+        "kube-relabel-1", {"metadata": {"labels": {"example.com/rack": "r1"}}, "spec": {"taints": others}}
+    )
     assert kube.cordon(api, "kube-relabel-1")
 
     assert relabel(
@@ -368,7 +372,8 @@ def test_relabel_moves_the_fleets_labels_and_taints_and_keeps_everyone_elses(
     taints = sorted((t.key, t.value, t.effect) for t in node.spec.taints)
     assert ("tuist.dev/kura-cache", "true", "NoSchedule") not in taints
     assert ("tuist.dev/kura", None, "NoExecute") in taints
-    assert ("node.kubernetes.io/unschedulable", None, "NoSchedule") in taints
+    assert ("example.com/maintenance", None, "NoSchedule") in taints
+    assert node.spec.unschedulable is True
     # A Node that is not there (yet): nothing to do, and said so.
     assert relabel(api, "kube-missing-1", old_labels={}, new_labels={}, old_taints=[], new_taints=[]) is False
 

@@ -9,6 +9,7 @@ import base64
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -559,13 +560,12 @@ def test_with_a_cluster_the_box_joins_it_for_real_and_leaving_drains_before_the_
     assert ("tuist.dev/kura-cache", "true", "NoSchedule") in [
         (t.key, t.value, t.effect) for t in node.spec.taints
     ]
-    (secret,) = [
-        s
-        for s in cluster.core.list_namespaced_secret(
-            "kube-system", label_selector="tuist.dev/fleet=kura-dedibox"
-        ).items
-        if base64.b64decode(s.data["description"]).decode() == f"tuist-infra self-join of {name}"
-    ]
+    # The box holds the token (in its bootstrap kubeconfig) that a Secret of the cluster makes valid.
+    bootstrap = (sim.box_root("dedibox-200101") / "var/lib/kubelet/bootstrap-kubeconfig").read_text()
+    (value,) = re.findall(r"token: ([a-z0-9]{6}\.[a-z0-9]{16})", bootstrap)
+    secret = cluster.core.read_namespaced_secret(f"bootstrap-token-{value.split('.')[0]}", "kube-system")
+    assert base64.b64decode(secret.data["token-secret"]).decode() == value.split(".")[1]
+    assert base64.b64decode(secret.data["description"]).decode() == f"tuist-infra self-join of {name}"
     group = base64.b64decode(secret.data["auth-extra-groups"]).decode()
     assert group == "system:bootstrappers:tuist-kura-dedibox"
     token = base64.b64decode(secret.data["token-secret"]).decode()
