@@ -21,6 +21,7 @@ from components.failover_watcher import robot_failover_watchers
 from components.fleet import BareMetalFleet, BareMetalFleetArgs, machine_name
 from components.kura_controller import KuraController, KuraControllerArgs, RegionPlacement
 from components.kura_region import KuraRegion, KuraRegionArgs
+from components.node_bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.outputs import export_outputs, stack_outputs
 from components.runners import RunnerPools, RunnerPoolsArgs
 from components.storage import LocalStorageClass, LocalStorageClassArgs
@@ -45,10 +46,14 @@ def main() -> None:
         cluster = k8s.Provider("cluster", kubeconfig=secrets.kubeconfig)
     on_cluster = pulumi.ResourceOptions(providers=[cluster])
 
+    joining = [fleet.name for fleet in cfg.fleets if fleet.enabled and fleet.size]
     # Claims are recorded in the cluster (MachineClaim objects) when the stack has one.
-    claims_crd = (
-        MachineClaimsCRD("machine-claims", opts=on_cluster)
-        if any(fleet.enabled and fleet.size for fleet in cfg.fleets)
+    claims_crd = MachineClaimsCRD("machine-claims", opts=on_cluster) if joining else None
+    # What a joining box's kubelet needs to TLS-bootstrap. kube-controller-manager's approver never
+    # looks at a CSR again once it could not approve it, so every join waits for these bindings.
+    node_bootstrap = (
+        NodeBootstrap("node-bootstrap", NodeBootstrapArgs(fleets=joining), opts=on_cluster)
+        if joining
         else None
     )
     # The control plane's door (on Hetzner Cloud): it admits each box from its claim's address, and
@@ -69,6 +74,7 @@ def main() -> None:
                 allow_production_release=cfg.allow_production_release,
                 claims_crd=claims_crd,
                 join_after=admitted,
+                node_bootstrap=node_bootstrap.bindings if node_bootstrap is not None else [],
             ),
         )
         for fleet in cfg.fleets

@@ -12,6 +12,7 @@ allow_production_release.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,9 @@ class BareMetalFleetArgs:
     # What each join waits for after its claim: the control plane's firewall admitting the box
     # (components/control_plane_firewall.py), which itself waits for the claims' addresses.
     join_after: pulumi.Input[pulumi.Resource] | None = None
+    # The fleet's bootstrap RBAC (components/node_bootstrap.py): a kubelet whose CSR came before its
+    # bindings is never approved (the approver does not retry), so every join waits for them.
+    node_bootstrap: Sequence[pulumi.Resource] = ()
 
 
 def machine_name(fleet: str, index: int) -> str:
@@ -95,6 +99,9 @@ def machine_props(args: BareMetalFleetArgs, *, project: str, stack: str) -> dict
         "ssh_port": fleet.ssh_port,
         "kubernetes_minor": args.cluster.kubernetes_minor,
         "api_server": args.cluster.api_server,
+        # What every kubelet resolves Services through (the self-join's clusterDNS and clusterDomain).
+        "cluster_dns": str(args.cluster.dns_service_ip),
+        "cluster_domain": args.cluster.domain,
         "install_artifacts": _pins(fleet),
     }
 
@@ -187,7 +194,11 @@ class BareMetalFleet(pulumi.ComponentResource):
                 pulumi.ResourceOptions(
                     parent=self,
                     protect=production,
-                    depends_on=[claim] if args.join_after is None else [claim, args.join_after],
+                    depends_on=[
+                        claim,
+                        *args.node_bootstrap,
+                        *([args.join_after] if args.join_after is not None else []),
+                    ],
                 ),
             )
             node_labels = NodeLabels(

@@ -27,6 +27,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import MANAGED_BY
+from providers.kube import bootstrap_group
 
 __all__ = [
     "NODE_BOOTSTRAPPER_ROLE",
@@ -43,14 +44,6 @@ NODE_RENEWAL_ROLE = "system:certificates.k8s.io:certificatesigningrequests:selfn
 NODES_GROUP = "system:nodes"
 _RBAC = "rbac.authorization.k8s.io"
 _FLEET = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-def bootstrap_group(fleet: str) -> str:
-    """The group a fleet's bootstrap tokens authenticate into (the token Secret's auth-extra-groups).
-
-    The bootstrap-token authenticator accepts only groups of the form system:bootstrappers:[a-z0-9:-]+.
-    """
-    return f"system:bootstrappers:tuist-{fleet}"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@
 - Release: cordon, drain (evict, DaemonSet and mirror pods left alone), delete the Node (no cloud
   controller reaps a foreign providerID, and a lingering NotReady node wedges `helm --wait`), and
   delete the PVCs bound to node-local volumes on it (StatefulSets wedge in Pending otherwise).
-- Relabel / retaint a Node when a fleet's labels or taints change.
+  (Labels and taints after registration: providers/machine/node_labels.py.)
 
 Every call is idempotent: a missing object counts as done, so a retried release converges.
 No Pulumi import here. The kubeconfig is a secret: it is parsed, never logged or put in a message.
@@ -20,7 +20,7 @@ import logging
 import secrets
 import string
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,19 +73,6 @@ class BootstrapToken:
         )
 
 
-@dataclass(frozen=True)
-class NodeTaintSpec:
-    key: str
-    value: str
-    effect: str
-
-    def as_dict(self) -> dict[str, str]:
-        body = {"key": self.key, "effect": self.effect}
-        if self.value:
-            body["value"] = self.value
-        return body
-
-
 # --- clients ----------------------------------------------------------------------------------------
 
 
@@ -124,6 +111,13 @@ def cluster_ca_pem(kubeconfig: str) -> str:
 # --- bootstrap token ----------------------------------------------------------------------------------
 
 
+def bootstrap_group(fleet: str) -> str:
+    """The group a fleet's bootstrap tokens authenticate into (their Secret's auth-extra-groups), and
+    the one components/node_bootstrap.py binds: one name for both, so a token is never in a group
+    nothing binds. The bootstrap-token authenticator accepts only system:bootstrappers:[a-z0-9:-]+."""
+    return f"system:bootstrappers:tuist-{fleet}"
+
+
 def bootstrap_token_secret(
     token: BootstrapToken, *, fleet: str, node_name: str, now: dt.datetime, ttl: dt.timedelta
 ) -> k8s.V1Secret:
@@ -145,7 +139,7 @@ def bootstrap_token_secret(
             "token-secret": token.secret,
             "expiration": expiration,
             "usage-bootstrap-authentication": "true",
-            "auth-extra-groups": f"system:bootstrappers:tuist-{fleet}",
+            "auth-extra-groups": bootstrap_group(fleet),
         },
     )
 
@@ -211,6 +205,10 @@ def drain(
             except ApiException as error:
                 if error.status == 404:
                     continue
+                if error.status == 403 and _namespace_terminating(error):
+                    # The namespace controller is deleting the pod already (an eviction there is always
+                    # refused): wait for it to go, as kubectl drain does.
+                    continue
                 if error.status != 429:  # 429: a disruption budget says not yet
                     raise _error(f"evict Pod {ref}", error) from None
         if time.monotonic() >= deadline:
@@ -226,6 +224,29 @@ def delete_node(api: k8s.ApiClient, node: str) -> bool:
 
 def node_exists(api: k8s.ApiClient, node: str) -> bool:
     return _missing_ok(f"read Node {node}", lambda: k8s.CoreV1Api(api).read_node(node))
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    provider_id: str | None
+    ready: bool
+    reason: str  # the Ready condition's reason (KubeletReady, NodeStatusUnknown, ...) or "no Ready condition"
+
+
+def node_status(api: k8s.ApiClient, node: str) -> NodeStatus | None:
+    """The Node's providerID and Ready condition; None when there is no such Node (yet)."""
+    try:
+        found = k8s.CoreV1Api(api).read_node(node)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise _error(f"read Node {node}", error) from None
+    ready = [c for c in (found.status.conditions if found.status else None) or [] if c.type == "Ready"]
+    return NodeStatus(
+        provider_id=found.spec.provider_id if found.spec else None,
+        ready=bool(ready) and ready[0].status == "True",
+        reason=(ready[0].reason or ready[0].status) if ready else "no Ready condition",
+    )
 
 
 def delete_node_local_pvcs(
@@ -252,37 +273,6 @@ def node_local_claims(volumes: Iterable[Any], node: str, classes: Sequence[str])
         if node in _affinity_values(spec.node_affinity):
             claims.append(f"{spec.claim_ref.namespace}/{spec.claim_ref.name}")
     return sorted(claims)
-
-
-def relabel_node(
-    api: k8s.ApiClient,
-    node: str,
-    *,
-    old_labels: Mapping[str, str],
-    new_labels: Mapping[str, str],
-    old_taints: Sequence[NodeTaintSpec],
-    new_taints: Sequence[NodeTaintSpec],
-) -> bool:
-    """Bring the Node's labels and taints from the fleet's old set to its new one, leaving labels and
-    taints others put there alone. False when there is no such Node (yet)."""
-    core = k8s.CoreV1Api(api)
-    try:
-        current = core.read_node(node)
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise _error(f"read Node {node}", error) from None
-    labels: dict[str, str | None] = {key: None for key in old_labels if key not in new_labels}
-    labels.update(new_labels)
-    old_keys = {(t.key, t.effect) for t in old_taints} | {(t.key, t.effect) for t in new_taints}
-    taints = [
-        {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
-        for t in (current.spec.taints or [])
-        if (t.key, t.effect) not in old_keys
-    ]
-    taints += [t.as_dict() for t in new_taints]
-    patch = {"metadata": {"labels": labels}, "spec": {"taints": taints}}
-    return _missing_ok(f"relabel Node {node}", lambda: core.patch_node(node, patch))
 
 
 # --- internals ----------------------------------------------------------------------------------------
@@ -312,6 +302,16 @@ def _evictable(pod: Any) -> bool:
         return False  # its controller would put it straight back
     phase = pod.status.phase if pod.status else None
     return phase not in ("Succeeded", "Failed")
+
+
+def _namespace_terminating(error: ApiException) -> bool:
+    try:
+        body = yaml.safe_load(error.body or "") or {}
+        causes = (body.get("details") or {}).get("causes") or []
+    except (yaml.YAMLError, AttributeError):
+        return False
+    # A StatusCause's type travels as "reason".
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _affinity_values(affinity: Any) -> set[str]:

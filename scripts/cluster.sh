@@ -3,7 +3,7 @@
 # kube-controller-manager and kube-scheduler built from k8s.io/kubernetes by scripts/bootstrap.sh.
 #
 #   scripts/cluster.sh start      [--dir DIR] [--cloud-workers N] [--node-monitor-grace-period D]
-#                                 [--signing-duration D]
+#                                 [--signing-duration D] [--apiserver-port P] [--platform]
 #   scripts/cluster.sh stop       [--dir DIR]
 #   scripts/cluster.sh status     [--dir DIR]
 #   scripts/cluster.sh kubeconfig [--dir DIR]     prints the admin kubeconfig's path
@@ -12,7 +12,10 @@
 # service-account keys, made with openssl), etcd/ (the data), one log per process in logs/, pids/,
 # ports.env and admin.kubeconfig (system:masters). Ports are picked free at the first start and
 # kept, so several clusters run side by side and a restarted one keeps its address (boxes hold
-# kubeconfigs that point at it). Everything binds 127.0.0.1.
+# kubeconfigs that point at it); --apiserver-port fixes the API server's (the dev stack's
+# Pulumi.dev.yaml names https://127.0.0.1:6443, in a network namespace of its own: scripts/netns.sh).
+# Everything binds 127.0.0.1. --platform also installs what the real clusters' platform installs
+# before this program runs: Cilium's CRDs, as published (scripts/cluster-platform/).
 #
 # The API server runs as a production cluster's does for joining nodes: Node,RBAC authorization, the
 # NodeRestriction admission plugin, bootstrap-token authentication, and kubelet addresses preferred
@@ -20,7 +23,8 @@
 # csrapproving), runs the bootstrapsigner and tokencleaner, allocates pod CIDRs, and uses a service
 # account per controller. --cloud-workers N also starts N kubelet stand-ins, cloud-worker-<i>, that
 # join through the same TLS bootstrap with a kubeadm-style token and the RBAC kubeadm init creates:
-# the seeds' Hetzner Cloud workers, where the controllers run.
+# the seeds' Hetzner Cloud workers, where the controllers run. Their node IPs are 198.18.0.10<i>, in
+# the box network (scripts/netns.sh): the API server accepts those in EndpointSlices, not loopback.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,7 +32,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/env.sh"
 
 trap 'printf "cluster: %s failed at line %s\n" "${BASH_COMMAND%% *}" "$LINENO" >&2' ERR
-usage() { sed -n '5,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { printf 'cluster: %s\n' "$*" >&2; exit 1; }
 
 cmd=${1:-}
@@ -38,16 +42,23 @@ dir=$TUIST_ROOT/build/cluster
 cloud_workers=0
 grace=20s
 signing_duration=8760h
+apiserver_port=
+platform=0
 while [ $# -gt 0 ]; do
     case $1 in
         --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
         --cloud-workers) cloud_workers=${2:?--cloud-workers needs a number}; shift 2 ;;
         --node-monitor-grace-period) grace=${2:?}; shift 2 ;;
         --signing-duration) signing_duration=${2:?}; shift 2 ;;
+        --apiserver-port) apiserver_port=${2:?--apiserver-port needs a port}; shift 2 ;;
+        --platform) platform=1; shift ;;
         *) usage ;;
     esac
 done
 [[ $cloud_workers =~ ^[0-9]+$ ]] || die "--cloud-workers $cloud_workers is not a number"
+[ -z "$apiserver_port" ] || [[ $apiserver_port =~ ^[0-9]+$ && $apiserver_port -ge 1 && $apiserver_port -le 65535 ]] ||
+    die "--apiserver-port $apiserver_port is not a TCP port"
+PLATFORM_DIR=$here/cluster-platform
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 pki=$dir/pki
@@ -189,11 +200,21 @@ EOF
 # --- ports --------------------------------------------------------------------------------------
 
 pick_ports() {
-    if [ -f "$dir/ports.env" ]; then
-        # shellcheck source=/dev/null
-        . "$dir/ports.env"
-        return 0
+    if [ ! -f "$dir/ports.env" ]; then
+        pick_free_ports
     fi
+    # shellcheck source=/dev/null
+    . "$dir/ports.env"
+    if [ -n "$apiserver_port" ] && [ "$apiserver_port" != "$APISERVER_PORT" ]; then
+        if pid_of kube-apiserver >/dev/null; then
+            die "the API server of $dir runs on port $APISERVER_PORT; stop it before moving it to $apiserver_port"
+        fi
+        sed -i "s/^APISERVER_PORT=.*/APISERVER_PORT=$apiserver_port/" "$dir/ports.env"
+        APISERVER_PORT=$apiserver_port
+    fi
+}
+
+pick_free_ports() {
     # Bound all at once, so the five are distinct; released just before the processes bind them.
     python3 - >"$dir/ports.env" <<'EOF'
 import socket
@@ -204,8 +225,6 @@ for name in ("ETCD_PORT", "ETCD_PEER_PORT", "APISERVER_PORT", "CONTROLLER_MANAGE
     socks.append(s)
     print(f"{name}={s.getsockname()[1]}")
 EOF
-    # shellcheck source=/dev/null
-    . "$dir/ports.env"
 }
 
 port_free() { python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
@@ -292,6 +311,7 @@ start() {
     "${kc[@]}" -n kube-public create configmap cluster-info \
         --from-literal=kubeconfig="$(cluster_info_kubeconfig)" --dry-run=client -o yaml | "${kc[@]}" apply -f - >/dev/null
 
+    if [ "$platform" -eq 1 ]; then install_platform; fi
     if [ "$cloud_workers" -gt 0 ]; then start_cloud_workers; fi
     echo "cluster: https://127.0.0.1:$APISERVER_PORT (kubeconfig: $dir/admin.kubeconfig)"
 }
@@ -308,6 +328,19 @@ clusters:
 contexts: []
 users: []
 EOF
+}
+
+# --- the platform -------------------------------------------------------------------------------
+
+# What the real clusters carry before this program's first `pulumi up` (Cilium, their CNI, installs
+# its CRDs): each published CRD in scripts/cluster-platform, applied and Established.
+install_platform() {
+    local kc=(kubectl --kubeconfig "$dir/admin.kubeconfig" --request-timeout 10s) f name
+    for f in "$PLATFORM_DIR"/*.yaml; do
+        "${kc[@]}" apply --server-side --field-manager=cluster-platform -f "$f" >/dev/null
+        name=$(basename "$f" .yaml)
+        "${kc[@]}" wait --for=condition=Established --timeout=60s "crd/$name" >/dev/null
+    done
 }
 
 # --- cloud workers ------------------------------------------------------------------------------
@@ -388,7 +421,7 @@ EOF
         launch "$name" kubelet-standin \
             --bootstrap-kubeconfig="$w/bootstrap-kubeconfig" --kubeconfig="$w/kubeconfig" --config="$w/config.yaml" \
             --cert-dir="$w/pki" --root-dir="$w/root" --sim-proc-dir="$w/proc" \
-            --hostname-override="$name" --node-ip="127.0.20.$i" --provider-id="hcloud://$((1000 + i))" \
+            --hostname-override="$name" --node-ip="198.18.0.$((100 + i))" --provider-id="hcloud://$((1000 + i))" \
             --node-labels="node.kubernetes.io/instance-type=cx32,node.cluster.x-k8s.io/pool=cloud-workers"
     done
     for i in $(seq 1 "$cloud_workers"); do

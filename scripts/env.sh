@@ -14,3 +14,6 @@ export PULUMI_SKIP_UPDATE_CHECK=true
 export PULUMI_DIY_BACKEND_NO_LEGACY_WARNING=true
 # The dev stack only. Real stacks take their passphrase or KMS from the operator.
 export TUIST_DEV_PASSPHRASE="tuist-dev-only-passphrase"
+# The dev stack's network namespace (scripts/netns.sh): vendorsim, its boxes, the control plane and
+# pulumi run there (scripts/dev-up.sh, scripts/dev.sh).
+export TUIST_DEV_NETNS="${TUIST_DEV_NETNS:-tuist-dev}"

@@ -42,6 +42,8 @@ export XDG_CACHE_HOME="$work/xdg-cache"
 # The machine's own Python lives under the real home (pyenv); it is the machine, not a cache.
 export PYENV_ROOT="${PYENV_ROOT:-/root/.pyenv}"
 unset TUIST_TOOLCHAIN_CACHE PIP_CACHE_DIR
+# Its dev stack lives in a network namespace of its own, beside a developer's tuist-dev.
+export TUIST_DEV_NETNS=tuist-fresh-check
 
 timed() {
     local name=$1 start rc

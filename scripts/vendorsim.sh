@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# start|stop|status the dev vendorsim on 127.0.0.1:${VENDORSIM_PORT:-8710}.
+# start|stop|status the dev vendorsim on 127.0.0.1:${VENDORSIM_PORT:-8710}, in the dev stack's network
+# namespace (scripts/netns.sh; created when missing), where its boxes' addresses exist.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/env.sh
@@ -10,6 +11,10 @@ pidfile="$state/vendorsim.pid"
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 case "${1:-status}" in
 start)
+    if ! bash "$here/netns.sh" inside "$TUIST_DEV_NETNS"; then
+        bash "$here/netns.sh" create "$TUIST_DEV_NETNS"
+        exec bash "$here/netns.sh" run "$TUIST_DEV_NETNS" -- bash "$here/vendorsim.sh" start
+    fi
     if running; then exit 0; fi
     mkdir -p "$state"
     inventory="$TUIST_ROOT/vendorsim/inventory.dev.yaml"

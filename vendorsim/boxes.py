@@ -102,6 +102,11 @@ class Hardware:
     memory_bytes: int
 
 
+# Where boxes get their public IPv4s besides loopback: RFC 2544's benchmarking range, which
+# scripts/netns.sh puts on the lo of the simulated world's network namespace. The apiserver accepts
+# these in EndpointSlices (it refuses loopback ones), and they are never routed anywhere.
+BOX_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
+
 # Services the sandbox's systemctl really runs (sandbox/shims/systemctl RUNNABLE).
 RUNNABLE_UNITS = ("kubelet.service",)
 
@@ -148,7 +153,7 @@ class BoxFarm:
         hardware: Hardware | None = None,
     ) -> BoxInfo:
         """Create the box if missing (fresh OS, given key and sudo password) and start its sshd on
-        `ssh_host`:`ssh_port` (a loopback address: vendorsim gives each box one of its own).
+        `ssh_host`:`ssh_port` (vendorsim gives each box an address of its own in BOX_NETWORK).
 
         An existing box keeps its disk, host key, user and keys: only a reinstall changes those.
         `disks` and `hardware` are hardware: they survive reinstalls and rescue boots. Without
@@ -725,13 +730,38 @@ def _check_port(box_key: str, port: int) -> None:
 
 
 def _check_host(box_key: str, host: str) -> None:
-    # Linux routes all of 127.0.0.0/8 to lo, so a loopback address needs no setup on the host.
+    # A box listens on loopback (Linux routes all of 127.0.0.0/8 to lo) or on the box network, which
+    # scripts/netns.sh puts on the lo of a network namespace of its own. Never on an address another
+    # interface carries: the simulated world stays on this machine.
     try:
-        loopback = ipaddress.IPv4Address(host).is_loopback
+        address = ipaddress.IPv4Address(host)
     except ValueError:
         raise BoxError(f"box {box_key}: ssh_host {host!r} is not an IPv4 address") from None
-    if not loopback:
-        raise BoxError(f"box {box_key}: ssh_host {host} is not a loopback address (127.0.0.0/8)")
+    if address.is_loopback:
+        return
+    if address not in BOX_NETWORK:
+        raise BoxError(
+            f"box {box_key}: ssh_host {host} is neither a loopback address (127.0.0.0/8) nor in the box "
+            f"network {BOX_NETWORK}"
+        )
+    if not lo_carries_box_network():
+        raise BoxError(
+            f"box {box_key}: ssh_host {host} is in the box network {BOX_NETWORK}, which lo does not carry "
+            "here: run vendorsim in its network namespace (scripts/netns.sh; scripts/vendorsim.sh does)"
+        )
+
+
+def lo_carries_box_network() -> bool:
+    """True when this network namespace's lo carries BOX_NETWORK (scripts/netns.sh set it up)."""
+    result = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=False
+    )
+    networks = [
+        ipaddress.IPv4Interface(fields[fields.index("inet") + 1]).network
+        for fields in (line.split() for line in result.stdout.splitlines())
+        if "inet" in fields
+    ]
+    return BOX_NETWORK in networks
 
 
 def _answers_ssh(host: str, port: int) -> bool:

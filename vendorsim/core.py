@@ -107,8 +107,10 @@ class Sim:
         return self.store.all("box")
 
     def start_boxes(self) -> None:
-        from vendorsim.boxes import Disk
+        from vendorsim.boxes import Disk, Hardware
+        from vendorsim.inventory import box_hardware
 
+        hardware = box_hardware(self.inventory)
         for box in self.boxes():
             if "ip" not in box:
                 # Seeded before boxes listened on their own IPs: only a reseed gives them one.
@@ -116,6 +118,9 @@ class Sim:
             disks = box.get("disks")
             # A Mac (applesilicon) says which macOS it runs; Linux boxes pass nothing.
             platform = {"platform": box["platform"]} if box.get("platform") else {}
+            # The kubelet stand-in's capacity: the box's threads and memory, as its offer has them.
+            given = hardware.get(box["key"])
+            machine = None if given is None else Hardware(given.threads, given.memory_gib * 2**30)
             info = self.farm.ensure(
                 box["key"],
                 ssh_host=box["ip"],
@@ -124,6 +129,7 @@ class Sim:
                 authorized_key=box["authorized_key"],
                 sudo_password=box["sudo_password"],
                 disks=None if disks is None else [Disk(d["name"], int(d["size"])) for d in disks],
+                hardware=machine,
                 **platform,
             )
             self._record_box(box, info)

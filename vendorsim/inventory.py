@@ -38,6 +38,37 @@ def _ssh_public_key(v: str) -> str:
     return v.strip()
 
 
+# --- hardware -------------------------------------------------------------------
+
+
+class BoxHardware(_Strict):
+    """What a box's /proc shows (vendorsim/boxes.py): the kubelet's capacity on it."""
+
+    threads: int = Field(gt=0)
+    memory_gib: int = Field(gt=0)
+
+
+# Each offer's CPU threads and memory, from the vendors' product pages. A server of another offer
+# lists its `hardware`.
+OFFER_HARDWARE: dict[str, BoxHardware] = {
+    "AX42-U": BoxHardware(threads=16, memory_gib=64),  # Hetzner: Ryzen 7 PRO 8700GE, 8 cores
+    "AX162-R": BoxHardware(threads=96, memory_gib=256),  # Hetzner: EPYC 9454P, 48 cores
+    "Advance-1-2024": BoxHardware(threads=12, memory_gib=32),  # OVH: EPYC 4244P, 6 cores
+    "Start-1-M-SSD": BoxHardware(threads=8, memory_gib=16),  # Dedibox: Atom C2750, 8 cores
+}
+
+
+def _offer_hardware(offer: str, hardware: BoxHardware | None, field: str) -> BoxHardware:
+    if hardware is not None:
+        return hardware
+    if offer not in OFFER_HARDWARE:
+        raise ValueError(
+            f"hardware: {field} '{offer}' has no known threads and memory "
+            f"(known: {', '.join(OFFER_HARDWARE)}); list them as hardware: {{threads, memory_gib}}"
+        )
+    return OFFER_HARDWARE[offer]
+
+
 # --- credentials ----------------------------------------------------------------
 
 
@@ -97,8 +128,19 @@ class OvhServer(_Strict):
     disk_groups: list[OvhDiskGroup] = Field(min_length=1)
     ssh_port: int = Field(gt=1024, lt=65536)
     ssh_user: str = "ubuntu"
+    # Threads and memory; default: the commercial range's (OFFER_HARDWARE).
+    hardware: BoxHardware | None = None
 
     _ip = field_validator("ip")(_ipv4)
+
+    @model_validator(mode="after")
+    def _known_hardware(self) -> OvhServer:
+        _offer_hardware(self.commercial_range, self.hardware, "commercial_range")
+        return self
+
+    @property
+    def box_hardware(self) -> BoxHardware:
+        return _offer_hardware(self.commercial_range, self.hardware, "commercial_range")
 
 
 class OvhFailoverIP(_Strict):
@@ -161,8 +203,19 @@ class DediboxServer(_Strict):
     os_id: int | None
     ssh_port: int = Field(gt=1024, lt=65536)
     ssh_user: str = "ubuntu"
+    # Threads and memory; default: the offer's (OFFER_HARDWARE).
+    hardware: BoxHardware | None = None
 
     _ip = field_validator("ip")(_ipv4)
+
+    @model_validator(mode="after")
+    def _known_hardware(self) -> DediboxServer:
+        _offer_hardware(self.offer, self.hardware, "offer")
+        return self
+
+    @property
+    def box_hardware(self) -> BoxHardware:
+        return _offer_hardware(self.offer, self.hardware, "offer")
 
 
 class DediboxFailoverIP(_Strict):
@@ -229,6 +282,8 @@ class RobotServer(_Strict):
     ssh_user: str = "root"
     # The disks lsblk lists in the rescue system; default: the product's (PRODUCT_DISKS).
     disks: list[RobotDisk] | None = None
+    # Threads and memory; default: the product's (OFFER_HARDWARE).
+    hardware: BoxHardware | None = None
 
     _ip = field_validator("ip")(_ipv4)
 
@@ -248,9 +303,18 @@ class RobotServer(_Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _known_hardware(self) -> RobotServer:
+        _offer_hardware(self.product, self.hardware, "product")
+        return self
+
     @property
     def hardware_disks(self) -> tuple[RobotDisk, ...]:
         return tuple(self.disks) if self.disks is not None else PRODUCT_DISKS[self.product]
+
+    @property
+    def box_hardware(self) -> BoxHardware:
+        return _offer_hardware(self.product, self.hardware, "product")
 
 
 class RobotFailoverIP(_Strict):
@@ -346,6 +410,15 @@ class Inventory(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def box_hardware(inventory: Inventory) -> dict[str, BoxHardware]:
+    """Box key (as the vendor modules name boxes) -> its threads and memory, for every OVH, Dedibox
+    and Robot box. Elastic Metal and Mac boxes show the host's /proc."""
+    found = {f"ovh-{s.service_name}": s.box_hardware for s in inventory.ovh.servers}
+    found.update({f"dedibox-{s.id}": s.box_hardware for s in inventory.dedibox.servers})
+    found.update({f"robot-{s.number}": s.box_hardware for s in inventory.robot.servers})
+    return found
 
 
 def _dupes(values: list[Any]) -> list[Any]:

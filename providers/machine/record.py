@@ -29,6 +29,9 @@ from providers.constants import CLAIM_GROUP, CLAIM_KIND, CLAIM_PLURAL, CLAIM_VER
 from providers.machine.errors import ClaimLostError
 
 HOLDER_LABEL = f"{CLAIM_GROUP}/holder"
+# What the identity of the stack's kubeconfig is bound to when it is not cluster-admin
+# (components/claims_crd.py creates it).
+MACHINE_PROVIDER_ROLE = "tuist-infra:machine-provider"
 FLEET_LABEL = f"{CLAIM_GROUP}/fleet"
 VENDOR_LABEL = f"{CLAIM_GROUP}/vendor"
 _NAME_CHARS = re.compile(r"[^a-z0-9.-]+")
@@ -291,6 +294,11 @@ class KubeClaimRecord:
                 # 409 on create is AlreadyExists; on update / delete a stale resourceVersion.
                 raise (_AlreadyExists if conflict_ok else _Conflict) from None
             reason = (error.reason or "").strip()
+            if error.status in (401, 403):
+                raise ClaimLostError(
+                    f"{what} MachineClaim failed (HTTP {error.status} {reason}): the identity of the stack's "
+                    f"kubeconfig needs the ClusterRole {MACHINE_PROVIDER_ROLE} (docs/machines.md)"
+                ) from None
             raise ClaimLostError(
                 f"{what} MachineClaim failed (HTTP {error.status} {reason}); is the "
                 f"{CLAIM_PLURAL}.{CLAIM_GROUP} CRD installed?"

@@ -9,6 +9,7 @@ docs/machines.md prints the same table and tests/providers/test_machine_spec.py 
 from __future__ import annotations
 
 import enum
+import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -47,6 +48,7 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "reboot": 300,
     "wait_new_host_key": 1800,
     "joining": 300,  # the anchor's 5 min cap on the self-join
+    "node_ready": 300,  # the kubelet's TLS bootstrap, registration and first Ready status
     "cordoning": 60,
     "draining": 600,
     "deleting_node": 60,
@@ -69,6 +71,9 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _MARKER = re.compile(MARKER_PATTERN)
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _MINOR = re.compile(r"^v1\.[0-9]{2}$")
+_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_DOMAIN = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 
 
 # --- the diff table -----------------------------------------------------------------------------------
@@ -120,6 +125,12 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     "provider_id": InputRule(Change.REJOIN, "the kubelet's --provider-id"),
     "kubernetes_minor": InputRule(Change.REJOIN, "the kubelet's apt repository must track the control plane"),
     "api_server": InputRule(Change.REJOIN, "the kubelet's bootstrap kubeconfig names it"),
+    "cluster_dns": InputRule(
+        Change.REJOIN, "the kubelet's clusterDNS: every pod's resolv.conf names it; the kubelet restarts"
+    ),
+    "cluster_domain": InputRule(
+        Change.REJOIN, "the kubelet's clusterDomain: pods' resolv.conf search it; the kubelet restarts"
+    ),
     "ssh_user": InputRule(Change.RECORD, "the next SSH session logs in as it"),
     "ssh_port": InputRule(Change.RECORD, "the next SSH session dials it"),
     "timeouts": InputRule(Change.RECORD, "the state budgets of later steps (leaving the cluster)"),
@@ -283,6 +294,10 @@ class MachineSpec:
     api_server: str | None
     timeout: Timeouts
     urn: str | None = None
+    # The kubelet's clusterDNS and clusterDomain (config cluster.dns_service_ip and cluster.domain). A
+    # machine created before they were inputs has none: its next update rejoins with them.
+    cluster_dns: str | None = None
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
     # The Node's name when the state says so: an imported box that was already a node keeps the name it
     # registered with. A machine this program joined is <fleet>-<box id>.
     registered_name: str | None = None
@@ -452,6 +467,10 @@ def machine_input_problems(props: Mapping[str, Any]) -> Problems:
             problems.append((key, f"must be a string, got {_short(value)}"))
     _need(problems, props, "node_pool", _NAME, "a DNS label")
     _need(problems, props, "kubernetes_minor", _MINOR, "a Kubernetes minor (v1.NN)")
+    cluster_dns = props.get("cluster_dns")
+    if cluster_dns is not None and not unknown(cluster_dns) and not _ipv4(cluster_dns):
+        problems.append(("cluster_dns", f"{_short(cluster_dns)} is not an IPv4 address"))
+    _need(problems, props, "cluster_domain", _DOMAIN, "a DNS domain (cluster.local)", optional=True)
     labels = props.get("labels", {})
     if not isinstance(labels, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
@@ -527,8 +546,18 @@ def parse_machine(props: Mapping[str, Any]) -> MachineSpec:
         api_server=props.get("api_server"),
         timeout=Timeouts(dict(props.get("timeouts") or {})),
         urn=_urn(props.get("urn")),
+        cluster_dns=props.get("cluster_dns"),
+        cluster_domain=props.get("cluster_domain") or DEFAULT_CLUSTER_DOMAIN,
         registered_name=props.get("node_name") if isinstance(props.get("node_name"), str) else None,
     )
+
+
+def _ipv4(value: Any) -> bool:
+    try:
+        ipaddress.IPv4Address(value)
+    except (ValueError, TypeError):
+        return False
+    return isinstance(value, str)
 
 
 def _urn(value: Any) -> str | None:

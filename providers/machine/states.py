@@ -1,7 +1,8 @@
 """The flows of a machine as state tables, and the join and leave handlers.
 
-adopt   (AdoptedMachine create)   Robot: RESCUE_BOOT .. WAIT_NEW_HOST_KEY, then JOINING; others: JOINING
-rejoin  (AdoptedMachine update)   JOINING, with the pinned host key
+adopt   (AdoptedMachine create)   Robot: RESCUE_BOOT .. WAIT_NEW_HOST_KEY, then JOINING; others: JOINING;
+                                  then NODE_READY
+rejoin  (AdoptedMachine update)   JOINING, with the pinned host key, then NODE_READY
 leave   (AdoptedMachine delete)   CORDONING, DRAINING, DELETING_NODE, DELETING_LOCAL_PVCS (with a cluster)
 release (MachineClaim delete)     providers/machine/release.py
 
@@ -14,7 +15,7 @@ Each row's handler does one step and returns Continue / Complete / Error / Faile
 from __future__ import annotations
 
 from providers import kube
-from providers.machine.fsm import DONE, FAILED, Complete, Result, Row, Run
+from providers.machine.fsm import DONE, FAILED, Complete, Continue, Failed, Result, Row, Run
 from providers.machine.release import release_table
 from providers.machine.robot_install import INSTALLED, install_rows
 from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
@@ -55,6 +56,8 @@ def joining(run: Run) -> Result:
         ca_bundle_pem=ca_pem,
         kubernetes_minor=spec.kubernetes_minor,
         taints=tuple(NodeTaint(**t) for t in spec.node_taints()),
+        cluster_dns=spec.cluster_dns,
+        cluster_domain=spec.cluster_domain,
         containerd_source="preinstalled" if spec.vendor is Vendor.ROBOT else "apt",
     )
     target = run.get("target")
@@ -73,6 +76,30 @@ def joining(run: Run) -> Result:
         step="self-join",
     )
     return Complete({PIN: result.host_key_fingerprint, REGISTERED: "true" if registered else "false"})
+
+
+def node_ready(run: Run) -> Result:
+    """With a cluster, the machine is ready when its Node is, as the anchor's is: the kubelet finished
+    its TLS bootstrap, registered the Node with this box's providerID and reports Ready. Without one
+    (the dev stack rendering manifests) there is no Node to wait for."""
+    spec, settings = _spec(run), run.get("settings")
+    if not spec.api_server:
+        return Complete()
+    status = kube.node_status(settings.kube_api(), spec.node_name)
+    poll = run.timeout("poll_interval")
+    if status is None:
+        return Continue(
+            poll, f"Node {spec.node_name} to register (the box's kubelet log: journalctl -u kubelet)"
+        )
+    if status.provider_id != spec.provider_id:
+        return Failed(
+            "ProviderIDMismatch",
+            f"Node {spec.node_name} carries providerID {status.provider_id!r}, not {spec.provider_id!r}: "
+            "another box registered under this machine's node name",
+        )
+    if not status.ready:
+        return Continue(poll, f"Node {spec.node_name} to be Ready (now: {status.reason})")
+    return Complete()
 
 
 # --- leave ------------------------------------------------------------------------------------------------
@@ -102,13 +129,18 @@ def deleting_local_pvcs(run: Run) -> Result:
 # --- tables -----------------------------------------------------------------------------------------------
 
 
-def _join_row() -> Row:
+def _join_rows() -> dict[str, Row]:
     # Connection trouble is retried in place; a script that ran and failed is not (it prints why).
-    return Row("JOINING", joining, "joining", DONE, "JOINING", FAILED, retries=3)
+    # A Node that is not Ready within its budget fails the create naming what it waited for (a retried
+    # create resumes the wait; the box's kubelet log says why).
+    return {
+        "JOINING": Row("JOINING", joining, "joining", "NODE_READY", "JOINING", FAILED, retries=3),
+        "NODE_READY": Row("NODE_READY", node_ready, "node_ready", DONE, "NODE_READY", FAILED, retries=3),
+    }
 
 
 def adopt_table(vendor: Vendor) -> dict[str, Row]:
-    rows = {"JOINING": _join_row()}
+    rows = _join_rows()
     if vendor is Vendor.ROBOT:
         rows.update(install_rows(then="JOINING"))
     return rows
@@ -119,7 +151,7 @@ def adopt_start(vendor: Vendor) -> str:
 
 
 def rejoin_table() -> dict[str, Row]:
-    return {"JOINING": _join_row()}
+    return _join_rows()
 
 
 def leave_table() -> dict[str, Row]:
@@ -138,8 +170,9 @@ def leave_table() -> dict[str, Row]:
 def table_rows() -> list[tuple[str, str, Row]]:
     """(flow, vendors, row) of every flow, in the order the rows run."""
     rows: list[tuple[str, str, Row]] = []
-    rows += [("adopt", "robot", r) for r in adopt_table(Vendor.ROBOT).values() if r.state != "JOINING"]
-    rows += [("adopt, rejoin", "all", adopt_table(Vendor.OVH)["JOINING"])]
+    joins = _join_rows()
+    rows += [("adopt", "robot", r) for r in adopt_table(Vendor.ROBOT).values() if r.state not in joins]
+    rows += [("adopt, rejoin", "all", row) for row in joins.values()]
     rows += [("leave", "all, with a cluster", r) for r in leave_table().values()]
     for vendors, vendor in (("ovh, dedibox", Vendor.OVH), ("robot", Vendor.ROBOT)):
         table = release_table(vendor)

@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client as k8s
 
 from tests.support.cluster import KubeCluster
-from tests.support.k8s_schema import CRD_DIR, collect_manifests
+from tests.support.k8s_schema import CRD_DIR, PLATFORM_CRD_DIR, collect_manifests
 
 __all__ = [
     "apply",
@@ -62,8 +62,10 @@ def apply(
 
 
 def install_crd_fixture(cluster: KubeCluster, name: str) -> None:
-    """An upstream CRD from tests/fixtures/crds (its published definition)."""
-    apply(cluster, [d for d in yaml.safe_load_all((CRD_DIR / name).read_text()) if d])
+    """An upstream CRD as published: from tests/fixtures/crds, or scripts/cluster-platform (what the
+    clusters' platform, Cilium, installs)."""
+    path = CRD_DIR / name if (CRD_DIR / name).exists() else PLATFORM_CRD_DIR / name
+    apply(cluster, [d for d in yaml.safe_load_all(path.read_text()) if d])
 
 
 def service_account_api(cluster: KubeCluster, namespace: str, name: str) -> k8s.ApiClient:

@@ -25,7 +25,7 @@ def test_a_kubelet_joins_through_tls_bootstrap_with_what_it_was_given(
 ):
     kubelet = join(
         "kura-us-east-1",
-        node_ip="127.0.40.7",
+        node_ip="198.19.240.7",
         labels={"node.cluster.x-k8s.io/pool": "kura-us-east", "node.cluster.x-k8s.io/instance-type": "ovh"},
         taints=["tuist.dev/kura=true:NoSchedule", "tuist.dev/bare-metal:NoExecute"],
         provider_id="ovh://bhs6/ns5001234.ip-203-0-113.net",
@@ -46,7 +46,7 @@ def test_a_kubelet_joins_through_tls_bootstrap_with_what_it_was_given(
         ("tuist.dev/kura", "true", "NoSchedule"),
     ]
     assert [(a.type, a.address) for a in node.status.addresses] == [
-        ("InternalIP", "127.0.40.7"),
+        ("InternalIP", "198.19.240.7"),
         ("Hostname", "kura-us-east-1"),
     ]
     # Capacity is the box's hardware; allocatable leaves the default hard eviction threshold.
@@ -155,9 +155,9 @@ def test_the_node_goes_not_ready_when_its_kubelet_stops(
 def test_the_kubelet_asks_for_a_serving_certificate_that_nothing_approves(
     kube_cluster: KubeCluster, join: Callable[..., Kubelet]
 ):
-    # The self-join sets serverTLSBootstrap: true. kube-controller-manager never approves
-    # kubernetes.io/kubelet-serving CSRs, so without an approver the kubelet serves no TLS and
-    # `kubectl logs` cannot reach it.
+    # Why the self-join leaves serverTLSBootstrap off (providers/ssh/scripts/self-join.sh):
+    # kube-controller-manager never approves kubernetes.io/kubelet-serving CSRs, so with it and no
+    # approver the kubelet serves no TLS and `kubectl logs` cannot reach it.
     join("serving-1", config={"serverTLSBootstrap": True})
 
     def serving_csr() -> k8s.V1CertificateSigningRequest | None:

@@ -69,7 +69,7 @@ def runner_objects(namespace: str, hardware: Hardware, **autoscaling: Any) -> li
 @pytest.fixture(autouse=True)
 def cilium_crd(kube_cluster: KubeCluster) -> None:
     # Cilium installs its CRDs itself; the program only creates a CiliumNodeConfig.
-    install_crd_fixture(kube_cluster, "ciliumnodeconfig.yaml")
+    install_crd_fixture(kube_cluster, "ciliumnodeconfigs.cilium.io.yaml")
 
 
 def runner_pod(name: str, pool: RunnerPool) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def worker(
     create_bootstrap_token(
         kube_cluster.api, token, fleet="cluster-tests", node_name=NODE, ttl=dt.timedelta(minutes=30)
     )
-    kubelet = runner.start(NODE, token.value, node_ip="127.0.50.1")
+    kubelet = runner.start(NODE, token.value, node_ip="198.19.250.1")
     wait_until(
         f"node {NODE} to get a pod CIDR", lambda: kube_cluster.core.read_node(NODE).spec.pod_cidr, timeout=60
     )
@@ -86,7 +86,7 @@ def test_a_pod_runs_ready_with_an_ip_of_the_nodes_pod_cidr(
     create_pod(kube_cluster, namespace, "web")
     pod = wait_ready(kube_cluster, namespace, "web")
     assert pod.status.phase == "Running"
-    assert pod.spec.node_name == NODE and pod.status.host_ip == "127.0.50.1"
+    assert pod.spec.node_name == NODE and pod.status.host_ip == "198.19.250.1"
     cidr = ipaddress.ip_network(kube_cluster.core.read_node(NODE).spec.pod_cidr)
     assert ipaddress.ip_address(pod.status.pod_ip) in cidr
     (status,) = pod.status.container_statuses
@@ -97,7 +97,7 @@ def test_a_pod_runs_ready_with_an_ip_of_the_nodes_pod_cidr(
 def test_a_host_network_pod_has_the_node_ip(kube_cluster: KubeCluster, namespace: str, worker: Kubelet):
     create_pod(kube_cluster, namespace, "demux", hostNetwork=True)
     pod = wait_ready(kube_cluster, namespace, "demux")
-    assert pod.status.pod_ip == "127.0.50.1"
+    assert pod.status.pod_ip == "198.19.250.1"
 
 
 def test_cluster_first_pods_resolve_through_the_cluster_dns(

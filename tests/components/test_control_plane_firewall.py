@@ -359,8 +359,14 @@ def test_the_dev_stack_has_no_firewall_and_its_joins_wait_for_none() -> None:
     assert not hcloud
     assert not run.monitor.of_type(STACK_REFERENCE)
     claims = {c.urn for c in run.monitor.of_type(CLAIM)}
+    # ... and the node bootstrap RBAC (components/node_bootstrap.py), which every join waits for.
+    bindings = {
+        b.urn
+        for b in run.monitor.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+        if "node-bootstrap" in b.urn
+    }
     machines = run.monitor.of_type(MACHINE)
-    assert machines and all(set(machine.dependencies) <= claims for machine in machines)
+    assert machines and all(set(machine.dependencies) <= claims | bindings for machine in machines)
 
 
 @pytest.mark.parametrize("stack", [*REAL_STACKS, "dev"])

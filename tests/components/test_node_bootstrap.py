@@ -107,3 +107,28 @@ def test_bad_fleet_names_are_refused(fleets: list[str], message: str):
     with pytest.raises(Exception) as err:
         render(fleets)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "production"])
+def test_every_join_waits_for_its_fleets_bootstrap_bindings(stack: str) -> None:
+    # kube-controller-manager's CSR approver never looks at a CSR again once it could not approve it:
+    # a kubelet whose CSR came before these bindings would never join. The whole program, as the
+    # engine sees its registrations.
+    from tests.components.test_control_plane_firewall import BoxAddresses, run_program
+    from tests.config.stacks import stack_raw
+
+    run = run_program(stack, stack_raw(stack), BoxAddresses())
+    bindings = {
+        r.name: r.urn
+        for r in run.monitor.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+        if r.name.startswith("node-bootstrap-")
+    }
+    machines = run.monitor.of_type("pulumi-python:dynamic/machine:AdoptedMachine")
+    assert machines
+    for machine in machines:
+        fleet = machine.name.rsplit("-", 1)[0]
+        own = {
+            bindings[f"node-bootstrap-{fleet}-bootstrapper"],
+            bindings[f"node-bootstrap-{fleet}-autoapprove"],
+        }
+        assert own <= set(machine.dependencies), (machine.name, machine.dependencies)

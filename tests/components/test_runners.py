@@ -130,7 +130,7 @@ def crd_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
 
 def validate(manifest: dict[str, Any], rendered: ManifestRecorder) -> None:
     """Built-ins against Kubernetes 1.34, RunnerPool against the CRD we render,
-    CiliumNodeConfig against tests/fixtures/crds/ciliumnodeconfig.yaml."""
+    CiliumNodeConfig against the CRD Cilium publishes (scripts/cluster-platform)."""
     validate_manifest(manifest, "1.34", crds=[the(rendered, "CustomResourceDefinition")])
 
 

@@ -125,9 +125,12 @@ def test_load_from_pulumi_matches_the_stack_file_path() -> None:
     assert _sync_await(secrets.kubeconfig.future()) == SECRET_VALUES["kubeconfig"]
 
 
-def test_dev_without_a_cluster_reads_no_kubeconfig() -> None:
+def test_dev_rendering_manifests_reads_no_kubeconfig() -> None:
     dev_secrets = {k: v for k, v in SECRET_VALUES.items() if k != "kubeconfig"}
-    use_stack("dev", stack_raw("dev"), secrets=dev_secrets)
+    raw = stack_raw("dev")
+    # The dev stack's other mode: manifests written to a folder for reading, no cluster at all.
+    raw["cluster"] = {**{k: v for k, v in raw["cluster"].items() if k != "api_server"}, "render_dir": "r"}
+    use_stack("dev", raw, secrets=dev_secrets)
     cfg, secrets = load_from_pulumi()
     assert cfg.cluster.api_server is None
     assert secrets.kubeconfig is None

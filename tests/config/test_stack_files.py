@@ -91,7 +91,7 @@ def test_real_stacks_need_every_secret(name: str) -> None:
     assert required_secret_keys(load(name)) == list(SECRET_KEYS)
 
 
-def test_dev_needs_no_kubeconfig() -> None:
+def test_dev_needs_the_local_clusters_kubeconfig_and_no_cloud_secrets() -> None:
     assert required_secret_keys(load("dev")) == [
         "ovhApplicationSecret",
         "ovhConsumerKey",
@@ -99,6 +99,8 @@ def test_dev_needs_no_kubeconfig() -> None:
         "robotPassword",
         "fleetSshPrivateKey",
         "fleetSudoPassword",
+        # The local control plane's admin kubeconfig, set by scripts/dev-up.sh.
+        "kubeconfig",
         # dev has a runner pool, whose controller talks to the Tuist server; DNS stays in memory.
         "tuistServerToken",
     ]

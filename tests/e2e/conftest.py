@@ -5,12 +5,20 @@ its state and its vendorsim are never touched), points the dev stack at a
 vendorsim on a free port, and runs the `pulumi` CLI that scripts/bootstrap.sh
 built. Nothing here skips: without the CLI the fixture fails and says how to
 build it.
+
+`dev_cluster` (session) is a control plane as scripts/dev-up.sh starts one (two
+cloud workers for the controllers, the platform's CRDs): the copy's dev stack
+applies to it, and its kubeconfig secret is set as dev-up.sh sets it. Tests
+whose subject is not the cluster (machines through the engine, the S3 backend)
+run their stacks in the dev stack's other mode, `render_only`: manifests written
+to a folder, no cluster, so the session has one dev-stack lifecycle on a cluster.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,13 +33,23 @@ import pytest
 import yaml
 
 from tests.providers.test_machine_support import fresh_box_range, move_boxes
+from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
 from vendorsim.boxes import reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
 DEV_PASSPHRASE = "tuist-dev-only-passphrase"
 _IGNORED = shutil.ignore_patterns(
-    ".git", ".venv", ".toolchain", ".pulumi-state", "build", "rendered", "__pycache__",
-    ".pytest_cache", ".mypy_cache", ".ruff_cache", "*.egg-info",
+    ".git",
+    ".venv",
+    ".toolchain",
+    ".pulumi-state",
+    "build",
+    "rendered",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
 )
 
 
@@ -48,12 +66,36 @@ class Engine:
     project: Path
     env: dict[str, str]
     vendorsim_url: str
+    sim_state: Path | None = None  # vendorsim's state dir (its boxes' disks under boxes/)
 
     def run(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            ["pulumi", *args, "--non-interactive"],
-            cwd=self.project, env=self.env, text=True, capture_output=True, timeout=timeout,
+        """The CLI's output also goes to <project>/../engine-logs/ as it runs, so a run that hangs (and
+        is cut off by the test's timeout) can still be read."""
+        logs = self.project.parent / "engine-logs"
+        logs.mkdir(exist_ok=True)
+        log = (
+            logs
+            / f"{len(list(logs.iterdir())):03d}-{'-'.join(a for a in args[:2] if not a.startswith('-'))}.log"
         )
+        with log.open("w") as out:
+            child = subprocess.Popen(
+                ["pulumi", *args, "--non-interactive"],
+                cwd=self.project,
+                env=self.env,
+                text=True,
+                stdout=out,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                _, stderr = child.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+                raise AssertionError(
+                    f"pulumi {' '.join(args)} ran past {timeout:g}s; its output so far ({log}):\n"
+                    + log.read_text()[-6000:]
+                ) from None
+        proc = subprocess.CompletedProcess(child.args, child.returncode, log.read_text(), stderr)
         if check and proc.returncode != 0:
             # The engine prints each resource's error in its diagnostics, far above the tail.
             errors = [line for line in proc.stdout.splitlines() if "error" in line.lower()]
@@ -70,7 +112,9 @@ class Engine:
 
     def admin_post(self, path: str, body: object) -> object:
         request = urllib.request.Request(
-            f"{self.vendorsim_url}/_admin/{path}", data=json.dumps(body).encode(), method="POST",
+            f"{self.vendorsim_url}/_admin/{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as resp:
@@ -91,6 +135,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     project = root / "project"
     shutil.copytree(REPO, project, ignore=_IGNORED)
     (project / ".venv").symlink_to(REPO / ".venv")
+    # The boxes' kubelet is the stand-in of the toolchain (vendorsim/sandbox/login.sh finds it there).
+    (project / ".toolchain").symlink_to(REPO / ".toolchain")
     port = free_port()
     while (ssh_port := free_port()) == port:
         pass
@@ -120,9 +166,23 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     sim_state.mkdir()
     sim_log = (sim_state / "vendorsim.log").open("w")
     sim = subprocess.Popen(
-        [sys.executable, "-m", "vendorsim", "--inventory", str(project / "vendorsim" / "inventory.dev.yaml"),
-         "--state", str(sim_state), "--port", str(port), "--task-seconds", "0.5"],
-        cwd=project, env=env, stdout=sim_log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "vendorsim",
+            "--inventory",
+            str(project / "vendorsim" / "inventory.dev.yaml"),
+            "--state",
+            str(sim_state),
+            "--port",
+            str(port),
+            "--task-seconds",
+            "0.5",
+        ],
+        cwd=project,
+        env=env,
+        stdout=sim_log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -136,7 +196,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
                 pytest.fail(f"vendorsim did not start:\n{(sim_state / 'vendorsim.log').read_text()}")
             time.sleep(0.2)
     try:
-        yield Engine(project=project, env=env, vendorsim_url=url)
+        yield Engine(project=project, env=env, vendorsim_url=url, sim_state=sim_state)
     finally:
         sim.terminate()
         try:
@@ -146,3 +206,49 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         sim_log.close()
         leftover = reap_orphans(sim_state / "boxes")
         assert not leftover, f"vendorsim left {len(leftover)} sshd processes running after it stopped"
+
+
+def render_only_text(stack_file: str) -> str:
+    """The same, on a stack file's text (its layout kept): api_server's line becomes render_dir's."""
+    rendered, count = re.subn(
+        r"^    api_server: https://127\.0\.0\.1:\d+\n",
+        "    render_dir: rendered/e2e\n",
+        stack_file,
+        flags=re.M,
+    )
+    assert count == 1, "the stack file has no dev api_server line"
+    return rendered
+
+
+def render_only(config: dict[str, object]) -> dict[str, object]:
+    """A stack file's `config` in the dev stack's other mode: every Kubernetes object written to a
+    folder for reading, no cluster (no api_server, so no join waits for a Node)."""
+    key = "tuist-infra:cluster"
+    cluster = {k: v for k, v in dict(config[key]).items() if k != "api_server"}  # type: ignore[call-overload]
+    return {**config, key: {**cluster, "render_dir": "rendered/e2e"}}
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """The control plane of the copy's dev stack, started as scripts/dev-up.sh starts it, and named
+    in the copy's Pulumi.dev.yaml: api_server, and the kubeconfig secret (set through stdin)."""
+    directory = tmp_path_factory.mktemp("dev-cluster")
+    cluster = start_cluster(directory, "--cloud-workers", "2", "--platform")
+    try:
+        stack_file = engine.project / "Pulumi.dev.yaml"
+        text = stack_file.read_text()
+        assert text.count("api_server: https://127.0.0.1:6443\n") == 1, "Pulumi.dev.yaml: no api_server"
+        stack_file.write_text(text.replace("https://127.0.0.1:6443", cluster.api_server))
+        engine.run("stack", "select", "dev", "--create")
+        subprocess.run(
+            ["pulumi", "config", "set", "--secret", "kubeconfig", "-s", "dev", "--non-interactive"],
+            cwd=engine.project,
+            env=engine.env,
+            input=cluster.kubeconfig.read_text(),
+            text=True,
+            capture_output=True,
+            check=True,
+        )
+        yield cluster
+    finally:
+        stop_cluster(directory)

@@ -1,16 +1,33 @@
-"""`pulumi up`, `stack output`, `preview` (no changes) and `destroy` of the dev stack, for real.
+"""The dev stack's whole life through the real engine on a real control plane (issue 10 point 7).
 
-One test walks the whole life of the stack in order, because each step depends
-on the state the previous one left; each step's failure message names it.
+`pulumi up -s dev` adopts nine boxes from vendorsim; each box's own kubelet TLS-bootstraps and
+registers its Node; every object is applied and awaited by the Kubernetes provider (no skipAwait).
+Then, one step per test, on the one deployed stack of the session (the module fixture): every Node
+is Ready with its providerID, every workload is Ready and every Service has its endpoints, the
+outputs are read through a StackReference and a second preview changes nothing, a region's failover
+IP leaves a box whose demux pod goes unready (the failover watcher run as its pod runs), and destroy
+drains and deletes every Node and returns every box to its pool. Each step's failure names it.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
+from kubernetes import client as k8s
+
 from tests.e2e.conftest import Engine
+from tests.support.cluster import KubeCluster, unready_marker, wait_until
 
 # vendorsim/inventory.dev.yaml: the three dev-marked boxes per vendor the dev fleets adopt, and the
 # decoys (claimed by another stack, staging, production, unmarked) nothing may ever write to.
@@ -24,6 +41,8 @@ DECOYS = (
     *(f"dedibox-20010{n}" for n in (4, 5, 6, 7)),
     *(f"robot-234560{n}" for n in (4, 5, 6, 7)),
 )
+# What each box's /proc shows the kubelet (the dev inventory's offers): threads, memory.
+HARDWARE = {"ovh": ("12", "32Gi"), "dedibox": ("8", "16Gi"), "robot": ("16", "64Gi")}
 # A write whose path is one of these starts a reinstall of its box.
 REINSTALL = re.compile(r"/reinstall$|/install$|/boot/\d+/rescue$")
 NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
@@ -31,6 +50,10 @@ NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
 # in a name, a `tuist-claim-<token>` tag; `--r-` / `tuist-releasing-` while the release reinstall runs.
 CLAIM_MARK = r"--[cr]-[0-9a-f]{12}\b|tuist-(claim|releasing)-"
 RELEASING_MARK = r"--r-[0-9a-f]{12}\b|tuist-releasing-[0-9a-f]{12}\b"
+KURA = "kura"
+# The first test also pays for the fixture: a control plane, nine adoptions (three Robot installs)
+# and every workload awaited on a busy 2-core machine.
+pytestmark = pytest.mark.timeout(1800)
 
 
 def _marker_fields(state: dict[str, Any]) -> dict[str, str]:
@@ -44,6 +67,11 @@ def _marker_fields(state: dict[str, Any]) -> dict[str, str]:
 def _secret_values(engine: Engine) -> list[str]:
     shown = json.loads(engine.run("config", "-s", "dev", "--show-secrets", "--json").stdout)
     return [str(v["value"]) for v in shown.values() if v.get("secret") and len(str(v["value"])) >= 6]
+
+
+def box_key(machine: dict[str, Any]) -> str:
+    """vendorsim's key of a machine's box (its disk is <state>/boxes/<key>)."""
+    return f"{machine['vendor']}-{machine['box_id'].rsplit('/', 1)[-1]}"
 
 
 CONSUMER = """\
@@ -71,57 +99,298 @@ def _read_through_stack_reference(engine: Engine) -> dict[str, Any]:
     return result
 
 
-def test_dev_stack_lifecycle(engine: Engine) -> None:
+@dataclass
+class Deployed:
+    engine: Engine
+    cluster: KubeCluster
+    secrets: list[str]
+    before: dict[str, str]  # each box's vendor marker before the first up
+    first_preview: str
+    up: str
+    outputs: dict[str, Any]
+
+    @property
+    def machines(self) -> list[dict[str, Any]]:
+        return [m for fleet in self.outputs["fleets"].values() for m in fleet["machines"]]
+
+
+def resources(engine: Engine) -> list[dict[str, Any]]:
+    exported = json.loads(engine.run("stack", "export", "-s", "dev").stdout)
+    return list(exported["deployment"].get("resources") or [])
+
+
+@pytest.fixture(scope="module")
+def deployed(engine: Engine, dev_cluster: KubeCluster) -> Iterator[Deployed]:
     engine.run("stack", "select", "dev", "--create")
     secrets = _secret_values(engine)
-    assert secrets, "the dev stack should carry encrypted secrets (vendor keys, fleet key, sudo password)"
-
+    assert secrets, "the dev stack should carry encrypted secrets (vendor keys, fleet key, kubeconfig)"
     before = _marker_fields(engine.admin("state"))  # type: ignore[arg-type]
     # What a pull request shows on a stack with nothing adopted yet: every value downstream of a
     # machine is unknown at this point, and the preview must still go through.
-    first_preview = engine.run("preview", "-s", "dev", "--diff")
-    # Every slot of every dev fleet (three per vendor) is planned as a machine to create, and
-    # nothing in the dev stack exists yet, so nothing is updated, replaced or deleted.
-    planned = re.findall(
-        r"\+ pulumi-python:dynamic/machine:AdoptedMachine: \(create\)\n\s+\[urn=[^\]]*::([^\]:]+)\]",
-        first_preview.stdout,
-    )
-    slots = [f"{fleet}-{i}" for fleet in ("kura-ovh", "kura-dedibox", "runners-linux") for i in range(3)]
-    assert sorted(planned) == sorted(slots), first_preview.stdout
-    assert not re.search(r"^\s*[~+-]{1,2} \d+ to (update|replace|delete)", first_preview.stdout, re.M), (
-        first_preview.stdout
-    )
+    first_preview = engine.run("preview", "-s", "dev", "--diff").stdout
     up = engine.run("up", "-s", "dev", "--yes")
     outputs = json.loads(engine.run("stack", "output", "-s", "dev", "--json").stdout)
-    machines = [m for fleet in outputs["fleets"].values() for m in fleet["machines"]]
-    assert len(machines) == 9, machines
-    schemes = sorted(m["provider_id"].split("://")[0] for m in machines)
-    assert schemes == ["dedibox"] * 3 + ["hrobot"] * 3 + ["ovh"] * 3, schemes
-    adopted = {f"{m['vendor']}-{m['box_id'].rsplit('/', 1)[-1]}" for m in machines}
-    assert adopted == {box for boxes in DEV_BOXES.values() for box in boxes} - set(), adopted
-    assert outputs["outputs_version"] == 1
-    assert outputs["environment"] == "dev"
+    try:
+        yield Deployed(engine, dev_cluster, secrets, before, first_preview, up.stdout + up.stderr, outputs)
+    finally:
+        if resources(engine):  # a step failed before the destroy test: release the boxes anyway
+            engine.run("destroy", "-s", "dev", "--yes", "--skip-preview", check=False)
+
+
+def test_the_first_preview_plans_every_slot_and_the_up_makes_them(deployed: Deployed) -> None:
+    # Every slot of every dev fleet (three per vendor) is planned as a machine to create, and nothing
+    # in the dev stack exists yet, so nothing is updated, replaced or deleted.
+    planned = re.findall(
+        r"\+ pulumi-python:dynamic/machine:AdoptedMachine: \(create\)\n\s+\[urn=[^\]]*::([^\]:]+)\]",
+        deployed.first_preview,
+    )
+    slots = [f"{fleet}-{i}" for fleet in ("kura-ovh", "kura-dedibox", "runners-linux") for i in range(3)]
+    assert sorted(planned) == sorted(slots), deployed.first_preview
+    assert not re.search(r"^\s*[~+-]{1,2} \d+ to (update|replace|delete)", deployed.first_preview, re.M)
+    outputs = deployed.outputs
+    assert len(deployed.machines) == 9, deployed.machines
+    adopted = {box_key(m) for m in deployed.machines}
+    assert adopted == {box for boxes in DEV_BOXES.values() for box in boxes}, adopted
+    assert (outputs["outputs_version"], outputs["environment"]) == (1, "dev")
     assert set(outputs["regions"]) == {"eu-central", "ca-east"}
     assert outputs["regions"]["eu-central"]["node_pool"] == "kura-dedibox"
-    assert "capacity" in outputs
 
-    # Another team's program reads the outputs through a StackReference on the same backend.
-    consumed = _read_through_stack_reference(engine)
-    assert consumed["regions"] == outputs["regions"]
-    assert consumed["runner_slots"] == outputs["capacity"]["total"]["runner_slots"]
 
-    preview = engine.run("preview", "-s", "dev", "--expect-no-changes", "--diff")
-    assert "no changes" in preview.stdout.lower() or "unchanged" in preview.stdout.lower(), preview.stdout
+def test_every_machine_is_a_ready_node_of_its_box(deployed: Deployed) -> None:
+    core = deployed.cluster.core
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    for machine in deployed.machines:
+        node = nodes.get(machine["node_name"])
+        assert node is not None, f"{machine['name']}: no Node {machine['node_name']}"
+        ready = {c.type: c.status for c in node.status.conditions}["Ready"]
+        assert ready == "True", (machine["name"], node.status.conditions)
+        assert node.spec.provider_id == machine["provider_id"], machine["name"]
+        assert ("InternalIP", machine["public_ipv4"]) in [(a.type, a.address) for a in node.status.addresses]
+        assert (node.status.capacity["cpu"], node.status.capacity["memory"]) == HARDWARE[machine["vendor"]]
+        fleet = machine["name"].rsplit("-", 1)[0]
+        assert node.metadata.labels["tuist.dev/fleet"] == fleet
+    # Besides the boxes, only the control plane's cloud workers (where the controllers run).
+    assert sorted(set(nodes) - {m["node_name"] for m in deployed.machines}) == [
+        "cloud-worker-1",
+        "cloud-worker-2",
+    ]
+    # Each box's claim and progress are a MachineClaim object of the cluster, held by its slot.
+    claims = k8s.CustomObjectsApi(deployed.cluster.api).list_cluster_custom_object(
+        "infra.tuist.dev", "v1alpha1", "machineclaims"
+    )["items"]
+    held = {(c["spec"]["vendor"], c["spec"]["boxId"]): c for c in claims}
+    for machine in deployed.machines:
+        claim = held.pop((machine["vendor"], machine["box_id"]))
+        assert claim["spec"]["holder"]["resource"] == machine["name"]
+        assert claim["spec"]["holder"]["stack"] == "dev"
+        assert (claim["status"]["phase"], claim["status"]["state"]) == ("Ready", "READY")
+    assert not held, f"claims of boxes no machine holds: {sorted(held)}"
 
+
+def test_every_workload_is_ready_and_every_gateway_service_has_its_boxes(deployed: Deployed) -> None:
+    apps = k8s.AppsV1Api(deployed.cluster.api)
+    deployments = [d for ns in (KURA, "tuist-runners") for d in apps.list_namespaced_deployment(ns).items]
+    assert len(deployments) >= 8, [d.metadata.name for d in deployments]
+    for d in deployments:
+        assert d.spec.replicas and d.status.ready_replicas == d.spec.replicas, d.metadata.name
+        assert d.status.updated_replicas == d.spec.replicas, d.metadata.name
+    daemon_sets = apps.list_namespaced_daemon_set(KURA).items
+    assert sorted(ds.metadata.name for ds in daemon_sets) == [
+        "kura-peer-demux-ca-east",
+        "kura-peer-demux-eu-central",
+    ]
+    for ds in daemon_sets:
+        assert ds.status.desired_number_scheduled == 3 == ds.status.number_ready, ds.metadata.name
+    # The host-network gateways answer on their boxes' addresses: the Service's endpoints are exactly
+    # the region's boxes (the apiserver takes them: they are not loopback addresses).
+    discovery = k8s.DiscoveryV1Api(deployed.cluster.api)
+    for region in deployed.outputs["regions"].values():
+        fleet = region["node_pool"]
+        boxes = {m["public_ipv4"] for m in deployed.outputs["fleets"][fleet]["machines"]}
+        slices = discovery.list_namespaced_endpoint_slice(
+            KURA, label_selector=f"kubernetes.io/service-name=kura-gateway-{region['id']}"
+        ).items
+        ready = {a for s in slices for e in s.endpoints or [] if e.conditions.ready for a in e.addresses}
+        assert ready == boxes, (region["id"], ready, boxes)
+
+
+def test_pods_on_a_box_resolve_through_the_cluster_dns(deployed: Deployed) -> None:
+    # The demux (host network, ClusterFirstWithHostNet) gets the stack's clusterDNS and domain from
+    # its box's kubelet, which the self-join configured.
+    core = deployed.cluster.core
+    machine = next(m for m in deployed.machines if m["vendor"] == "ovh")
+    (pod,) = [
+        p
+        for p in core.list_namespaced_pod(KURA, field_selector=f"spec.nodeName={machine['node_name']}").items
+        if p.metadata.name.startswith("kura-peer-demux-ca-east-")
+    ]
+    assert deployed.engine.sim_state is not None
+    disk = deployed.engine.sim_state / "boxes" / box_key(machine) / "system" / "root"
+    resolv = (disk / "var/lib/kubelet/pods" / pod.metadata.uid / "resolv.conf").read_text().splitlines()
+    assert resolv[:2] == [
+        "nameserver 10.96.0.10",
+        f"search {KURA}.svc.cluster.local svc.cluster.local cluster.local",
+    ]
+
+
+def test_the_outputs_are_read_through_a_stack_reference_and_a_second_preview_changes_nothing(
+    deployed: Deployed,
+) -> None:
+    consumed = _read_through_stack_reference(deployed.engine)
+    assert consumed["regions"] == deployed.outputs["regions"]
+    assert consumed["runner_slots"] == deployed.outputs["capacity"]["total"]["runner_slots"]
+    preview = deployed.engine.run("preview", "-s", "dev", "--expect-no-changes", "--diff")
+    assert re.search(r"^\s+\d+ unchanged$", preview.stdout, re.M), preview.stdout[-3000:]
+
+
+def start_watcher_as_its_pod(deployed: Deployed, region: str, workdir: Path) -> subprocess.Popen[bytes]:
+    """`python -m watcher` with what its pod gets: the Deployment's environment, the credentials
+    Secret it mounts (as files), a token of its ServiceAccount and the cluster CA where in-cluster
+    config reads them. Only the poll interval is shortened (2 s instead of 30)."""
+    cluster, core = deployed.cluster, deployed.cluster.core
+    deployment = k8s.AppsV1Api(cluster.api).read_namespaced_deployment(
+        f"kura-failover-watcher-{region}", KURA
+    )
+    pod = deployment.spec.template.spec
+    (container,) = pod.containers
+    env = {e.name: e.value for e in container.env if e.value is not None}
+    (volume,) = [v for v in pod.volumes or [] if v.secret]
+    secret = core.read_namespaced_secret(volume.secret.secret_name, KURA)
+    credentials = workdir / "credentials"
+    credentials.mkdir(parents=True)
+    for key, value in (secret.data or {}).items():
+        (credentials / key).write_bytes(base64.b64decode(value))
+    account = workdir / "serviceaccount"
+    account.mkdir()
+    request = k8s.AuthenticationV1TokenRequest(
+        spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = core.create_namespaced_service_account_token(pod.service_account_name, KURA, request).status.token
+    (account / "token").write_text(token)
+    (account / "ca.crt").write_text(cluster.ca_pem)
+    host, port = cluster.api_server.removeprefix("https://").rsplit(":", 1)
+    env.update(
+        FAILOVER_CREDENTIALS_DIR=str(credentials),
+        POLL_SECONDS="2",
+        KUBERNETES_SERVICE_HOST=host,
+        KUBERNETES_SERVICE_PORT=port,
+    )
+    launcher = (
+        "import runpy\n"
+        "import kubernetes.config.incluster_config as incluster\n"
+        f"incluster.SERVICE_TOKEN_FILENAME = {str(account / 'token')!r}\n"
+        f"incluster.SERVICE_CERT_FILENAME = {str(account / 'ca.crt')!r}\n"
+        "runpy.run_module('watcher', run_name='__main__')\n"
+    )
+    log = (workdir / "watcher.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-c", launcher],
+        cwd=deployed.engine.project,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(deployed.engine.project), **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def on_box(deployed: Deployed, machine: dict[str, Any], command: str) -> None:
+    """`command` on the machine's box over SSH, as an operator runs it: the fleet key, the fleet's
+    login and port, the box's host key as vendorsim reports it."""
+    from providers.ssh.runner import SshTarget, run_script
+
+    config = json.loads(deployed.engine.run("config", "-s", "dev", "--show-secrets", "--json").stdout)
+    fleet = next(
+        f
+        for f in config["tuist-infra:fleets"]["objectValue"]
+        if f["name"] == machine["name"].rsplit("-", 1)[0]
+    )
+    state: dict[str, Any] = deployed.engine.admin("state")  # type: ignore[assignment]
+    box = next(b for b in state["boxes"] if b["key"] == box_key(machine))
+    run_script(
+        SshTarget(machine["public_ipv4"], int(fleet["ssh_port"]), fleet["ssh_user"]),
+        f"set -euo pipefail\n{command}\n",
+        private_key=config["tuist-infra:fleetSshPrivateKey"]["value"],
+        env_secrets={},
+        expected_host_key=box["host_key_fingerprint"],
+        retries=1,
+        step="on the box",
+    )
+
+
+def test_the_failover_ip_leaves_a_box_whose_demux_pod_goes_unready(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    region = deployed.outputs["regions"]["ca-east"]
+    ip = region["failover_ip"]
+    routed = region["failover_routed_to"]
+    machine = next(m for m in deployed.machines if m["vendor"] == "ovh" and m["box_id"] == routed)
+    core = deployed.cluster.core
+    (pod,) = [
+        p
+        for p in core.list_namespaced_pod(KURA, field_selector=f"spec.nodeName={machine['node_name']}").items
+        if p.metadata.name.startswith("kura-peer-demux-ca-east-")
+    ]
+
+    def route() -> str | None:
+        state: dict[str, Any] = deployed.engine.admin("state")  # type: ignore[assignment]
+        (fip,) = [f for f in state["ovh"]["ips"] if f["ip"] == f"{ip}/32"]
+        return str(fip["routedTo"]) if fip["routedTo"] else None
+
+    assert route() == routed
+    watcher = start_watcher_as_its_pod(deployed, "ca-east", tmp_path)
+    marker = unready_marker(Path("/var/lib/kubelet"), pod.metadata.uid, pod.spec.containers[0].name)
+    try:
+        time.sleep(6)  # a few polls on a healthy region: the watcher keeps the route
+        assert watcher.poll() is None, (tmp_path / "watcher.log").read_text()
+        assert route() == routed
+        # The box's demux fails its readiness probe: an operator's touch of the stand-in's probe
+        # file, over SSH on the box (its kubelet sees the box's own filesystem).
+        on_box(deployed, machine, f"sudo mkdir -p {marker.parent} && sudo touch {marker}")
+        moved = wait_until(
+            f"the failover IP {ip} to leave {routed}", lambda: (r := route()) != routed and r, timeout=120
+        )
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)
+        on_box(deployed, machine, f"sudo rm -f {marker}")
+    log = (tmp_path / "watcher.log").read_text()
+    others = sorted(m["box_id"] for m in deployed.machines if m["vendor"] == "ovh" and m["box_id"] != routed)
+    assert moved == others[0], log[-3000:]  # the lowest eligible box
+    assert f"failover {ip}: moved to {moved}" in log, log[-3000:]
+    wait_until(
+        f"{pod.metadata.name} Ready again",
+        lambda: all(
+            c.status == "True"
+            for c in core.read_namespaced_pod(pod.metadata.name, KURA).status.conditions
+            if c.type == "Ready"
+        ),
+        timeout=60,
+    )
+
+
+def test_destroy_drains_and_deletes_every_node_and_returns_every_box(deployed: Deployed) -> None:
+    engine = deployed.engine
     export = engine.run("stack", "export", "-s", "dev").stdout
     destroy = engine.run("destroy", "-s", "dev", "--yes", "--skip-preview")
-    for text, where in ((export, "stack export"), (up.stdout + up.stderr, "up"),
-                        (destroy.stdout + destroy.stderr, "destroy")):
-        leaked = [s[:3] + "..." for s in secrets if s in text]
+    for text, where in (
+        (export, "stack export"),
+        (deployed.up, "up"),
+        (destroy.stdout + destroy.stderr, "destroy"),
+    ):
+        leaked = [s[:3] + "..." for s in deployed.secrets if s in text]
         assert not leaked, f"secret values {leaked} appear in the output of `pulumi {where}`"
+    assert not resources(engine), "destroy left resources in state"
 
-    remaining = json.loads(engine.run("stack", "export", "-s", "dev").stdout)
-    assert not remaining["deployment"].get("resources"), "destroy left resources in state"
+    # No Node of any box is left (the cloud workers are the control plane's own), no claim either.
+    nodes = sorted(n.metadata.name for n in deployed.cluster.core.list_node().items)
+    assert nodes == ["cloud-worker-1", "cloud-worker-2"], nodes
+    claims = (
+        k8s.CustomObjectsApi(deployed.cluster.api).list_cluster_custom_object(
+            "infra.tuist.dev", "v1alpha1", "machineclaims"
+        )["items"]
+        if _crd_exists(deployed.cluster)
+        else []
+    )
+    assert claims == []
 
     state: dict[str, Any] = engine.admin("state")  # type: ignore[assignment]
     audit: list[dict[str, Any]] = engine.admin("audit")["entries"]  # type: ignore[index]
@@ -130,7 +399,9 @@ def test_dev_stack_lifecycle(engine: Engine) -> None:
     for vendor, keys in DEV_BOXES.items():
         for key in keys:
             # Back in the pool: the fleet marker as the inventory had it, no claim left, installed.
-            assert after[key] == before[key], f"{key}: marker {after[key]!r}, was {before[key]!r}"
+            assert after[key] == deployed.before[key], (
+                f"{key}: marker {after[key]!r}, was {deployed.before[key]!r}"
+            )
             assert not re.search(CLAIM_MARK, after[key]), after[key]
             assert boxes[key]["state"] == "installed", (key, boxes[key]["state"])
             writes = [e for e in audit if e["box"] == key]
@@ -145,3 +416,13 @@ def test_dev_stack_lifecycle(engine: Engine) -> None:
     assert not touched, f"writes to decoy boxes: {touched}"
     never = [(e["method"], e["path"]) for e in audit if NEVER.search(e["path"])]
     assert not never, f"cancel/terminate routes called: {never}"
+
+
+def _crd_exists(cluster: KubeCluster) -> bool:
+    try:
+        k8s.ApiextensionsV1Api(cluster.api).read_custom_resource_definition("machineclaims.infra.tuist.dev")
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.conftest import Engine
+from tests.e2e.conftest import Engine, render_only
 
 OVH = ("ovh-ns1001.ip-203-0-113.net", "ovh-ns1002.ip-203-0-113.net")
 NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
@@ -28,8 +28,11 @@ NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
 def write_stack(
     engine: Engine, name: str, sizes: dict[str, int], labels: dict[str, str] | None = None
 ) -> None:
-    """Pulumi.<name>.yaml: the dev stack's config with the given fleet sizes (and extra kura-ovh labels)."""
+    """Pulumi.<name>.yaml: the dev stack's config with the given fleet sizes (and extra kura-ovh labels),
+    rendering its manifests: these tests are about machines through the engine, and the session's one
+    dev-stack lifecycle on a cluster is test_dev_stack.py's."""
     dev = yaml.safe_load((engine.project / "Pulumi.dev.yaml").read_text())
+    dev["config"] = render_only(dev["config"])
     for fleet in dev["config"]["tuist-infra:fleets"]:
         fleet["size"] = sizes[fleet["name"]]
         if labels and fleet["name"] == "kura-ovh":

@@ -29,7 +29,7 @@ import boto3
 import pytest
 
 from tests.docs.outputs_contract import examples, schema_errors
-from tests.e2e.conftest import Engine, free_port
+from tests.e2e.conftest import Engine, free_port, render_only_text
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "tuist-infra-state"
@@ -99,7 +99,20 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
 
 
 @pytest.fixture(scope="module")
-def on_s3(engine: Engine, s3: S3, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+def rendering(engine: Engine) -> Iterator[None]:
+    """The copy's dev stack in its rendering mode for this module (the backend is the subject here;
+    the session's one dev-stack lifecycle on a cluster is test_dev_stack.py's)."""
+    stack_file = engine.project / "Pulumi.dev.yaml"
+    original = stack_file.read_text()
+    stack_file.write_text(render_only_text(original))
+    try:
+        yield
+    finally:
+        stack_file.write_text(original)
+
+
+@pytest.fixture(scope="module")
+def on_s3(engine: Engine, s3: S3, rendering: None, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     """The engine of the e2e session, logged in to the S3 backend instead of its file backend."""
     env = {k: v for k, v in engine.env.items() if k != "PULUMI_BACKEND_URL"}
     env.update(s3.env, PULUMI_HOME=str(tmp_path_factory.mktemp("s3-pulumi-home")))
@@ -258,8 +271,8 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
         row = next(line for line in comment.splitlines() if line.startswith("| `dev` |"))
         assert "✅ previewed" in row and "1 advisory: fleet-shrinking" in row, comment[:4000]
         assert "fleet kura-ovh shrinks from 3 to 2 machine(s): kura-ovh-2 will be released" in comment
-        # One slot leaves: its MachineClaim, AdoptedMachine and NodeLabels, and the box's 4 local volumes
-        # (regions[].volumes_per_box, default 4). Nothing else is deleted.
+        # The slot's claim, machine and NodeLabels, and the four local volumes of its box (ca-east's
+        # volumes_per_box, by default 4): nothing else of the stack goes.
         assert "7 to delete" in row, row
     finally:
         destroy = engine.run("destroy", "--yes", "--skip-preview", "--stack", "dev", check=False)

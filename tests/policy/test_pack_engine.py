@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from policy.tuist_policy.mandatory import MANDATORY
-from tests.e2e.conftest import DEV_PASSPHRASE
+from tests.e2e.conftest import DEV_PASSPHRASE, render_only_text
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -107,6 +107,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy = root / "project"
     shutil.copytree(REPO, copy, ignore=_IGNORED)
     (copy / ".venv").symlink_to(REPO / ".venv")
+    # A preview of the dev stack's objects needs no cluster: its rendering mode (a policy pack sees
+    # the same resources).
+    stack_file = copy / "Pulumi.dev.yaml"
+    stack_file.write_text(render_only_text(stack_file.read_text()))
     return copy
 
 

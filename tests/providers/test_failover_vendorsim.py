@@ -53,7 +53,7 @@ class Case:
                 {"server_id": server_id, "fips_ids": [fip_ids[ip]]},
                 200,
             )
-        server_ips = {"2345601": "127.0.3.51", "2345602": "127.0.3.52", "2345603": "127.0.3.53"}
+        server_ips = {"2345601": "198.18.3.51", "2345602": "198.18.3.52", "2345603": "198.18.3.53"}
         return ("POST", f"/robot/failover/{ip}", {"active_server_ip": server_ips[box]}, 200)
 
 

@@ -1,189 +1,167 @@
-"""providers/kube.py through the real kubernetes client over real HTTP, against a small in-process API
-server that keeps Nodes, Pods, PVs, PVCs and Secrets and records every request. (No kube-apiserver
-binary is available to the tests; the fake answers in the API's own shapes and status codes.)"""
+"""providers/kube.py (and the NodeLabels relabel) against the real control plane of the session
+(tests/support/cluster.py): bootstrap tokens the apiserver's authenticator accepts, and a release as
+the machine provider runs it: cordon, drain through the Eviction API with a PodDisruptionBudget that
+blocks and then allows, delete the Node, delete the claims of its node-local volumes. Nodes are
+kubelet stand-ins that joined through TLS bootstrap; their pods run and terminate as a kubelet's do.
+"""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
+import re
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import yaml
-from werkzeug.serving import make_server
-from werkzeug.wrappers import Request, Response
+from kubernetes import client as k8s
 
 from providers import kube
+from providers.machine.node_labels import relabel
+from tests.support.cluster import KubeCluster, Kubelet, wait_until
 
-CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBdevtest\n-----END CERTIFICATE-----\n"
-
-
-@dataclass
-class FakeKube:
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    pvs: list[dict[str, Any]] = field(default_factory=list)
-    pvcs: set[str] = field(default_factory=set)
-    secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    requests: list[tuple[str, str, Any]] = field(default_factory=list)
-    busy_pdb: dict[str, int] = field(default_factory=dict)  # pod -> how many evictions answer 429
-    url: str = ""
-
-    def kubeconfig(self) -> str:
-        return yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "c",
-                        "cluster": {
-                            "server": self.url,
-                            "certificate-authority-data": base64.b64encode(CA_PEM.encode()).decode(),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-                "users": [{"name": "u", "user": {"token": "kube-admin-token-secret"}}],
-            }
-        )
-
-    def writes(self) -> list[tuple[str, str, Any]]:
-        return [r for r in self.requests if r[0] != "GET"]
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        request = Request(environ)
-        body = json.loads(request.get_data(as_text=True) or "null")
-        path = request.full_path.rstrip("?")
-        self.requests.append((request.method, path, body))
-        status, answer = self.handle(request.method, request.path, request.args, body)
-        return Response(json.dumps(answer), status=status, content_type="application/json")(
-            environ, start_response
-        )
-
-    def handle(self, method: str, path: str, args: Any, body: Any) -> tuple[int, Any]:
-        parts = path.strip("/").split("/")
-        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
-            name = parts[3]
-            if name not in self.nodes:
-                return 404, {
-                    "kind": "Status",
-                    "code": 404,
-                    "reason": "NotFound",
-                    "message": f'nodes "{name}" not found',
-                }
-            if method == "DELETE":
-                del self.nodes[name]
-                return 200, {"kind": "Status", "status": "Success"}
-            if method == "PATCH":
-                node = self.nodes[name]
-                labels = node["metadata"].setdefault("labels", {})
-                for key, value in ((body.get("metadata") or {}).get("labels") or {}).items():
-                    if value is None:
-                        labels.pop(key, None)
-                    else:
-                        labels[key] = value
-                node["spec"].update(body.get("spec") or {})
-            return 200, self.nodes[name]
-        if path == "/api/v1/pods":
-            node = args.get("fieldSelector", "").removeprefix("spec.nodeName=")
-            items = [p for p in self.pods if p["spec"]["nodeName"] == node]
-            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
-        if parts[-1] == "eviction" and method == "POST":
-            namespace, name = parts[3], parts[5]
-            if self.busy_pdb.get(name, 0) > 0:
-                self.busy_pdb[name] -= 1
-                return 429, {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "budget"}
-            self.pods = [
-                p
-                for p in self.pods
-                if (p["metadata"]["namespace"], p["metadata"]["name"]) != (namespace, name)
-            ]
-            return 201, {"kind": "Status", "status": "Success"}
-        if path == "/api/v1/persistentvolumes":
-            return 200, {
-                "kind": "PersistentVolumeList",
-                "apiVersion": "v1",
-                "metadata": {},
-                "items": self.pvs,
-            }
-        if parts[-2:-1] == ["persistentvolumeclaims"] and method == "DELETE":
-            ref = f"{parts[3]}/{parts[5]}"
-            if ref not in self.pvcs:
-                return 404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not found"}
-            self.pvcs.discard(ref)
-            return 200, {"kind": "Status", "status": "Success"}
-        if path == "/api/v1/namespaces/kube-system/secrets" and method == "POST":
-            self.secrets[body["metadata"]["name"]] = body
-            return 201, body
-        return 404, {"kind": "Status", "code": 404, "message": f"no route {method} {path}"}
+FLEET = "kube-tests"
 
 
 @pytest.fixture
-def cluster() -> Iterator[FakeKube]:
-    yield from serve_fake_kube()
+def api(kube_cluster: KubeCluster) -> k8s.ApiClient:
+    """The provider's client, built the way it builds it: from the kubeconfig secret's text."""
+    return kube.api_client(kube_cluster.kubeconfig.read_text())
 
 
-def serve_fake_kube() -> Iterator[FakeKube]:
-    fake = FakeKube()
-    server = make_server("127.0.0.1", 0, fake, threaded=True)
-    fake.url = f"http://127.0.0.1:{server.port}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield fake
-    finally:
-        server.shutdown()
+def token_client(cluster: KubeCluster, token: str) -> k8s.ApiClient:
+    configuration = k8s.Configuration()
+    configuration.host = cluster.api_server
+    ca = cluster.dir / "ca-for-tokens.crt"
+    ca.write_text(cluster.ca_pem)
+    configuration.ssl_ca_cert = str(ca)
+    configuration.api_key = {"BearerToken": token}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    return k8s.ApiClient(configuration)
 
 
-def node(
-    name: str, *, taints: list[dict[str, str]] | None = None, labels: dict[str, str] | None = None
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {"taints": taints or []},
-    }
+def who_am_i(cluster: KubeCluster, token: str) -> tuple[str, list[str]]:
+    review = k8s.AuthenticationV1Api(token_client(cluster, token)).create_self_subject_review(
+        k8s.V1SelfSubjectReview()
+    )
+    info = review.status.user_info
+    return info.username, sorted(info.groups)
 
 
-def pod(
-    namespace: str, name: str, node_name: str, *, owner: str | None = None, mirror: bool = False
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"namespace": namespace, "name": name}
-    if owner:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": "x", "uid": "u"}]
-    if mirror:
-        meta["annotations"] = {kube.MIRROR_POD_ANNOTATION: "abc"}
+# --- bootstrap tokens ---------------------------------------------------------------------------------
+
+
+def test_a_bootstrap_token_authenticates_into_its_fleets_group_only_until_it_expires(
+    kube_cluster: KubeCluster, api: k8s.ApiClient
+) -> None:
+    token = kube.BootstrapToken.generate()
+    kube.create_bootstrap_token(api, token, fleet=FLEET, node_name="kube-tests-n1")
+    secret = kube_cluster.core.read_namespaced_secret(token.secret_name, "kube-system")
+    data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+    assert secret.type == "bootstrap.kubernetes.io/token"
+    assert secret.metadata.labels == {"app.kubernetes.io/managed-by": "tuist-infra", "tuist.dev/fleet": FLEET}
+    # Authentication only: never a signing token for cluster-info.
+    assert sorted(data) == [
+        "auth-extra-groups",
+        "description",
+        "expiration",
+        "token-id",
+        "token-secret",
+        "usage-bootstrap-authentication",
+    ]
+    expires = dt.datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    assert abs((expires - dt.datetime.now(dt.UTC)) - dt.timedelta(hours=1)) < dt.timedelta(minutes=1)
+    assert token.secret not in repr(token)
+
+    # The apiserver's bootstrap-token authenticator: the box is system:bootstrap:<id>, in its fleet's
+    # group (the one components/node_bootstrap.py binds), and in no other fleet's.
+    user, groups = who_am_i(kube_cluster, token.value)
+    assert user == f"system:bootstrap:{token.id}"
+    assert groups == sorted(["system:authenticated", "system:bootstrappers", kube.bootstrap_group(FLEET)])
+    assert kube.bootstrap_group(FLEET) == "system:bootstrappers:tuist-kube-tests"
+
+    # An expired token (its Secret written an hour and a minute ago) authenticates nobody.
+    stale = kube.BootstrapToken.generate()
+    kube.create_bootstrap_token(
+        api,
+        stale,
+        fleet=FLEET,
+        node_name="kube-tests-n2",
+        now=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=61),
+    )
+    with pytest.raises(k8s.ApiException) as refused:
+        who_am_i(kube_cluster, stale.value)
+    assert refused.value.status == 401
+
+
+def test_generated_tokens_have_the_bootstrap_format() -> None:
+    values = {kube.BootstrapToken.generate().value for _ in range(20)}
+    assert len(values) == 20
+    assert all(re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", v) for v in values)
+
+
+def test_a_second_token_for_the_same_id_is_refused_not_overwritten(api: k8s.ApiClient) -> None:
+    token = kube.BootstrapToken.generate()
+    kube.create_bootstrap_token(api, token, fleet=FLEET, node_name="kube-tests-n3")
+    with pytest.raises(
+        kube.KubeError, match=rf"^create Secret kube-system/{token.secret_name} failed \(HTTP 409\)"
+    ):
+        kube.create_bootstrap_token(api, token, fleet=FLEET, node_name="kube-tests-n3")
+
+
+# --- release: cordon, drain, delete ---------------------------------------------------------------------
+
+
+def pod(name: str, node: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": meta,
-        "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "i"}]},
-        "status": {"phase": "Running"},
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
+            "containers": [{"name": "app", "image": "ghcr.io/tuist/kura:0.10.5"}],
+        },
     }
 
 
-def pv(name: str, storage_class: str, node_name: str, claim: str) -> dict[str, Any]:
-    namespace, claim_name = claim.split("/")
+def ready(cluster: KubeCluster, namespace: str, name: str) -> bool:
+    try:
+        found = cluster.core.read_namespaced_pod(name, namespace)
+    except k8s.ApiException:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in found.status.conditions or [])
+
+
+def gone(cluster: KubeCluster, namespace: str, name: str) -> bool:
+    try:
+        cluster.core.read_namespaced_pod(name, namespace)
+    except k8s.ApiException as error:
+        return error.status == 404
+    return False
+
+
+def local_volume(name: str, storage_class: str, node: str, namespace: str, claim: str) -> dict[str, Any]:
+    """A node-local PersistentVolume pre-bound to `claim`, as a local provisioner leaves it."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": name},
         "spec": {
+            "capacity": {"storage": "50Gi"},
+            "accessModes": ["ReadWriteOnce"],
             "storageClassName": storage_class,
-            "claimRef": {"namespace": namespace, "name": claim_name},
+            "local": {"path": "/data/kura"},
+            "claimRef": {"namespace": namespace, "name": claim},
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
                         {
                             "matchExpressions": [
-                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_name]}
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
                             ]
                         }
                     ]
@@ -193,135 +171,214 @@ def pv(name: str, storage_class: str, node_name: str, claim: str) -> dict[str, A
     }
 
 
-def test_bootstrap_token_secret_is_exactly_the_documented_shape(cluster: FakeKube) -> None:
-    api = kube.api_client(cluster.kubeconfig())
-    token = kube.BootstrapToken(id="abc123", secret="0123456789abcdef")
-    now = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
-    kube.create_bootstrap_token(api, token, fleet="kura-ovh", node_name="kura-ovh-ns1", now=now)
-    assert cluster.writes() == [
-        (
-            "POST",
-            "/api/v1/namespaces/kube-system/secrets",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {
-                    "labels": {"app.kubernetes.io/managed-by": "tuist-infra", "tuist.dev/fleet": "kura-ovh"},
-                    "name": "bootstrap-token-abc123",
-                    "namespace": "kube-system",
-                },
-                "stringData": {
-                    "auth-extra-groups": "system:bootstrappers:tuist-kura-ovh",
-                    "description": "tuist-infra self-join of kura-ovh-ns1",
-                    "expiration": "2026-11-30T03:00:00Z",
-                    "token-id": "abc123",
-                    "token-secret": "0123456789abcdef",
-                    "usage-bootstrap-authentication": "true",
-                },
-                "type": "bootstrap.kubernetes.io/token",
-            },
-        )
-    ]
-    assert "0123456789abcdef" not in repr(token)
-    assert token.value == "abc123.0123456789abcdef"
-
-
-def test_generated_tokens_have_the_bootstrap_format() -> None:
-    import re
-
-    values = {kube.BootstrapToken.generate().value for _ in range(20)}
-    assert len(values) == 20
-    assert all(re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", v) for v in values)
-
-
-def test_release_cordons_drains_deletes_the_node_and_its_local_claims(cluster: FakeKube) -> None:
-    cluster.nodes["n1"] = node("n1")
-    cluster.nodes["n2"] = node("n2")
-    cluster.pods = [
-        pod("kura", "kura-0", "n1", owner="StatefulSet"),
-        pod("kube-system", "cilium-x", "n1", owner="DaemonSet"),
-        pod("kube-system", "static-n1", "n1", mirror=True),
-        pod("kura", "kura-1", "n2", owner="StatefulSet"),
-    ]
-    cluster.busy_pdb["kura-0"] = 1  # the budget says "not yet" once
-    cluster.pvs = [
-        pv("pv-a", "scw-local-nvme", "n1", "kura/data-kura-0"),
-        pv("pv-b", "local-path", "n1", "kura/cache-kura-0"),
-        pv("pv-c", "scw-local-nvme", "n2", "kura/data-kura-1"),
-        pv("pv-d", "ssd-network", "n1", "kura/remote"),
-    ]
-    cluster.pvcs = {"kura/data-kura-0", "kura/cache-kura-0", "kura/data-kura-1", "kura/remote"}
-    api = kube.api_client(cluster.kubeconfig())
-
-    assert kube.cordon(api, "n1") is True
-    assert kube.drain(api, "n1", timeout=5, poll_interval=0.01) == ["kura/kura-0"]
-    assert kube.delete_node(api, "n1") is True
-    assert kube.delete_node_local_pvcs(api, "n1") == ["kura/cache-kura-0", "kura/data-kura-0"]
-
-    assert [(m, p) for m, p, _ in cluster.writes()] == [
-        ("PATCH", "/api/v1/nodes/n1"),
-        ("POST", "/api/v1/namespaces/kura/pods/kura-0/eviction"),  # 429
-        ("POST", "/api/v1/namespaces/kura/pods/kura-0/eviction"),
-        ("DELETE", "/api/v1/nodes/n1"),
-        ("DELETE", "/api/v1/namespaces/kura/persistentvolumeclaims/cache-kura-0"),
-        ("DELETE", "/api/v1/namespaces/kura/persistentvolumeclaims/data-kura-0"),
-    ]
-    assert cluster.writes()[0][2] == {"spec": {"unschedulable": True}}
-    assert cluster.writes()[2][2]["metadata"] == {"name": "kura-0", "namespace": "kura"}
-    assert ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", None) in cluster.requests
-    assert set(cluster.nodes) == {"n2"}
-    assert cluster.pvcs == {"kura/data-kura-1", "kura/remote"}
-    # A retried release converges: everything is already gone.
-    assert kube.cordon(api, "n1") is False
-    assert kube.delete_node(api, "n1") is False
-    assert kube.delete_node_local_pvcs(api, "n1") == []
-
-
-def test_drain_timeout_names_the_pods_left(cluster: FakeKube) -> None:
-    cluster.nodes["n1"] = node("n1")
-    cluster.pods = [pod("kura", "kura-0", "n1")]
-    cluster.busy_pdb["kura-0"] = 10_000
-    api = kube.api_client(cluster.kubeconfig())
-    with pytest.raises(
-        kube.KubeError, match=r"^drain of Node n1 timed out after 0.2s; still running: kura/kura-0$"
-    ):
-        kube.drain(api, "n1", timeout=0.2, poll_interval=0.02)
-
-
-def test_relabel_replaces_the_fleets_labels_and_taints_and_keeps_others(cluster: FakeKube) -> None:
-    cluster.nodes["n1"] = node(
-        "n1",
-        labels={"tuist.dev/tier": "silver", "kubernetes.io/hostname": "n1"},
-        taints=[
-            {"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"},
-            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
-        ],
-    )
-    api = kube.api_client(cluster.kubeconfig())
-    assert kube.relabel_node(
-        api,
-        "n1",
-        old_labels={"tuist.dev/tier": "silver"},
-        new_labels={"tuist.dev/zone": "a"},
-        old_taints=[kube.NodeTaintSpec("tuist.dev/kura-cache", "true", "NoSchedule")],
-        new_taints=[kube.NodeTaintSpec("tuist.dev/kura", "", "NoExecute")],
-    )
-    assert cluster.writes()[-1][2] == {
-        "metadata": {"labels": {"tuist.dev/tier": None, "tuist.dev/zone": "a"}},
+def claim(name: str, storage_class: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
         "spec": {
-            "taints": [
-                {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
-                {"key": "tuist.dev/kura", "effect": "NoExecute"},
-            ]
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": "50Gi"}},
         },
     }
-    assert cluster.nodes["n1"]["metadata"]["labels"] == {
-        "kubernetes.io/hostname": "n1",
-        "tuist.dev/zone": "a",
-    }
-    assert (
-        kube.relabel_node(api, "missing", old_labels={}, new_labels={}, old_taints=[], new_taints=[]) is False
+
+
+@pytest.fixture
+def two_nodes(join: Callable[..., Kubelet]) -> Iterator[tuple[str, str]]:
+    join("kube-leaving-1", fleet=FLEET)
+    join("kube-staying-1", fleet=FLEET)
+    yield "kube-leaving-1", "kube-staying-1"
+
+
+def test_release_cordons_drains_through_a_budget_and_deletes_the_node_and_its_local_claims(
+    kube_cluster: KubeCluster,
+    api: k8s.ApiClient,
+    namespace: str,
+    two_nodes: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    leaving, staying = two_nodes
+    core, apps, policy = kube_cluster.core, k8s.AppsV1Api(kube_cluster.api), k8s.PolicyV1Api(kube_cluster.api)
+    # Kura's one copy on the leaving box, guarded by a budget that wants one Ready at all times.
+    core.create_namespaced_pod(namespace, pod("kura-0", leaving, {"app": "kura"}))
+    policy.create_namespaced_pod_disruption_budget(
+        namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "kura"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kura"}}},
+        },
     )
+    # A DaemonSet's pod on the box: its controller would put it straight back, so drain leaves it.
+    apps.create_namespaced_daemon_set(
+        namespace,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "demux"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "demux"}},
+                "template": {
+                    "metadata": {"labels": {"app": "demux"}},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": leaving},
+                        "containers": [{"name": "nginx", "image": "nginx:1.27"}],
+                    },
+                },
+            },
+        },
+    )
+    # Its node-local claims (and ones that must stay: another node's, and a network volume's).
+    for pv, storage_class, node, pvc in (
+        ("kube-pv-a", "scw-local-nvme", leaving, "data-kura-0"),
+        ("kube-pv-b", "local-path", leaving, "cache-kura-0"),
+        ("kube-pv-c", "scw-local-nvme", staying, "data-kura-1"),
+        ("kube-pv-d", "ssd-network", leaving, "remote"),
+    ):
+        core.create_persistent_volume(local_volume(f"{pv}-{namespace}", storage_class, node, namespace, pvc))
+        core.create_namespaced_persistent_volume_claim(namespace, claim(pvc, storage_class))
+    wait_until("kura-0 Ready", lambda: ready(kube_cluster, namespace, "kura-0"))
+    wait_until(
+        "the DaemonSet's pod Ready",
+        lambda: any(
+            ready(kube_cluster, namespace, p.metadata.name)
+            for p in core.list_namespaced_pod(namespace, label_selector="app=demux").items
+        ),
+    )
+    wait_until(
+        "every claim Bound",
+        lambda: all(
+            c.status.phase == "Bound" for c in core.list_namespaced_persistent_volume_claim(namespace).items
+        ),
+    )
+    wait_until(
+        "the budget to count kura-0",
+        lambda: policy.read_namespaced_pod_disruption_budget("kura", namespace).status.current_healthy == 1,
+    )
+
+    assert kube.cordon(api, leaving) is True
+    assert core.read_node(leaving).spec.unschedulable is True
+
+    # While the budget says no, drain keeps asking; a copy on the other box lets it go.
+    evictions: list[str] = []
+    original = k8s.CoreV1Api.create_namespaced_pod_eviction
+
+    def counted(self: k8s.CoreV1Api, name: str, *args: Any, **kwargs: Any) -> Any:
+        evictions.append(name)
+        return original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(k8s.CoreV1Api, "create_namespaced_pod_eviction", counted)
+
+    def replacement_after_two_refusals() -> None:
+        deadline = time.monotonic() + 60
+        while len(evictions) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        core.create_namespaced_pod(namespace, pod("kura-1", staying, {"app": "kura"}))
+
+    helper = threading.Thread(target=replacement_after_two_refusals)
+    helper.start()
+    try:
+        evicted = kube.drain(api, leaving, timeout=120, poll_interval=0.5)
+    finally:
+        helper.join()
+    assert evicted == [f"{namespace}/kura-0"]
+    assert len(evictions) >= 3, "the budget never refused an eviction: the test proves nothing"
+    assert gone(kube_cluster, namespace, "kura-0")
+    left = [
+        p.metadata.name
+        for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={leaving}").items
+    ]
+    assert len(left) == 1 and left[0].startswith("demux-"), left
+
+    assert kube.delete_node(api, leaving) is True
+    wait_until(f"Node {leaving} gone", lambda: not kube.node_exists(api, leaving))
+    deleted = kube.delete_node_local_pvcs(api, leaving)
+    assert deleted == [f"{namespace}/cache-kura-0", f"{namespace}/data-kura-0"]
+    wait_until(
+        "the two claims gone",
+        lambda: (
+            {c.metadata.name for c in core.list_namespaced_persistent_volume_claim(namespace).items}
+            == {"data-kura-1", "remote"}
+        ),
+    )
+
+    # A retried release converges: everything is already gone.
+    assert kube.cordon(api, leaving) is False
+    assert kube.delete_node(api, leaving) is False
+    assert kube.delete_node_local_pvcs(api, leaving) == []
+    for pv in ("kube-pv-a", "kube-pv-b", "kube-pv-c", "kube-pv-d"):
+        core.delete_persistent_volume(f"{pv}-{namespace}")
+
+
+def test_drain_timeout_names_the_pods_the_budget_keeps(
+    kube_cluster: KubeCluster, api: k8s.ApiClient, namespace: str, join: Callable[..., Kubelet]
+) -> None:
+    join("kube-stuck-1", fleet=FLEET)
+    kube_cluster.core.create_namespaced_pod(namespace, pod("kura-0", "kube-stuck-1", {"app": "kura"}))
+    policy = k8s.PolicyV1Api(kube_cluster.api)
+    policy.create_namespaced_pod_disruption_budget(
+        namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "kura"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kura"}}},
+        },
+    )
+    wait_until(
+        "the budget to count kura-0",
+        lambda: policy.read_namespaced_pod_disruption_budget("kura", namespace).status.current_healthy == 1,
+    )
+    with pytest.raises(
+        kube.KubeError,
+        match=rf"^drain of Node kube-stuck-1 timed out after 3s; still running: {namespace}/kura-0$",
+    ):
+        kube.drain(api, "kube-stuck-1", timeout=3, poll_interval=0.5)
+    assert ready(kube_cluster, namespace, "kura-0")
+
+
+def test_relabel_moves_the_fleets_labels_and_taints_and_keeps_everyone_elses(
+    kube_cluster: KubeCluster, api: k8s.ApiClient, join: Callable[..., Kubelet]
+) -> None:
+    join(
+        "kube-relabel-1",
+        fleet=FLEET,
+        labels={"tuist.dev/tier": "silver", "node.cluster.x-k8s.io/pool": "kura-ovh"},
+        taints=["tuist.dev/kura-cache=true:NoSchedule"],
+    )
+    # Someone else's label and taint (an operator's), and a cordon.
+    node = kube_cluster.core.read_node("kube-relabel-1")
+    others = [*(node.spec.taints or []), {"key": "example.com/maintenance", "effect": "NoSchedule"}]
+    kube_cluster.core.patch_node(
+        "kube-relabel-1", {"metadata": {"labels": {"example.com/rack": "r1"}}, "spec": {"taints": others}}
+    )
+    assert kube.cordon(api, "kube-relabel-1")
+
+    assert relabel(
+        api,
+        "kube-relabel-1",
+        old_labels={"tuist.dev/tier": "silver", "node.cluster.x-k8s.io/pool": "kura-ovh"},
+        new_labels={"tuist.dev/zone": "a", "node.cluster.x-k8s.io/pool": "kura-ovh"},
+        old_taints=[{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}],
+        new_taints=[{"key": "tuist.dev/kura", "value": "", "effect": "NoExecute"}],
+    )
+    node = kube_cluster.core.read_node("kube-relabel-1")
+    labels = node.metadata.labels
+    assert "tuist.dev/tier" not in labels
+    assert (labels["tuist.dev/zone"], labels["example.com/rack"]) == ("a", "r1")
+    assert labels["kubernetes.io/hostname"] == "kube-relabel-1"  # the kubelet's own
+    taints = sorted((t.key, t.value, t.effect) for t in node.spec.taints)
+    assert ("tuist.dev/kura-cache", "true", "NoSchedule") not in taints
+    assert ("tuist.dev/kura", None, "NoExecute") in taints
+    assert ("example.com/maintenance", None, "NoSchedule") in taints
+    assert node.spec.unschedulable is True
+    # A Node that is not there (yet): nothing to do, and said so.
+    assert relabel(api, "kube-missing-1", old_labels={}, new_labels={}, old_taints=[], new_taints=[]) is False
+
+
+# --- the kubeconfig secret ------------------------------------------------------------------------------
 
 
 def test_kubeconfig_problems_never_quote_it() -> None:
@@ -333,5 +390,10 @@ def test_kubeconfig_problems_never_quote_it() -> None:
         kube.api_client("users: [{name: u, user: {token: sekrit}}]\n")
 
 
-def test_cluster_ca_comes_from_the_kubeconfig(cluster: FakeKube) -> None:
-    assert kube.cluster_ca_pem(cluster.kubeconfig()) == CA_PEM
+def test_the_join_trusts_the_ca_the_kubeconfig_names(kube_cluster: KubeCluster) -> None:
+    text = kube_cluster.kubeconfig.read_text()
+    assert kube.cluster_ca_pem(text) == kube_cluster.ca_pem
+    doc = yaml.safe_load(text)
+    del doc["clusters"][0]["cluster"]["certificate-authority-data"]
+    with pytest.raises(kube.KubeconfigError, match="has no certificate-authority-data"):
+        kube.cluster_ca_pem(yaml.safe_dump(doc))

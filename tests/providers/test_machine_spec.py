@@ -67,6 +67,8 @@ MACHINE_TABLE: dict[str, tuple[str, Any, str]] = {
     "provider_id": ("rejoin", "ovh://gra1/ns1", "the kubelet's --provider-id"),
     "kubernetes_minor": ("rejoin", "v1.35", "the kubelet's apt repository tracks the control plane"),
     "api_server": ("rejoin", "https://cp.dev.invalid:6443", "the kubelet's bootstrap kubeconfig"),
+    "cluster_dns": ("rejoin", "10.96.0.53", "the kubelet hands pods another nameserver"),
+    "cluster_domain": ("rejoin", "cluster.example", "the kubelet hands pods other search domains"),
     "ssh_user": ("update", "debian", "the next SSH session logs in as it"),
     "ssh_port": ("update", 2200, "the next SSH session dials it"),
     "timeouts": ("update", {"draining": 10}, "leaving the cluster's budgets"),
@@ -218,9 +220,19 @@ def test_machine_checks_need_the_claims_outputs() -> None:
     assert machine_input_problems(props) == []  # the preview: the claim's outputs are not known yet
     with pytest.raises(Exception, match="box_id: must come from the machine's claim"):
         parse_machine(props)
-    bad = machine_props("kura-ovh", 0, {}, kubernetes_minor="1.34", taints=[{"key": "a", "effect": "Never"}])
+    bad = machine_props(
+        "kura-ovh",
+        0,
+        {},
+        kubernetes_minor="1.34",
+        taints=[{"key": "a", "effect": "Never"}],
+        cluster_dns="10.96.0.300",
+        cluster_domain="Cluster.Local.",
+    )
     assert machine_input_problems(bad) == [
         ("kubernetes_minor", "'1.34' is not a Kubernetes minor (v1.NN)"),
+        ("cluster_dns", "'10.96.0.300' is not an IPv4 address"),
+        ("cluster_domain", "'Cluster.Local.' is not a DNS domain (cluster.local)"),
         ("taints[0].effect", "must be NoSchedule, PreferNoSchedule, NoExecute"),
     ]
 

@@ -1,5 +1,6 @@
-"""Shared by the machine provider tests: a vendorsim subprocess with real SSH boxes, each on a loopback
-address of its own (a random 127.<a>.<b>.0/24 per simulator) at one shared port, its own fleet key and
+"""Shared by the machine provider tests: a vendorsim subprocess with real SSH boxes, each on an address
+of its own in the box network (a /24 of 198.18.0.0/15 per simulator; tests/support/netns.py) at one
+shared port, its own fleet key and
 sudo password, and ClaimProvider / MachineProvider instances configured the way the dynamic provider
 process configures them (a pulumi.dynamic Config holding the decrypted stack config).
 
@@ -82,9 +83,10 @@ _USED_RANGES: set[str] = set()
 
 
 def fresh_box_range() -> str:
-    """A 127.<a>.<b> prefix no other simulator of this process uses; a >= 1 keeps clear of a developer's
-    dev vendorsim (127.0.1-3.x) and of 127.0.0.1."""
-    while (prefix := f"127.{1 + secrets.randbelow(254)}.{secrets.randbelow(256)}") in _USED_RANGES:
+    """A /24 prefix of the box network's lower half (198.18.0.0/16) no other simulator of this process
+    uses, clear of 198.18.0.x (lo's own address) and of the dev inventory's 198.18.1-9.x. (Kubelet
+    stand-ins on the host report addresses of the upper half, tests/support/cluster.py.)"""
+    while (prefix := f"198.18.{10 + secrets.randbelow(246)}") in _USED_RANGES:
         pass
     _USED_RANGES.add(prefix)
     return prefix
@@ -134,7 +136,7 @@ class Sim:
     inventory: dict[str, Any]
     key: FleetKey
     sudo_password: str
-    box_range: str  # 127.<a>.<b>: the boxes' public IPv4s are box_range.<last octet of the dev inventory>
+    box_range: str  # 198.<18|19>.<c>: the boxes' public IPv4s are box_range.<last octet of the dev inventory>
 
     def ip(self, last_octet: int) -> str:
         """A box's public IPv4 (and SSH address) in this run, by its last octet in the dev inventory."""
@@ -386,6 +388,8 @@ def machine_props(fleet: str, index: int, claim_outs: dict[str, Any], **override
         "ssh_port": SIM_SSH_PORT,
         "kubernetes_minor": "v1.34",
         "api_server": claim_outs.get("api_server"),
+        "cluster_dns": "10.96.0.10",
+        "cluster_domain": "cluster.local",
         "install_artifacts": claim_outs.get("install_artifacts"),
         "timeouts": dict(FAST_TIMEOUTS),
         **{

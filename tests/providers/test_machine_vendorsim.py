@@ -5,20 +5,23 @@ OpenSSH boxes that run the self-join in their sandboxes. The providers' create /
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from config.models import Vendor
 from providers.claims import claim_token
@@ -31,10 +34,8 @@ from providers.machine.errors import (
 )
 from providers.machine.provider import ClaimProvider, MachineProvider
 from providers.machine.record import ProcessClaimRecord
-from providers.machine.settings import Settings
 from providers.ssh.runner import HostKeyMismatchError
 from providers.vendor import Claim
-from tests.providers.test_kube import CA_PEM, FakeKube, serve_fake_kube
 from tests.providers.test_machine_support import (
     PROJECT,
     REPO,
@@ -46,6 +47,7 @@ from tests.providers.test_machine_support import (
     resource_id,
     running_sim,
 )
+from tests.support.cluster import KubeCluster, wait_until
 from vendorsim.boxes import BoxFarm
 
 OVH_BOXES = ["ns1001.ip-203-0-113.net", "ns1002.ip-203-0-113.net", "ns1003.ip-203-0-113.net"]
@@ -73,11 +75,6 @@ def sim(sim_process: Sim) -> Sim:
     sim_process.admin("POST", "reset")
     claim_records._PROCESS_STORE.clear()  # the process record of earlier tests is gone with their boxes
     return sim_process
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeKube]:
-    yield from serve_fake_kube()
 
 
 def token(name: str) -> str:
@@ -167,7 +164,7 @@ def test_the_claim_takes_the_lowest_free_box_before_the_machine_joins_it(
     assert "--register-with-taints=tuist.dev/kura-cache=true:NoSchedule" in text
     sudoers = sim.box_root(f"ovh-{box}") / "etc/sudoers.d/90-ubuntu-nopasswd"
     assert sudoers.read_text() == "ubuntu ALL=(ALL) NOPASSWD:ALL\n"
-    assert progress_states(caplog) == ["CLAIMING", "JOINING"]
+    assert progress_states(caplog) == ["CLAIMING", "JOINING", "NODE_READY"]
     # The record walked the states and holds the pin for a later rejoin.
     progress = ProcessClaimRecord().get("ovh", box)
     assert progress is not None
@@ -529,36 +526,92 @@ def test_a_machine_killed_mid_join_is_resumed_on_its_claimed_box(sim: Sim) -> No
 # --- with a cluster -----------------------------------------------------------------------------------
 
 
-def test_with_a_cluster_the_join_gets_a_bootstrap_secret_and_leaving_drains_before_the_release(
-    sim: Sim, cluster: FakeKube, monkeypatch: pytest.MonkeyPatch
+def test_with_a_cluster_the_box_joins_it_for_real_and_leaving_drains_before_the_release(
+    sim: Sim, machine_claims_crd: KubeCluster, fleet_rbac: Callable[[str], None]
 ) -> None:
-    # The fake API server here serves the core API only; the MachineClaim objects are tested against
-    # a real apiserver (tests/providers/test_machine_record.py). Keep the record in this process.
-    monkeypatch.setattr(Settings, "claim_record", lambda self, api_server: ProcessClaimRecord())
-    kubeconfig = cluster.kubeconfig()
+    """The session's real control plane: the machine writes the box's bootstrap token, the box's own
+    kubelet TLS-bootstraps and registers its Node (the machine is ready only once that Node is), pods
+    on it resolve through the cluster DNS the stack configures, and destroy leaves the cluster
+    (cordon, drain, Node deleted) before the claim releases the box."""
+    cluster = machine_claims_crd
+    fleet_rbac("kura-dedibox")  # what components/node_bootstrap.py binds for the fleet
+    kubeconfig = cluster.kubeconfig.read_text()
     claims, machines = sim.claims(kubeconfig=kubeconfig), sim.machines(kubeconfig=kubeconfig)
-    api = {"api_server": "https://cp.dev.invalid:6443"}
-    claim, machine = sim.adopt("kura-dedibox", 0, claims=claims, machines=machines, claim=api)
-    assert machine["node_registered"] is True
-    (secret,) = cluster.secrets.values()
-    assert secret["stringData"]["auth-extra-groups"] == "system:bootstrappers:tuist-kura-dedibox"
-    assert secret["metadata"]["name"] == f"bootstrap-token-{secret['stringData']['token-id']}"
-    root = sim.box_root("dedibox-200101")
-    bootstrap = (root / "var/lib/kubelet/bootstrap-kubeconfig").read_text()
-    value = f"{secret['stringData']['token-id']}.{secret['stringData']['token-secret']}"
-    assert f"token: {value}" in bootstrap  # the box got the token the Secret makes valid
-    assert "server: https://cp.dev.invalid:6443" in bootstrap
-    assert (root / "etc/kubernetes/pki/ca.crt").read_text() == CA_PEM
-    assert value not in repr(machine)
+    api = {"api_server": cluster.api_server}
+    claim, machine = sim.adopt(
+        "kura-dedibox",
+        0,
+        claims=claims,
+        machines=machines,
+        claim=api,
+        machine={"cluster_dns": "10.96.0.53", "cluster_domain": "cluster.example"},
+    )
+    assert (machine["node_registered"], machine["state"]) == (True, "ready")
+    name = machine["node_name"]
+    node = cluster.core.read_node(name)
+    assert node.spec.provider_id == f"dedibox://{DEDIBOX_BOXES[0]}"
+    assert [(a.type, a.address) for a in node.status.addresses] == [
+        ("InternalIP", sim.ip(31)),
+        ("Hostname", name),
+    ]
+    # The box's hardware (a Start-1-M-SSD: 8 threads, 16 GiB), as its /proc shows it to the kubelet.
+    assert (node.status.capacity["cpu"], node.status.capacity["memory"]) == ("8", "16Gi")
+    assert node.metadata.labels["node.cluster.x-k8s.io/pool"] == "kura-dedibox"
+    assert ("tuist.dev/kura-cache", "true", "NoSchedule") in [
+        (t.key, t.value, t.effect) for t in node.spec.taints
+    ]
+    # The box holds the token (in its bootstrap kubeconfig) that a Secret of the cluster makes valid.
+    bootstrap = (sim.box_root("dedibox-200101") / "var/lib/kubelet/bootstrap-kubeconfig").read_text()
+    (value,) = re.findall(r"token: ([a-z0-9]{6}\.[a-z0-9]{16})", bootstrap)
+    secret = cluster.core.read_namespaced_secret(f"bootstrap-token-{value.split('.')[0]}", "kube-system")
+    assert base64.b64decode(secret.data["token-secret"]).decode() == value.split(".")[1]
+    assert base64.b64decode(secret.data["description"]).decode() == f"tuist-infra self-join of {name}"
+    group = base64.b64decode(secret.data["auth-extra-groups"]).decode()
+    assert group == "system:bootstrappers:tuist-kura-dedibox"
+    token = base64.b64decode(secret.data["token-secret"]).decode()
+    assert token not in repr(machine)
+    # The certificate the kubelet holds is the node's own, signed after the token's CSR was approved.
+    csrs = k8s.CertificatesV1Api(cluster.api).list_certificate_signing_request().items
+    (csr,) = [
+        c
+        for c in csrs
+        if c.spec.username == f"system:bootstrap:{base64.b64decode(secret.data['token-id']).decode()}"
+    ]
+    assert [c.type for c in csr.status.conditions] == ["Approved"]
 
-    node = machine["node_name"]
-    cluster.nodes[node] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}, "spec": {}}
-    before = len(cluster.requests)
+    # A pod on the box gets the cluster DNS the machine's inputs name, as the kubelet writes it.
+    namespace = cluster.namespace("resolv")
+    pod = cluster.core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "kura"},
+            "spec": {
+                "nodeName": name,
+                "tolerations": [{"key": "tuist.dev/kura-cache", "operator": "Exists"}],
+                "containers": [{"name": "kura", "image": "ghcr.io/tuist/kura:0.10.5"}],
+            },
+        },
+    )
+    resolv = sim.box_root("dedibox-200101") / "var/lib/kubelet/pods" / pod.metadata.uid / "resolv.conf"
+    wait_until("the pod's resolv.conf on the box", resolv.exists, timeout=60)
+    assert resolv.read_text().splitlines() == [
+        "nameserver 10.96.0.53",
+        f"search {namespace}.svc.cluster.example svc.cluster.example cluster.example",
+        "options ndots:5",
+    ]
+    # Its namespace goes as the box leaves: evictions there are refused (403, NamespaceTerminating)
+    # and the drain waits for the namespace controller instead, as kubectl drain does.
+    cluster.delete_namespace(namespace)
+
     sim.destroy(claim, machine, claims=claims, machines=machines)
-    kube_writes = [(m, p) for m, p, _ in cluster.requests[before:] if m != "GET"]
-    assert kube_writes == [("PATCH", f"/api/v1/nodes/{node}"), ("DELETE", f"/api/v1/nodes/{node}")]
-    assert node not in cluster.nodes
+    wait_until(
+        f"Node {name} gone", lambda: name not in {n.metadata.name for n in cluster.core.list_node().items}
+    )
     assert claims_in_state(sim.state())[DEDIBOX_BOXES[0]] == "tuist-kura-dev"
+    # The box was reinstalled: its kubelet is gone with its old disk, and nothing re-registers the Node.
+    assert not (sim.box_root("dedibox-200101") / "etc/systemd/system/kubelet.service").exists()
 
 
 # --- secrets ------------------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
 
     claim, outs = sim.adopt("runners-linux", 0, claim=pinned(sim))
 
-    assert watcher.states == ["CLAIMING", *INSTALL_STATES, "JOINING"]
+    assert watcher.states == ["CLAIMING", *INSTALL_STATES, "JOINING", "NODE_READY"]
     # The rescue session was pinned to the host key Robot announced when the rescue boot was armed
     # (vendorsim boots the rescue system with exactly that key), not to the first key that answered.
     facts = ProcessClaimRecord().get("robot", "2345601").facts  # type: ignore[union-attr]

@@ -9,6 +9,14 @@ Fixtures (register them with `from tests.support.cluster import *` in a conftest
 - `kubelets` (function): `kubelets.start(name, ...)` starts a kubelet stand-in on the host (its
   own root dir, bootstrap kubeconfig, KubeletConfiguration and /proc files, as a box would give
   it); every one is stopped after the test.
+- `fleet_rbac` (session): `fleet_rbac(fleet)` applies exactly what components/node_bootstrap.py
+  renders for the fleet, so its kubelets may TLS-bootstrap with the program's own RBAC.
+- `join` (function): `join(name, fleet=..., **stand-in options)` makes a bootstrap token the way the
+  program does (providers/kube.py) and starts a stand-in with it; waits for the Node to be Ready.
+- `machine_claims_crd` (session): the MachineClaim CRD the program registers, Established.
+
+Node IPs are in the box network (198.18.0.0/15, tests/support/netns.py): the apiserver refuses
+loopback addresses in EndpointSlices, as it would a Service's endpoints on these nodes.
 
 Nothing here waits on a fixed sleep: every wait polls the API with a deadline and says what it
 waited for when it gives up.
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -51,10 +60,14 @@ __all__ = [
     "Kubelet",
     "Kubelets",
     "apply_node_bootstrap",
+    "fleet_rbac",
+    "join",
     "kube_cluster",
     "kubelets",
+    "machine_claims_crd",
     "namespace",
     "node_bootstrap_manifests",
+    "node_ready",
     "unready_marker",
     "wait_until",
 ]
@@ -230,6 +243,16 @@ class Kubelet:
                 self.process.wait(timeout=5)
 
 
+_NODE_IPS = iter(range(200 * 254))
+
+
+def next_node_ip() -> str:
+    """A node address of its own in 198.19.0-199.x, never repeated in a session (the box network's
+    upper half: vendorsim's boxes in tests take /24s of 198.18.0.0/16)."""
+    n = next(_NODE_IPS)
+    return f"198.19.{n // 254}.{n % 254 + 1}"
+
+
 class Kubelets:
     """Starts kubelet stand-ins against a cluster; `stop_all` at the end of a test."""
 
@@ -237,7 +260,6 @@ class Kubelets:
         self.cluster = cluster
         self.workdir = workdir
         self.started: list[Kubelet] = []
-        self._next_ip = 10
 
     def bootstrap_kubeconfig(self, token: str) -> str:
         return yaml.safe_dump(
@@ -294,8 +316,7 @@ class Kubelets:
         }
         (directory / "config.yaml").write_text(yaml.safe_dump(kubelet_config))
         if node_ip is None:
-            self._next_ip += 1
-            node_ip = f"127.0.30.{self._next_ip}"
+            node_ip = next_node_ip()
         argv = [
             str(KUBELET_STANDIN),
             f"--bootstrap-kubeconfig={bootstrap}",
@@ -366,3 +387,74 @@ def node_bootstrap_manifests(fleets: Sequence[str]) -> list[dict[str, Any]]:
 def apply_node_bootstrap(cluster: KubeCluster, fleets: Sequence[str]) -> None:
     """Apply exactly those objects to the cluster, so a fleet's kubelets may TLS-bootstrap."""
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(node_bootstrap_manifests(fleets)))
+
+
+@pytest.fixture(scope="session")
+def fleet_rbac(kube_cluster: KubeCluster) -> Callable[[str], None]:
+    applied: set[str] = set()
+
+    def apply(fleet: str) -> None:
+        if fleet not in applied:
+            apply_node_bootstrap(kube_cluster, [fleet])
+            applied.add(fleet)
+
+    return apply
+
+
+def node_ready(cluster: KubeCluster, name: str) -> k8s.V1Node | None:
+    """The Node when it exists and is Ready, else None."""
+    try:
+        node = cluster.core.read_node(name)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    ready = [c for c in node.status.conditions or [] if c.type == "Ready"]
+    return node if ready and ready[0].status == "True" else None
+
+
+@pytest.fixture
+def join(
+    kube_cluster: KubeCluster,
+    kubelets: Kubelets,
+    fleet_rbac: Callable[[str], None],
+) -> Iterator[Callable[..., Kubelet]]:
+    """join(name, fleet="cluster-tests", rbac=True, wait=True, **standin options) -> Kubelet."""
+    from providers.kube import BootstrapToken, create_bootstrap_token
+
+    def start(
+        name: str, *, fleet: str = "cluster-tests", rbac: bool = True, wait: bool = True, **options: Any
+    ) -> Kubelet:
+        if rbac:
+            fleet_rbac(fleet)
+        token = BootstrapToken.generate()
+        create_bootstrap_token(
+            kube_cluster.api, token, fleet=fleet, node_name=name, ttl=dt.timedelta(minutes=30)
+        )
+        kubelet = kubelets.start(name, token.value, **options)
+        if wait:
+            wait_until(f"node {name} Ready", lambda: node_ready(kube_cluster, name), timeout=90)
+        return kubelet
+
+    yield start
+
+
+@pytest.fixture(scope="session")
+def machine_claims_crd(kube_cluster: KubeCluster) -> KubeCluster:
+    """The MachineClaim CRD as components/claims_crd.py registers it, Established. Kept for the
+    session (deleting a CRD is asynchronous; a later test would meet it Terminating)."""
+    from providers.machine.crd import claim_crd_manifest
+
+    manifest = claim_crd_manifest()
+    kube_cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=pulumi-kubernetes",
+        "-f",
+        "-",
+        input=yaml.safe_dump(manifest),
+    )
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{manifest['metadata']['name']}"
+    )
+    return kube_cluster

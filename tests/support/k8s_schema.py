@@ -24,6 +24,7 @@ import yaml
 
 __all__ = [
     "CRD_DIR",
+    "PLATFORM_CRD_DIR",
     "ManifestError",
     "ManifestRecorder",
     "collect_manifests",
@@ -32,6 +33,8 @@ __all__ = [
 ]
 
 CRD_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "crds"
+# The CRDs the clusters' platform installs before the program runs (Cilium's), as published.
+PLATFORM_CRD_DIR = Path(__file__).resolve().parents[2] / "scripts" / "cluster-platform"
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -40,9 +43,10 @@ class ManifestError(AssertionError):
 
 
 def load_crds(extra: Iterable[dict[str, Any]] = ()) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """(group, version, kind) -> openAPIV3Schema, from tests/fixtures/crds/*.yaml plus `extra`."""
+    """(group, version, kind) -> openAPIV3Schema, from tests/fixtures/crds/*.yaml, the platform's CRDs
+    (scripts/cluster-platform) and `extra`."""
     crds: list[dict[str, Any]] = []
-    for path in sorted(CRD_DIR.glob("*.yaml")):
+    for path in [*sorted(CRD_DIR.glob("*.yaml")), *sorted(PLATFORM_CRD_DIR.glob("*.yaml"))]:
         crds.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     crds.extend(extra)
     schemas: dict[tuple[str, str, str], dict[str, Any]] = {}

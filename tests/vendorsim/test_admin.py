@@ -131,9 +131,9 @@ def test_state_and_reset(served: Served) -> None:
     boxes = {b["key"]: b["ip"] for b in state["boxes"]}
     assert len(set(boxes.values())) == 35
     assert (boxes["ovh-ns1001.ip-203-0-113.net"], boxes["dedibox-200101"], boxes["robot-2345601"]) == (
-        "127.0.1.11",
-        "127.0.2.31",
-        "127.0.3.51",
+        "198.18.1.11",
+        "198.18.2.31",
+        "198.18.3.51",
     )
     assert all(b["sudo_password"] == "<redacted>" for b in state["boxes"])
     robot(served, "POST", "/server/2345602", {"server_name": "renamed"})
@@ -223,7 +223,7 @@ def test_cli_state_persists_across_restart_and_tasks_advance_by_wall_time(tmp_pa
 
 def test_cli_rejects_a_bad_inventory_naming_the_path(tmp_path: Path) -> None:
     bad = tmp_path / "inventory.yaml"
-    bad.write_text(DEV_INVENTORY.read_text().replace("ip: 127.0.1.12,", "ip: 203.0.113.999,", 1))
+    bad.write_text(DEV_INVENTORY.read_text().replace("ip: 198.18.1.12,", "ip: 203.0.113.999,", 1))
     result = subprocess.run(
         [sys.executable, "-m", "vendorsim", "--inventory", str(bad), "--no-ssh", "--state", str(tmp_path)],
         cwd=ROOT,
@@ -240,10 +240,10 @@ def test_inventory_cross_checks(tmp_path: Path) -> None:
     from vendorsim.inventory import InventoryError, load_inventory
 
     bad = tmp_path / "inventory.yaml"
-    bad.write_text(DEV_INVENTORY.read_text().replace("ip: 127.0.2.33,", "ip: 127.0.2.31,", 1))
+    bad.write_text(DEV_INVENTORY.read_text().replace("ip: 198.18.2.33,", "ip: 198.18.2.31,", 1))
     with pytest.raises(InventoryError) as e:
         load_inventory(bad)
-    assert "ip 127.0.2.31 is used twice" in str(e.value)
+    assert "ip 198.18.2.31 is used twice" in str(e.value)
 
 
 def test_a_state_seeded_before_boxes_had_ips_asks_for_a_reseed(served: Served) -> None:

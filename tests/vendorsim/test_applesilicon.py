@@ -97,7 +97,7 @@ def test_server_detail_is_the_recorded_shape(served: Served) -> None:
     body = scw(served, "GET", f"{Z}/servers/{MAC1}").json()
     prep = served.inventory.prep.sudo_password
     assert (body["ssh_username"], body["vnc_port"], body["sudo_password"]) == ("m1", 59010, prep)
-    assert body["vnc_url"] == f"vnc://m1:{prep}@127.0.5.71:59010"
+    assert body["vnc_url"] == f"vnc://m1:{prep}@198.18.5.71:59010"
     assert (body["status"], body["delivered"], body["vpc_status"], body["type"]) == (
         "ready",
         True,

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,25 +172,28 @@ def test_bad_inputs_are_refused_naming_the_box(farm: BoxFarm, keys):
     with pytest.raises(BoxError, match=r"^box b3: login user 'Bad User' is not a valid user name$"):
         farm.ensure("b3", ssh_port=_free_port(), user="Bad User", authorized_key=None, sudo_password=None)
     with pytest.raises(
-        BoxError, match=r"^box b4: ssh_host 203\.0\.113\.9 is not a loopback address \(127\.0\.0\.0/8\)$"
+        BoxError,
+        match=r"^box b4: ssh_host 203\.0\.113\.9 is neither a loopback address \(127\.0\.0\.0/8\) "
+        r"nor in the box network 198\.18\.0\.0/15$",
     ):
         make(farm, keys, key="b4", ssh_host="203.0.113.9")
     with pytest.raises(BoxError, match=r"^box b5: ssh_host 'box5\.invalid' is not an IPv4 address$"):
         make(farm, keys, key="b5", ssh_host="box5.invalid")
 
 
-def test_boxes_share_a_port_each_on_its_own_loopback_address(farm: BoxFarm, keys):
-    # As real boxes do: one port, each box on its own IP, and nothing answers on the others.
+def test_boxes_share_a_port_each_on_its_own_address_of_the_box_network(farm: BoxFarm, keys):
+    # As real boxes do: one port, each box on its own IP, and nothing answers on the others. The
+    # addresses are the box network's, which the test session's namespace carries on lo.
     port = _free_port()
-    first = make(farm, keys, key="first", ssh_port=port, ssh_host="127.77.0.11")
-    second = make(farm, keys, key="second", ssh_port=port, ssh_host="127.77.0.12")
+    first = make(farm, keys, key="first", ssh_port=port, ssh_host="198.19.77.11")
+    second = make(farm, keys, key="second", ssh_port=port, ssh_host="198.19.77.12")
     assert (first.ssh_host, first.ssh_port, second.ssh_host, second.ssh_port) == (
-        "127.77.0.11",
+        "198.19.77.11",
         port,
-        "127.77.0.12",
+        "198.19.77.12",
         port,
     )
-    for host, name in (("127.77.0.11", "first"), ("127.77.0.12", "second")):
+    for host, name in (("198.19.77.11", "first"), ("198.19.77.12", "second")):
         out = ssh(port, keys["fleet"][0], "hostname", host=host)
         assert (out.returncode, out.stdout) == (0, f"{name}\n")
     with pytest.raises(OSError):
@@ -197,12 +201,31 @@ def test_boxes_share_a_port_each_on_its_own_loopback_address(farm: BoxFarm, keys
     # The address survives a reinstall; ensure on another address moves the sshd there.
     assert farm.reinstall(
         "first", user="ubuntu", authorized_key=keys["fleet"][1], sudo_password=None
-    ).ssh_host == ("127.77.0.11")
-    moved = make(farm, keys, key="second", ssh_port=port, ssh_host="127.77.0.13")
-    assert moved.ssh_host == "127.77.0.13"
-    assert ssh(port, keys["fleet"][0], "hostname", host="127.77.0.13").stdout == "second\n"
+    ).ssh_host == ("198.19.77.11")
+    moved = make(farm, keys, key="second", ssh_port=port, ssh_host="198.19.77.13")
+    assert moved.ssh_host == "198.19.77.13"
+    assert ssh(port, keys["fleet"][0], "hostname", host="198.19.77.13").stdout == "second\n"
     with pytest.raises(OSError):
-        socket.create_connection(("127.77.0.12", port), timeout=1).close()
+        socket.create_connection(("198.19.77.12", port), timeout=1).close()
+
+
+def test_the_box_network_is_refused_where_lo_does_not_carry_it(tmp_path: Path):
+    # A fresh network namespace without scripts/netns.sh's set-up: the box network is nowhere, so a
+    # box there could only be reached through some other interface. The farm refuses it.
+    probe = (
+        "from vendorsim.boxes import BoxFarm, BoxError\n"
+        "try:\n"
+        f"    BoxFarm({str(tmp_path)!r}).ensure('b6', ssh_port=2222, user='ubuntu', authorized_key=None,"
+        " sudo_password=None, ssh_host='198.18.9.9')\n"
+        "except BoxError as error:\n"
+        "    print(error)\n"
+    )
+    command = ["unshare", "--net", sys.executable, "-c", probe]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == (
+        "box b6: ssh_host 198.18.9.9 is in the box network 198.18.0.0/15, which lo does not carry here: "
+        "run vendorsim in its network namespace (scripts/netns.sh; scripts/vendorsim.sh does)"
+    )
 
 
 def test_a_port_already_taken_is_reported(farm: BoxFarm, keys):

@@ -124,7 +124,7 @@ def test_server_detail_and_tags(served: Served) -> None:
         "Ubuntu",
     )
     assert server["interfaces"][0]["ips"][0]["semantic"] == "public"
-    assert server["interfaces"][0]["ips"][0]["address"] == "127.0.2.31"
+    assert server["interfaces"][0]["ips"][0]["address"] == "198.18.2.31"
     r = dedibox(
         served, "POST", f"{Z}/servers/200101/tags", {"tags": ["tuist-kura-dev", "tuist-claim-0123456789ab"]}
     )

@@ -152,7 +152,7 @@ def test_server_detail_and_service_display_name_round_trip(served: Served) -> No
         server["ip"],
         server["state"],
         server["commercialRange"],
-    ) == (SVC, "bhs6", "127.0.1.11", "ok", "Advance-1-2024")
+    ) == (SVC, "bhs6", "198.18.1.11", "ok", "Advance-1-2024")
     service_id = ovh_signed(served, "GET", f"/dedicated/server/{SVC}/serviceInfos").json()["serviceId"]
     assert service_id == 10001001
     service = ovh_signed(served, "GET", f"/services/{service_id}").json()

@@ -45,7 +45,7 @@ def test_server_list_and_detail_are_wrapped(served: Served) -> None:
     assert servers[0]["server"]["product"] == "AX42-U"
     detail = robot(served, "GET", f"/server/{N}").json()["server"]
     assert (detail["server_ip"], detail["server_number"], detail["rescue"], detail["reset"]) == (
-        "127.0.3.51",
+        "198.18.3.51",
         N,
         True,
         True,
@@ -145,7 +145,7 @@ def test_rescue_then_reset_boots_rescue_then_installed(served: Served) -> None:
     r = robot(served, "POST", f"/reset/{N}", {"type": "hw"})
     assert r.json() == {
         "reset": {
-            "server_ip": "127.0.3.51",
+            "server_ip": "198.18.3.51",
             "server_ipv6_net": r.json()["reset"]["server_ipv6_net"],
             "server_number": N,
             "type": "hw",
@@ -207,19 +207,18 @@ def test_failover_routing(served: Served) -> None:
         "failover": {
             "ip": "198.51.100.30",
             "netmask": "255.255.255.255",
-            "server_ip": "127.0.3.51",
+            "server_ip": "198.18.3.51",
             "server_ipv6_net": listed[0]["failover"]["server_ipv6_net"],
             "server_number": N,
-            "active_server_ip": "127.0.3.51",
+            "active_server_ip": "198.18.3.51",
         }
     }
-    r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "127.0.3.51"})
+    r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "198.18.3.51"})
     assert (r.status_code, r.json()["error"]["code"]) == (409, "FAILOVER_ALREADY_ROUTED")
-    r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "127.0.3.52"})
-    assert r.json()["failover"]["active_server_ip"] == "127.0.3.52"
-    assert (
-        robot(served, "GET", "/failover/198.51.100.30").json()["failover"]["active_server_ip"] == "127.0.3.52"
-    )
+    r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "198.18.3.52"})
+    assert r.json()["failover"]["active_server_ip"] == "198.18.3.52"
+    routed = robot(served, "GET", "/failover/198.51.100.30").json()["failover"]["active_server_ip"]
+    assert routed == "198.18.3.52"
     r = robot(served, "POST", "/failover/198.51.100.30", {"active_server_ip": "192.0.2.9"})
     assert (r.status_code, r.json()["error"]["code"]) == (404, "FAILOVER_NEW_SERVER_NOT_FOUND")
     assert robot(served, "DELETE", "/failover/198.51.100.30").json()["failover"]["active_server_ip"] is None
@@ -231,7 +230,7 @@ def test_rate_limit_is_403_with_max_request_and_interval(served: Served) -> None
             robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "192.0.2.9"}).status_code
             == 404
         )
-    r = robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "127.0.3.52"})
+    r = robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "198.18.3.52"})
     assert (r.status_code, r.json()) == (
         403,
         {
@@ -245,5 +244,5 @@ def test_rate_limit_is_403_with_max_request_and_interval(served: Served) -> None
         },
     )
     served.clock.advance(3600)
-    r = robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "127.0.3.52"})
+    r = robot(served, "POST", "/failover/198.51.100.31", {"active_server_ip": "198.18.3.52"})
     assert r.status_code == 200

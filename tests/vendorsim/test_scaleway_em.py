@@ -177,7 +177,7 @@ def test_server_detail_decodes_with_the_sdk(served: Served) -> None:
         "EM-A610R-NVME",
         ["tuist-kura-scw-dev"],
     )
-    assert [str(ip.address) for ip in server.ips] == ["127.0.4.61"]
+    assert [str(ip.address) for ip in server.ips] == ["198.18.4.61"]
     assert server.install is not None and (server.install.status, server.install.user) == (
         "completed",
         "ubuntu",

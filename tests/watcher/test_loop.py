@@ -1,97 +1,162 @@
-"""The watcher loop against a local Kubernetes API (real HTTP through the kubernetes
-client) and a recording Mover."""
+"""The watcher loop against the real control plane (tests/support/cluster.py) and a recording Mover.
+
+Two boxes of a region's pool joined as kubelet stand-ins (TLS bootstrap, Node with the providerID the
+program gives it), each running the region's demux pod with a readiness probe; the test fails a probe
+through the stand-in's readiness file, cordons, deletes or stops a node, and the loop reads all of it
+through the kubernetes client as it does in its pod.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from kubernetes import client
+from kubernetes import client as k8s
 
 from providers.errors import RateLimitError
+from tests.support.cluster import KubeCluster, Kubelet, Kubelets, node_ready, wait_until
 from watcher.decision import Action
 from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
 
 IP = "203.0.113.7"
-SETTINGS = WatcherSettings(
-    ip=IP, region="us-east", node_pool="kura-us-east", namespace="kura", poll_seconds=0.01
-)
-
-
-def k8s_node(name: str, provider_id: str, *, ready: bool = True, deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {
-        "metadata": meta,
-        "spec": {"providerID": provider_id},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
-
-
-def k8s_pod(name: str, node: str, *, ready: bool = True) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "kura"},
-        "spec": {"nodeName": node, "containers": [{"name": "nginx"}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
+REGION = "us-east"
+POOL = "watch-us-east"
+A, B = "watch-a", "watch-b"
+BOX = {A: "ns1.ip-1.net", B: "ns2.ip-2.net"}
+DEMUX = {"app.kubernetes.io/component": "peer-demux", "app.kubernetes.io/instance": REGION}
 
 
 @dataclass
-class FakeApi:
-    """What the local API server serves; and every request it got (path, query)."""
+class Region:
+    namespace: str
+    runner: Kubelets
+    kubelets: dict[str, Kubelet]
+    pods: dict[str, k8s.V1Pod]  # node -> its demux pod
 
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    fail: bool = False
-    requests: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    @property
+    def settings(self) -> WatcherSettings:
+        return WatcherSettings(
+            ip=IP, region=REGION, node_pool=POOL, namespace=self.namespace, poll_seconds=0.01
+        )
+
+
+def demux_pod(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": True,
+            "containers": [
+                {
+                    "name": "nginx",
+                    "image": "nginx:1.27",
+                    "readinessProbe": {
+                        "tcpSocket": {"port": 7443},
+                        "periodSeconds": 1,
+                        "failureThreshold": 1,
+                    },
+                }
+            ],
+        },
+    }
+
+
+def pod_ready(cluster: KubeCluster, namespace: str, name: str) -> bool:
+    found = cluster.core.read_namespaced_pod(name, namespace)
+    return any(c.type == "Ready" and c.status == "True" for c in found.status.conditions or [])
+
+
+@pytest.fixture(scope="module")
+def region(
+    kube_cluster: KubeCluster, fleet_rbac: Callable[[str], None], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Region]:
+    """The region's two boxes and their demux pods; a decoy box of another pool runs a demux pod of
+    this region, and box A also runs another region's demux pod: the watcher must see neither."""
+    from providers.kube import BootstrapToken, create_bootstrap_token
+
+    fleet_rbac("watch")
+    runner = Kubelets(kube_cluster, tmp_path_factory.mktemp("watch-kubelets"))
+    namespace = kube_cluster.namespace("watch")
+    kubelets: dict[str, Kubelet] = {}
+    for node, pool, provider_id in (
+        (A, POOL, f"ovh://bhs/{BOX[A]}"),
+        (B, POOL, f"ovh://bhs/{BOX[B]}"),
+        # Lexically before both: it would win any placement it were part of.
+        ("watch-decoy", "watch-other-pool", "ovh://bhs/ns0.ip-0.net"),
+    ):
+        token = BootstrapToken.generate()
+        create_bootstrap_token(kube_cluster.api, token, fleet="watch", node_name=node)
+        kubelets[node] = runner.start(
+            node, token.value, labels={"node.cluster.x-k8s.io/pool": pool}, provider_id=provider_id
+        )
+    for node in kubelets:
+        wait_until(f"node {node} Ready", lambda node=node: node_ready(kube_cluster, node), timeout=90)
+    pods = {}
+    for node, name in ((A, "demux-a"), (B, "demux-b"), ("watch-decoy", "demux-decoy")):
+        pods[node] = kube_cluster.core.create_namespaced_pod(namespace, demux_pod(name, node, DEMUX))
+    other_region = {**DEMUX, "app.kubernetes.io/instance": "us-west"}
+    kube_cluster.core.create_namespaced_pod(namespace, demux_pod("demux-us-west-a", A, other_region))
+    try:
+        yield Region(namespace, runner, kubelets, pods)
+    finally:
+        runner.stop_all()
+        for node in kubelets:
+            kube_cluster.core.delete_node(node)
+        kube_cluster.delete_namespace(namespace)
 
 
 @pytest.fixture
-def api() -> Iterator[tuple[FakeApi, client.CoreV1Api]]:
-    state = FakeApi()
+def healthy(kube_cluster: KubeCluster, region: Region) -> Region:
+    """Both boxes Ready and uncordoned, both demux pods Ready, as each test starts."""
+    for node in (A, B):
+        if not region.kubelets[node].running():
+            region.kubelets[node] = restart(kube_cluster, region, node)
+    for node in (A, B):
+        wait_until(f"node {node} Ready", lambda node=node: node_ready(kube_cluster, node), timeout=90)
+        kube_cluster.core.patch_node(node, {"spec": {"unschedulable": False}})
+        pod = region.pods[node]
+        try:
+            kube_cluster.core.read_namespaced_pod(pod.metadata.name, region.namespace)
+        except k8s.ApiException as error:
+            if error.status != 404:
+                raise
+            # Its Node was deleted in an earlier test and the pod went with it: schedule it again.
+            region.pods[node] = kube_cluster.core.create_namespaced_pod(
+                region.namespace, demux_pod(pod.metadata.name, node, DEMUX)
+            )
+        region.kubelets[node].set_ready(region.pods[node], "nginx", True)
+    for node in (A, B):
+        name = region.pods[node].metadata.name
+        wait_until(f"{name} Ready", lambda name=name: pod_ready(kube_cluster, region.namespace, name))
+    return region
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            state.requests.append((url.path, parse_qs(url.query)))
-            if state.fail:
-                self.send_response(500)
-                self.end_headers()
-                return
-            if url.path == "/api/v1/nodes":
-                body = {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": state.nodes}
-            elif url.path == "/api/v1/namespaces/kura/pods":
-                body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": state.pods}
-            else:
-                self.send_response(404)
-                self.end_headers()
-                return
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
-        def log_message(self, *args: Any) -> None:
-            pass
+def restart(cluster: KubeCluster, region: Region, node: str) -> Kubelet:
+    """The stopped stand-in again, with the certificate it holds (no new bootstrap); the module's
+    runner stops it at the end like the others."""
+    old = region.kubelets[node]
+    return region.runner.start(
+        node,
+        "aaaaaa.bbbbbbbbbbbbbbbb",
+        node_ip=old.node_ip,
+        labels={"node.cluster.x-k8s.io/pool": POOL},
+        provider_id=f"ovh://bhs/{BOX[node]}",
+    )
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    config = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
-    config.retries = 0
-    with client.ApiClient(config) as api_client:
-        yield state, client.CoreV1Api(api_client)
-    server.shutdown()
-    server.server_close()
+
+def make_unready(cluster: KubeCluster, region: Region, node: str) -> None:
+    pod = region.pods[node]
+    region.kubelets[node].set_ready(pod, "nginx", False)
+    wait_until(
+        f"{pod.metadata.name} NotReady", lambda: not pod_ready(cluster, region.namespace, pod.metadata.name)
+    )
 
 
 @dataclass
@@ -112,134 +177,155 @@ class RecordingMover:
         self.route = box_id
 
 
-def two_boxes(state: FakeApi, *, a_ready: bool = True) -> None:
-    state.nodes = [
-        k8s_node("kura-a", "ovh://bhs/ns1.ip-1.net", ready=a_ready),
-        k8s_node("kura-b", "ovh://bhs/ns2.ip-2.net"),
-    ]
-    state.pods = [k8s_pod("demux-a", "kura-a"), k8s_pod("demux-b", "kura-b")]
+def watcher(
+    cluster: KubeCluster, region: Region, mover: Any, api: k8s.ApiClient | None = None
+) -> FailoverWatcher:
+    list_nodes, list_pods = kube_listers(k8s.CoreV1Api(api or cluster.api), region.settings)
+    return FailoverWatcher(region.settings, list_nodes, list_pods, mover)
 
 
-def watcher(api: client.CoreV1Api, mover: RecordingMover) -> FailoverWatcher:
-    list_nodes, list_pods = kube_listers(api, SETTINGS)
-    return FailoverWatcher(SETTINGS, list_nodes, list_pods, mover)
-
-
-def test_poll_asks_for_the_pool_nodes_and_the_region_demux_pods(
-    api: tuple[FakeApi, client.CoreV1Api],
+def test_only_the_pools_nodes_and_the_regions_demux_pods_count(
+    kube_cluster: KubeCluster, healthy: Region
 ) -> None:
-    state, core = api
-    two_boxes(state)
-    watcher(core, RecordingMover("ns1.ip-1.net")).poll_once()
-    assert state.requests == [
-        ("/api/v1/nodes", {"labelSelector": ["node.cluster.x-k8s.io/pool=kura-us-east"]}),
-        (
-            "/api/v1/namespaces/kura/pods",
-            {"labelSelector": ["app.kubernetes.io/component=peer-demux,app.kubernetes.io/instance=us-east"]},
-        ),
-    ]
+    # Box A's own demux pod fails: the other region's Ready pod on A does not make it eligible, and
+    # the decoy box (lowest name, Ready demux pod of this region) is not in the pool.
+    make_unready(kube_cluster, healthy, A)
+    w = watcher(kube_cluster, healthy, RecordingMover(BOX[A]))
+    decision = w.poll_once()
+    assert decision is not None
+    assert (decision.action, decision.target, decision.node) == (Action.MOVE, BOX[B], B)
 
 
-def test_healthy_current_box_is_kept_without_a_move(api: tuple[FakeApi, client.CoreV1Api]) -> None:
-    state, core = api
-    two_boxes(state)
-    mover = RecordingMover("ns2.ip-2.net")
-    w = watcher(core, mover)
+def test_healthy_current_box_is_kept_without_a_move(kube_cluster: KubeCluster, healthy: Region) -> None:
+    mover = RecordingMover(BOX[B])
+    w = watcher(kube_cluster, healthy, mover)
     assert [w.poll_once().action for _ in range(3)] == [Action.KEEP] * 3  # type: ignore[union-attr]
     assert mover.calls == [("failover_target", IP)] * 3
 
 
-def test_dead_box_is_left_after_two_polls(api: tuple[FakeApi, client.CoreV1Api]) -> None:
-    state, core = api
-    two_boxes(state, a_ready=False)
-    mover = RecordingMover("ns1.ip-1.net")
-    w = watcher(core, mover)
-    w.poll_once()
-    w.poll_once()
-    w.poll_once()
+def test_a_box_whose_demux_pod_fails_is_left_after_two_polls(
+    kube_cluster: KubeCluster, healthy: Region
+) -> None:
+    make_unready(kube_cluster, healthy, A)
+    mover = RecordingMover(BOX[A])
+    w = watcher(kube_cluster, healthy, mover)
+    for _ in range(3):
+        w.poll_once()
     assert mover.calls == [
         ("failover_target", IP),
         ("failover_target", IP),
-        ("move_failover", IP, "ns2.ip-2.net"),
+        ("move_failover", IP, BOX[B]),
         ("failover_target", IP),
     ]
 
 
-def test_terminating_node_from_the_api_is_not_eligible(api: tuple[FakeApi, client.CoreV1Api]) -> None:
-    state, core = api
-    two_boxes(state)
-    state.nodes[0] = k8s_node("kura-a", "ovh://bhs/ns1.ip-1.net", deleting=True)
-    decision = watcher(core, RecordingMover("ns1.ip-1.net")).poll_once()
-    assert decision is not None
-    assert (decision.action, decision.target) == (Action.MOVE, "ns2.ip-2.net")
-
-
-def test_api_failure_keeps_the_route(
-    api: tuple[FakeApi, client.CoreV1Api], caplog: pytest.LogCaptureFixture
+def test_a_dead_node_is_left_once_the_node_controller_marks_it(
+    kube_cluster: KubeCluster, healthy: Region
 ) -> None:
-    state, core = api
-    state.fail = True
-    mover = RecordingMover("ns1.ip-1.net")
+    healthy.kubelets[A].stop()
+    # scripts/cluster.sh gives the node lifecycle controller a 20 s grace period.
+    wait_until("node A not Ready", lambda: node_ready(kube_cluster, A) is None, timeout=90)
+    mover = RecordingMover(BOX[A])
+    w = watcher(kube_cluster, healthy, mover)
+    decisions = [w.poll_once() for _ in range(2)]
+    assert [d.action for d in decisions if d] == [Action.MOVE, Action.MOVE]
+    assert "current box ns1.ip-1.net is not eligible" in decisions[0].reason  # type: ignore[union-attr]
+    assert mover.route == BOX[B]
+
+
+def test_a_cordoned_or_deleted_node_is_left_at_once(kube_cluster: KubeCluster, healthy: Region) -> None:
+    # A release cordons first: a drain never flaps back, so no confirming poll.
+    kube_cluster.core.patch_node(A, {"spec": {"unschedulable": True}})
+    mover = RecordingMover(BOX[A])
+    decision = watcher(kube_cluster, healthy, mover).poll_once()
+    assert decision is not None and (decision.action, decision.target, decision.drain) == (
+        Action.MOVE,
+        BOX[B],
+        True,
+    )
+    assert mover.route == BOX[B]
+    # A Node being deleted (held by a finalizer here) is no candidate either.
+    kube_cluster.core.patch_node(A, {"spec": {"unschedulable": False}})
+    kube_cluster.core.patch_node(B, {"metadata": {"finalizers": ["tuist.dev/test-hold"]}})
+    kube_cluster.core.delete_node(B)
+    try:
+        decision = watcher(kube_cluster, healthy, mover).poll_once()
+        assert decision is not None and (decision.action, decision.target) == (Action.MOVE, BOX[A])
+    finally:
+        kube_cluster.core.patch_node(B, {"metadata": {"finalizers": None}})
+        wait_until(
+            "node B gone", lambda: B not in {n.metadata.name for n in kube_cluster.core.list_node().items}
+        )
+        # The stand-in does not register a deleted Node again (as the kubelet): start it afresh.
+        healthy.kubelets[B].stop()
+
+
+def test_an_unreadable_api_keeps_the_route(
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An identity with no right to list nodes: the apiserver says 403 and the watcher moves nothing.
+    from tests.cluster.k8s_support import service_account_api
+
+    kube_cluster.core.create_namespaced_service_account(healthy.namespace, {"metadata": {"name": "nobody"}})
+    api = service_account_api(kube_cluster, healthy.namespace, "nobody")
+    make_unready(kube_cluster, healthy, A)
+    mover = RecordingMover(BOX[A])
     with caplog.at_level(logging.WARNING, logger="watcher"):
-        assert watcher(core, mover).poll_once() is None
+        assert watcher(kube_cluster, healthy, mover, api=api).poll_once() is None
     assert mover.calls == []
     assert (
         caplog.records[0]
         .getMessage()
-        .startswith(f"failover {IP}: read failed, keeping the current route: (500)")
+        .startswith(f"failover {IP}: read failed, keeping the current route: (403)")
     )
 
 
 def test_no_eligible_box_stays_and_alerts(
-    api: tuple[FakeApi, client.CoreV1Api], caplog: pytest.LogCaptureFixture
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
 ) -> None:
-    state, core = api
-    two_boxes(state)
-    state.pods = [k8s_pod("demux-a", "kura-a", ready=False)]
-    mover = RecordingMover("ns1.ip-1.net")
+    make_unready(kube_cluster, healthy, A)
+    make_unready(kube_cluster, healthy, B)
+    mover = RecordingMover(BOX[A])
     with caplog.at_level(logging.ERROR, logger="watcher"):
-        decision = watcher(core, mover).poll_once()
+        decision = watcher(kube_cluster, healthy, mover).poll_once()
     assert decision is not None and decision.action is Action.STAY
     assert [r.getMessage() for r in caplog.records] == [
-        f"failover {IP}: ALERT stay: no eligible box in pool (kura-a: no Ready peer-demux pod, "
-        "kura-b: no Ready peer-demux pod); IP left on ns1.ip-1.net"
+        f"failover {IP}: ALERT stay: no eligible box in pool ({A}: no Ready peer-demux pod, "
+        f"{B}: no Ready peer-demux pod); IP left on {BOX[A]}"
     ]
     assert mover.calls == [("failover_target", IP)]
 
 
-def test_failed_move_is_retried_on_the_next_poll(api: tuple[FakeApi, client.CoreV1Api]) -> None:
-    state, core = api
-    two_boxes(state, a_ready=False)
-    mover = RecordingMover("ns1.ip-1.net", fail_moves=1)
-    w = watcher(core, mover)
-    for _ in range(3):
+def test_failed_move_is_retried_on_the_next_poll(kube_cluster: KubeCluster, healthy: Region) -> None:
+    kube_cluster.core.patch_node(A, {"spec": {"unschedulable": True}})
+    mover = RecordingMover(BOX[A], fail_moves=1)
+    w = watcher(kube_cluster, healthy, mover)
+    for _ in range(2):
         w.poll_once()
     assert [c for c in mover.calls if c[0] == "move_failover"] == [
-        ("move_failover", IP, "ns2.ip-2.net"),
-        ("move_failover", IP, "ns2.ip-2.net"),
+        ("move_failover", IP, BOX[B]),
+        ("move_failover", IP, BOX[B]),
     ]
-    assert mover.route == "ns2.ip-2.net"
+    assert mover.route == BOX[B]
 
 
-def test_foreign_provider_id_is_logged_and_ineligible(
-    api: tuple[FakeApi, client.CoreV1Api], caplog: pytest.LogCaptureFixture
+def test_a_node_with_a_foreign_provider_id_is_logged_and_never_a_target(
+    kube_cluster: KubeCluster, healthy: Region, join: Callable[..., Kubelet], caplog: pytest.LogCaptureFixture
 ) -> None:
-    state, core = api
-    two_boxes(state)
-    state.nodes[1] = k8s_node("kura-b", "hcloud://99")
+    # A Hetzner Cloud worker that carries the pool label by mistake.
+    join("watch-cloud", fleet="watch", labels={"node.cluster.x-k8s.io/pool": POOL}, provider_id="hcloud://99")
+    kube_cluster.core.patch_node(A, {"spec": {"unschedulable": True}})
+    kube_cluster.core.patch_node(B, {"spec": {"unschedulable": True}})
     with caplog.at_level(logging.WARNING, logger="watcher"):
-        decision = watcher(core, RecordingMover("ns2.ip-2.net")).poll_once()
-    assert decision is not None and (decision.action, decision.target) == (Action.MOVE, "ns1.ip-1.net")
-    assert caplog.records[0].getMessage() == (
-        "node kura-b: providerID 'hcloud://99' has scheme 'hcloud'; "
-        "expected ovh://, dedibox:// or hrobot://; "
-        "it cannot carry the failover IP"
-    )
+        decision = watcher(kube_cluster, healthy, RecordingMover(BOX[A])).poll_once()
+    assert decision is not None and decision.action is Action.STAY
+    assert (
+        "node watch-cloud: providerID 'hcloud://99' has scheme 'hcloud'; "
+        "expected ovh://, dedibox:// or hrobot://; it cannot carry the failover IP"
+    ) in [r.getMessage() for r in caplog.records]
 
 
-def test_run_polls_until_stopped(api: tuple[FakeApi, client.CoreV1Api]) -> None:
-    state, core = api
-    two_boxes(state)
+def test_run_polls_until_stopped(kube_cluster: KubeCluster, healthy: Region) -> None:
     stop = threading.Event()
 
     class StopAfterThree(RecordingMover):
@@ -248,11 +334,12 @@ def test_run_polls_until_stopped(api: tuple[FakeApi, client.CoreV1Api]) -> None:
                 stop.set()
             return super().failover_target(ip)
 
-    mover = StopAfterThree("ns1.ip-1.net")
-    thread = threading.Thread(target=watcher(core, mover).run, args=(stop,))
+    mover = StopAfterThree(BOX[A])
+    thread = threading.Thread(target=watcher(kube_cluster, healthy, mover).run, args=(stop,))
+    started = time.monotonic()
     thread.start()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and time.monotonic() - started < 10
     assert mover.calls == [("failover_target", IP)] * 3
 
 
@@ -275,12 +362,11 @@ class RateLimitedMover(RecordingMover):
 
 
 def test_a_spent_request_budget_keeps_the_route_alerts_and_pauses(
-    api: tuple[FakeApi, client.CoreV1Api], caplog: pytest.LogCaptureFixture
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
 ) -> None:
-    state, core = api
-    two_boxes(state, a_ready=False)
-    mover = RateLimitedMover("ns1.ip-1.net")
-    w = watcher(core, mover)
+    make_unready(kube_cluster, healthy, A)
+    mover = RateLimitedMover(BOX[A])
+    w = watcher(kube_cluster, healthy, mover)
     with caplog.at_level(logging.ERROR, logger="watcher"):
         assert w.poll_once() is None
     assert [c[0] for c in mover.calls] == ["failover_target"]
@@ -288,10 +374,10 @@ def test_a_spent_request_budget_keeps_the_route_alerts_and_pauses(
     assert line.startswith(f"failover {IP}: ALERT vendor request budget spent, keeping the current route: ")
     assert "may call GET /failover/{ip} 100 times per 3600 s" in line
     # The next read waits out the pause, not the poll interval.
-    assert w.next_wait() == SETTINGS.rate_limited_pause_seconds
+    assert w.next_wait() == healthy.settings.rate_limited_pause_seconds
     mover.__class__ = RecordingMover
     w.poll_once()
-    assert w.next_wait() == SETTINGS.poll_seconds
+    assert w.next_wait() == healthy.settings.poll_seconds
 
 
 def test_robot_watcher_polls_no_faster_than_half_the_budget_allows(monkeypatch: pytest.MonkeyPatch) -> None:

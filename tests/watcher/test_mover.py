@@ -101,7 +101,7 @@ CASES = [
         "robot",
         "198.51.100.30",
         ("2345601", "2345602", "2345603"),
-        ("POST", "/robot/failover/198.51.100.30", {"active_server_ip": "127.0.3.52"}),
+        ("POST", "/robot/failover/198.51.100.30", {"active_server_ip": "198.18.3.52"}),
     ),
 ]
 BY_VENDOR = pytest.mark.parametrize("case", CASES, ids=[c.vendor for c in CASES])

@@ -174,6 +174,12 @@ WantedBy=multi-user.target
 EOF
 } | put /etc/systemd/system/kubelet.service 0644
 
+# No serverTLSBootstrap: kube-controller-manager never approves kubernetes.io/kubelet-serving CSRs,
+# and nothing in these clusters does, so the kubelet would wait for a serving certificate and serve
+# nothing on :10250 (no `kubectl logs`, `exec` or metrics). Without it the kubelet serves with a
+# self-signed certificate, which the apiserver accepts as long as it runs without
+# --kubelet-certificate-authority (kubeadm's default). Turn it on only together with a serving-CSR
+# approver that checks each CSR's addresses against its Node's.
 {
   cat <<'EOF'
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -189,7 +195,6 @@ authentication:
 authorization:
   mode: Webhook
 runtimeRequestTimeout: 5m
-serverTLSBootstrap: true
 rotateCertificates: true
 EOF
   printf 'clusterDomain: %s\n' "$CLUSTER_DOMAIN"

@@ -27,7 +27,7 @@ def make_client(sim, password="dev-robot-password", attempts=12) -> RobotClient:
 
 def exercise(client: RobotClient) -> None:
     boxes = {b.id: b for b in client.list_boxes()}
-    assert boxes[BOX].marker_field == "tuist-bm-dev-2" and boxes[BOX].public_ipv4 == "127.0.3.52"
+    assert boxes[BOX].marker_field == "tuist-bm-dev-2" and boxes[BOX].public_ipv4 == "198.18.3.52"
     assert boxes["2345604"].claim == Claim("a1ce00000003")
     assert "2345605" not in {b.id for b in client.boxes_with_marker("tuist-bm-dev-")}
     client.set_claim(BOX, Claim("0123456789ab"))
@@ -50,7 +50,7 @@ def test_every_method_against_vendorsim(vendorsim):
         (e["method"], e["path"], e["body"]) for e in vendorsim.admin("GET", "/audit?since=0")["entries"]
     ]
     assert writes[0] == ("POST", f"/robot/server/{BOX}", {"server_name": "tuist-bm-dev-2--c-0123456789ab"})
-    assert writes[1] == ("POST", "/robot/failover/198.51.100.30", {"active_server_ip": "127.0.3.52"})
+    assert writes[1] == ("POST", "/robot/failover/198.51.100.30", {"active_server_ip": "198.18.3.52"})
     assert [w[:2] for w in writes[2:]][-3:] == [
         ("POST", f"/robot/boot/{BOX}/rescue"),
         ("POST", f"/robot/reset/{BOX}"),
@@ -143,7 +143,7 @@ def test_failover_route_to_the_current_server_is_documented_success(vendorsim):
     goes: Robot answers 409 FAILOVER_ALREADY_ROUTED, which is success."""
     client = make_client(vendorsim)
     real = client._failover
-    stale = iter([{"active_server_ip": "127.0.3.52"}])
+    stale = iter([{"active_server_ip": "198.18.3.52"}])
     client._failover = lambda ip: next(stale, None) or real(ip)  # type: ignore[method-assign]
     client.move_failover("198.51.100.30", "2345601")
     assert [w["status"] for w in writes(vendorsim, "/robot/failover/198.51.100.30")] == [409]

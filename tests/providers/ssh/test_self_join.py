@@ -202,7 +202,9 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
     ):
         assert f"    {flag}" in unit
     kubelet_config = (box.info.data_disk / "kubelet/config.yaml").read_text()
-    assert "clusterDNS:\n- 10.96.0.10\n" in kubelet_config and "serverTLSBootstrap: true" in kubelet_config
+    assert "clusterDNS:\n- 10.96.0.10\n" in kubelet_config
+    # No serving-CSR approver runs in these clusters: a kubelet waiting for one would serve nothing.
+    assert "serverTLSBootstrap" not in kubelet_config
     assert "clusterDomain: cluster.local\n" in kubelet_config
     bootstrap = box.info.data_disk / "kubelet/bootstrap-kubeconfig"
     assert f"token: {BOOTSTRAP_TOKEN}\n" in bootstrap.read_text()
@@ -379,7 +381,7 @@ def test_a_box_running_the_self_join_ends_with_a_ready_node(
     create_bootstrap_token(kube_cluster.api, token, fleet="ssh-tests", node_name="kura-us-east-2")
     params = SelfJoinParams(
         node_name="kura-us-east-2",
-        node_ip="127.0.60.2",
+        node_ip="198.18.0.60",
         provider_id="ovh://bhs6/ns5009999.ip-203-0-113.net",
         labels={"node.cluster.x-k8s.io/pool": "kura-us-east"},
         taints=(NodeTaint("tuist.dev/kura", "true", "NoSchedule"),),
@@ -413,7 +415,7 @@ def test_a_box_running_the_self_join_ends_with_a_ready_node(
         assert node.metadata.labels["node.cluster.x-k8s.io/pool"] == "kura-us-east"
         taints = [(t.key, t.value, t.effect) for t in node.spec.taints]
         assert ("tuist.dev/kura", "true", "NoSchedule") in taints
-        assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == ["127.0.60.2"]
+        assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == ["198.18.0.60"]
         assert node.status.capacity["cpu"] == "16" and node.status.capacity["memory"] == "64Gi"
         # The kubelet's files are where the self-join put its root: on /data.
         current = info.data_disk / "kubelet" / "pki" / "kubelet-client-current.pem"

@@ -1,0 +1,375 @@
+"""Every object of a whole stack, rendered by the program under Pulumi's mocks (tests/test_program.py),
+applied to the real control plane; then every identity the program gives rights to is judged by the
+real authorizer (SubjectAccessReview): allowed what its workload does, denied a sample of what it must
+never do.
+
+What each workload needs is stated here from what the workload does (the process, its arguments and
+the files it is given), not read off the roles the program renders: a role that lost a verb, or a
+Deployment whose lease or ConfigMap no longer matches its role, fails here. A workload or a
+ServiceAccount this file has no facts for fails too, so a new one cannot go unchecked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.cluster.k8s_support import apply, can, install_crd_fixture
+from tests.support.cluster import KubeCluster
+from tests.test_program import run_program
+
+STACK = "dev"  # the stack with every kind of workload (failover watchers, gateways, demux, runners)
+
+
+@dataclass(frozen=True)
+class Check:
+    verb: str
+    resource: str
+    namespace: str | None = None  # None: cluster scope
+    group: str = ""
+    subresource: str | None = None
+    name: str | None = None
+
+    def __str__(self) -> str:
+        where = f" in {self.namespace}" if self.namespace else " (cluster)"
+        sub = f"/{self.subresource}" if self.subresource else ""
+        named = f" {self.name}" if self.name else ""
+        return f"{self.verb} {self.group + '/' if self.group else ''}{self.resource}{sub}{named}{where}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    name: str
+    namespace: str
+    service_account: str
+    args: list[str]
+    env: dict[str, str]
+
+    def arg(self, flag: str) -> str:
+        found = [a.split("=", 1)[1] for a in self.args if a.startswith(f"--{flag}=")]
+        assert len(found) == 1, f"{self.kind} {self.name}: expected one --{flag}, got {self.args}"
+        return found[0].replace("$(POD_NAMESPACE)", self.namespace)
+
+
+def workloads(manifests: list[dict[str, Any]]) -> list[Workload]:
+    found = []
+    for m in manifests:
+        if m["kind"] not in ("Deployment", "DaemonSet", "StatefulSet"):
+            continue
+        pod = m["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        found.append(
+            Workload(
+                kind=m["kind"],
+                name=m["metadata"]["name"],
+                namespace=m["metadata"]["namespace"],
+                service_account=pod.get("serviceAccountName") or "default",
+                args=list(container.get("args") or []),
+                env={e["name"]: e.get("value", "") for e in container.get("env") or []},
+            )
+        )
+    return found
+
+
+# --- what each workload does ----------------------------------------------------------------------------
+
+
+def kura_controller(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns = w.arg("watch-namespace")
+    lease = w.arg("leader-election-id")
+    needs = [
+        *(Check(v, "statefulsets", ns, "apps") for v in ("create", "update", "delete", "watch")),
+        *(Check(v, "services", ns) for v in ("create", "update", "delete", "watch")),
+        Check("watch", "pods", ns),
+        Check("delete", "persistentvolumeclaims", ns),  # an account's removal deletes its claims
+        Check("list", "nodes"),  # topology of the bare-metal pool
+        *(Check(v, "kurainstances", ns, "kura.tuist.dev") for v in ("list", "watch", "update")),
+        Check("update", "kurainstances", ns, "kura.tuist.dev", "status"),
+        Check("create", "events", ns),
+        Check("create", "leases", ns, "coordination.k8s.io"),
+        Check("update", "leases", ns, "coordination.k8s.io", name=lease),
+    ]
+    never = [
+        Check("get", "secrets", ns),
+        Check("create", "pods", ns),  # it runs instances as StatefulSets, never bare pods
+        Check("create", "statefulsets", "tuist-runners", "apps"),
+        Check("delete", "nodes"),
+        Check("update", "leases", ns, "coordination.k8s.io", name="runners-controller.tuist.dev"),
+    ]
+    return needs, never
+
+
+def external_dns(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns = w.arg("namespace")
+    assert w.arg("source") == "crd"
+    needs = [
+        Check("list", "dnsendpoints", ns, "externaldns.k8s.io"),
+        Check("watch", "dnsendpoints", ns, "externaldns.k8s.io"),
+        Check("update", "dnsendpoints", ns, "externaldns.k8s.io", "status"),
+    ]
+    never = [
+        Check("update", "dnsendpoints", ns, "externaldns.k8s.io"),  # the program owns the records
+        Check("delete", "dnsendpoints", ns, "externaldns.k8s.io"),
+        Check("list", "dnsendpoints", "default", "externaldns.k8s.io"),
+        Check("list", "services", ns),  # the crd source only
+        Check("get", "secrets", ns),  # its Cloudflare token is a mounted file
+    ]
+    return needs, never
+
+
+def runners_controller(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns = w.arg("watch-namespace")
+    lease = w.arg("leader-election-id")
+    needs = [
+        *(Check(v, "pods", ns) for v in ("create", "delete", "watch")),
+        *(Check(v, "runnerpools", ns, "tuist.dev") for v in ("list", "watch", "update")),
+        Check("update", "runnerpools", ns, "tuist.dev", "status"),
+        Check("create", "events", ns),
+        Check("create", "leases", ns, "coordination.k8s.io"),
+        Check("update", "leases", ns, "coordination.k8s.io", name=lease),
+    ]
+    never = [
+        Check("get", "secrets", ns),  # the server token reaches it as env, resolved by the kubelet
+        Check("create", "pods", "kura"),
+        Check("create", "rolebindings", ns, "rbac.authorization.k8s.io"),
+        Check("create", "pods", ns, subresource="exec"),
+    ]
+    return needs, never
+
+
+def gateway(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns = w.arg("watch-namespace")
+    configmap_ns, configmap = w.arg("configmap").split("/")
+    lease = w.arg("election-id")
+    assert w.arg("report-node-internal-ip-address") == "true"
+    needs = [
+        *(Check(v, "ingresses", ns, "networking.k8s.io") for v in ("list", "watch")),
+        Check("update", "ingresses", ns, "networking.k8s.io", "status"),
+        Check("list", "ingressclasses", group="networking.k8s.io"),
+        Check("list", "endpointslices", ns, "discovery.k8s.io"),
+        *(Check("list", r, ns) for r in ("services", "secrets", "pods")),
+        Check("get", "configmaps", configmap_ns, name=configmap),
+        Check("get", "nodes"),  # --report-node-internal-ip-address reads its node
+        Check("create", "events", ns),
+        Check("create", "leases", ns, "coordination.k8s.io"),
+        Check("update", "leases", ns, "coordination.k8s.io", name=lease),
+    ]
+    other_lease = lease.replace(w.name.removeprefix("kura-gateway-"), "other-region")
+    never = [
+        Check("get", "secrets", "kube-system"),
+        Check("list", "secrets", "tuist-runners"),
+        Check("update", "leases", ns, "coordination.k8s.io", name=other_lease),
+        Check("create", "pods", ns),
+        Check("delete", "services", ns),
+        Check("patch", "nodes"),
+    ]
+    return needs, never
+
+
+def demux_routes(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns = w.env["KURA_NAMESPACE"]
+    configmap = w.env["ROUTES_CONFIGMAP"]
+    needs = [
+        Check("list", "services", ns),
+        Check("watch", "services", ns),
+        Check("get", "configmaps", ns, name=configmap),
+        Check("patch", "configmaps", ns, name=configmap),
+    ]
+    never = [
+        # The static nginx.conf of the demux (its own ConfigMap) and any other one.
+        Check("patch", "configmaps", ns, name=w.name.replace("-routes-", "-")),
+        Check("list", "configmaps", ns),
+        Check("list", "services", "default"),
+        Check("get", "secrets", ns),
+    ]
+    return needs, never
+
+
+def failover_watcher(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns = w.env["KURA_NAMESPACE"]
+    needs = [Check("list", "nodes"), Check("list", "pods", ns)]
+    never = [
+        Check("get", "secrets", ns),  # its vendor credentials are a mounted file
+        Check("patch", "nodes"),
+        Check("delete", "pods", ns),
+        Check("list", "pods", "tuist-runners"),
+    ]
+    return needs, never
+
+
+def peer_demux(w: Workload) -> tuple[list[Check], list[Check]]:
+    # nginx reads its config and routes from files the kubelet mounts: no API access at all.
+    ns = w.namespace
+    never = [Check("list", "services", ns), Check("get", "configmaps", ns), Check("list", "pods", ns)]
+    return [], never
+
+
+FACTS: list[tuple[str, str, Callable[[Workload], tuple[list[Check], list[Check]]]]] = [
+    ("Deployment", "kura-controller", kura_controller),
+    ("Deployment", "external-dns", external_dns),
+    ("Deployment", "runners-controller", runners_controller),
+    ("Deployment", "kura-gateway-", gateway),
+    ("Deployment", "kura-peer-demux-routes-", demux_routes),
+    ("Deployment", "kura-failover-watcher-", failover_watcher),
+    ("DaemonSet", "kura-peer-demux-", peer_demux),
+]
+
+# Whoever it is, none of the program's identities may do these.
+NEVER_ANYONE = [
+    Check("create", "clusterrolebindings", group="rbac.authorization.k8s.io"),
+    Check("escalate", "clusterroles", group="rbac.authorization.k8s.io"),
+    Check("bind", "clusterroles", group="rbac.authorization.k8s.io"),
+    Check("impersonate", "users"),
+    Check("get", "secrets", "kube-system"),
+    Check("create", "pods", "kube-system"),
+    Check("delete", "namespaces"),
+    Check("update", "certificatesigningrequests", group="certificates.k8s.io", subresource="approval"),
+]
+
+
+def facts_for(w: Workload) -> tuple[list[Check], list[Check]]:
+    # The longest prefix wins: kura-peer-demux-routes- before kura-peer-demux-.
+    matching = [
+        fn
+        for kind, prefix, fn in sorted(FACTS, key=lambda f: -len(f[1]))
+        if w.kind == kind and w.name.startswith(prefix)
+    ][:1]
+    assert matching, f"{w.kind} {w.name}: no facts here about what it does; add them to FACTS"
+    return matching[0](w)
+
+
+def service_account(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def judge(cluster: KubeCluster, user: str, check: Check) -> bool:
+    return can(
+        cluster,
+        user,
+        check.verb,
+        check.resource,
+        namespace=check.namespace,
+        group=check.group,
+        subresource=check.subresource,
+        name=check.name,
+    )
+
+
+# --- the stack, applied ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stack(kube_cluster: KubeCluster) -> Iterator[list[dict[str, Any]]]:
+    manifests = run_program(STACK).manifests
+    # The platform installs Cilium's CRD before the program runs; the program installs the rest.
+    install_crd_fixture(kube_cluster, "ciliumnodeconfigs.cilium.io.yaml")
+    apply(kube_cluster, manifests)
+    try:
+        yield manifests
+    finally:
+        remove(kube_cluster, manifests)
+
+
+def remove(cluster: KubeCluster, manifests: list[dict[str, Any]]) -> None:
+    """What the stack put in the session's cluster goes again (its CRDs stay: other tests install
+    them by the same name, and a CRD's deletion takes a while)."""
+    namespaces = {m["metadata"]["name"] for m in manifests if m["kind"] == "Namespace"}
+    for m in manifests:
+        meta = m["metadata"]
+        if m["kind"] in ("Namespace", "CustomResourceDefinition") or meta.get("namespace") in namespaces:
+            continue
+        target = [f"{m['kind']}.{m['apiVersion'].split('/')[0]}" if "/" in m["apiVersion"] else m["kind"]]
+        scope = ["-n", meta["namespace"]] if meta.get("namespace") else []
+        cluster.kubectl(
+            "delete", *target, meta["name"], *scope, "--ignore-not-found", "--wait=false", check=False
+        )
+    for namespace in namespaces:
+        with contextlib.suppress(k8s.ApiException):
+            cluster.core.delete_namespace(namespace)
+
+
+def test_every_object_of_the_stack_is_accepted_by_the_apiserver(
+    kube_cluster: KubeCluster, stack: list[dict[str, Any]]
+) -> None:
+    # `apply` failed loudly otherwise; here the objects are read back where the program put them.
+    apps = k8s.AppsV1Api(kube_cluster.api)
+    for w in workloads(stack):
+        read = apps.read_namespaced_deployment if w.kind == "Deployment" else apps.read_namespaced_daemon_set
+        assert read(w.name, w.namespace).metadata.name == w.name
+    accounts = {
+        (m["metadata"]["namespace"], m["metadata"]["name"]) for m in stack if m["kind"] == "ServiceAccount"
+    }
+    for namespace, name in accounts:
+        kube_cluster.core.read_namespaced_service_account(name, namespace)
+
+
+def test_each_workloads_identity_may_do_what_it_does_and_nothing_near_it(
+    kube_cluster: KubeCluster, stack: list[dict[str, Any]]
+) -> None:
+    problems = []
+    used = set()
+    for w in workloads(stack):
+        needs, never = facts_for(w)
+        user = service_account(w.namespace, w.service_account)
+        used.add((w.namespace, w.service_account))
+        problems += [f"{user} ({w.name}) may not {c}" for c in needs if not judge(kube_cluster, user, c)]
+        problems += [
+            f"{user} ({w.name}) may {c}" for c in [*never, *NEVER_ANYONE] if judge(kube_cluster, user, c)
+        ]
+    assert not problems, "\n".join(problems)
+    # Every ServiceAccount the program makes runs some workload: none holds rights for nothing.
+    accounts = {
+        (m["metadata"]["namespace"], m["metadata"]["name"]) for m in stack if m["kind"] == "ServiceAccount"
+    }
+    assert accounts <= used, f"ServiceAccounts no workload runs as: {sorted(accounts - used)}"
+
+
+def test_a_fleets_bootstrap_token_may_ask_for_a_node_certificate_and_nothing_else(
+    kube_cluster: KubeCluster, stack: list[dict[str, Any]]
+) -> None:
+    groups = sorted(
+        {
+            s["name"]
+            for m in stack
+            if m["kind"] == "ClusterRoleBinding"
+            for s in m["subjects"]
+            if s["name"].startswith("system:bootstrappers:")
+        }
+    )
+    assert groups == [
+        "system:bootstrappers:tuist-kura-dedibox",
+        "system:bootstrappers:tuist-kura-ovh",
+        "system:bootstrappers:tuist-runners-linux",
+    ]
+    csr = "certificatesigningrequests"
+    for group in groups:
+
+        def may(
+            verb: str, resource: str, subresource: str | None = None, api: str = "certificates.k8s.io"
+        ) -> bool:
+            review = k8s.V1SubjectAccessReview(
+                spec=k8s.V1SubjectAccessReviewSpec(
+                    user="system:bootstrap:abcdef",
+                    groups=["system:bootstrappers", group, "system:authenticated"],  # noqa: B023
+                    resource_attributes=k8s.V1ResourceAttributes(
+                        verb=verb, resource=resource, subresource=subresource, group=api
+                    ),
+                )
+            )
+            result = k8s.AuthorizationV1Api(kube_cluster.api).create_subject_access_review(review)
+            return bool(result.status.allowed)
+
+        # What TLS bootstrap takes: create its CSR, read it back, and be auto-approved for a client one.
+        assert may("create", csr) and may("get", csr), group
+        assert may("create", csr, "nodeclient"), group
+        # Not a renewal as a node, not its own approval, not the cluster.
+        assert not may("create", csr, "selfnodeclient"), group
+        assert not may("update", csr, "approval"), group
+        assert not may("get", "nodes", api=""), group
+        assert not may("list", "secrets", api=""), group
