@@ -17,13 +17,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import runpy
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import boto3
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "tuist-infra"
@@ -111,6 +123,205 @@ def evaluate(args: argparse.Namespace) -> None:
         )
 
 
+# --- the program through the engine ---------------------------------------------------------------
+
+_IGNORED = (
+    ".git",
+    ".venv",
+    ".toolchain",
+    ".pulumi-state",
+    "build",
+    "rendered",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
+)
+PASSPHRASE = "bench-only-passphrase"
+
+
+def engine_stack(raw: dict[str, Any]) -> dict[str, Any]:
+    """A stack config the engine previews with no vendor, cluster or cloud behind it: Kubernetes objects
+    rendered to a folder (the dev stack's render_dir mode) and the control plane's firewall off (it
+    reads the Hetzner project on every preview). Every resource of the program is still registered."""
+    cluster = {k: v for k, v in dict(raw["cluster"]).items() if k != "api_server"}
+    cluster["render_dir"] = "rendered/bench"
+    cluster["control_plane_firewall"] = {"enabled": False}
+    return {**raw, "cluster": cluster}
+
+
+@dataclass
+class Project:
+    """A copy of the project with a private backend and PULUMI_HOME; `pulumi` runs in it."""
+
+    root: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["pulumi", *args, "--non-interactive"],
+            cwd=self.root,
+            env=self.env,
+            input=stdin,
+            text=True,
+            capture_output=True,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"pulumi {' '.join(args)} exited {proc.returncode}:\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
+        return proc
+
+    def stack(self, name: str, raw: dict[str, Any]) -> None:
+        """Create stack `name` with `raw` as its config, its secrets as stand-in secret values."""
+        from config.loader import load_stack_config, required_secret_keys
+
+        config: dict[str, Any] = {f"{PROJECT}:{k}": v for k, v in raw.items()}
+        (self.root / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+        self.run("stack", "init", name, "--secrets-provider", "passphrase")
+        secrets = required_secret_keys(load_stack_config(raw))
+        if secrets:
+            pairs = [arg for key in secrets for arg in ("--secret", f"{key}=stand-in-{key}")]
+            self.run("config", "set-all", "-s", name, *pairs)
+
+
+def project(tmp: Path, backend_url: str, extra_env: dict[str, str]) -> Project:
+    root = tmp / "project"
+    shutil.copytree(REPO, root, ignore=shutil.ignore_patterns(*_IGNORED))
+    (root / ".venv").symlink_to(REPO / ".venv")
+    env = {
+        **os.environ,
+        "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+        "PULUMI_HOME": str(tmp / "pulumi-home"),
+        "PULUMI_BACKEND_URL": backend_url,
+        "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+        **engine_settings(),
+        **extra_env,
+    }
+    return Project(root, env)
+
+
+def engine_settings() -> dict[str, str]:
+    """The engine settings every CLI run of the project gets (scripts/engine.env)."""
+    settings = {}
+    for line in (REPO / "scripts" / "engine.env").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            key, _, value = line.partition("=")
+            settings[key] = value
+    return settings
+
+
+_CREATED = re.compile(r"^\s*\+ (\d+) to create$", re.M)
+
+
+def preview(p: Project, stack: str) -> tuple[float, int]:
+    """Seconds of one `pulumi preview`, and the resources it would create."""
+    start = time.perf_counter()
+    out = p.run("preview", "-s", stack, "--color", "never", "--suppress-progress").stdout
+    seconds = time.perf_counter() - start
+    created = _CREATED.search(out)
+    if created is None:
+        raise SystemExit(f"no '+ N to create' in the preview of {stack}:\n{out[-2000:]}")
+    return seconds, int(created.group(1))
+
+
+def exponent(points: list[tuple[int, float]]) -> float:
+    """The least-squares slope of log(time) against log(resources): 1.0 is linear."""
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(t) for _, t in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def engine(args: argparse.Namespace) -> None:
+    from bench.scale import grow, machines
+    from config.loader import read_stack_file
+
+    raw = engine_stack(read_stack_file(REPO / f"Pulumi.{args.stack}.yaml"))
+    for backend in ("file", "s3") if args.backend == "both" else (args.backend,):
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-preview-") as tmp_name,
+            _backend(backend, Path(tmp_name)) as (
+                url,
+                env,
+            ),
+        ):
+            tmp = Path(tmp_name)
+            p = project(tmp, url, env)
+            print(f"`pulumi preview` of {args.stack} grown, fresh stacks, {backend} backend (load {_load()})")
+            print(f"{'size':>5} {'machines':>9} {'resources':>10} {'preview':>9} {'ms/resource':>12}")
+            points = []
+            for times in args.times:
+                grown = grow(raw, times)
+                p.stack(f"x{times}", grown)
+                seconds, resources = preview(p, f"x{times}")
+                points.append((resources, seconds))
+                print(
+                    f"{'x' + str(times):>5} {machines(grown):>9} {resources:>10} {seconds:>8.2f}s"
+                    f" {1000 * seconds / resources:>12.2f}",
+                    flush=True,
+                )
+            if len(points) > 1:
+                print(f"fitted exponent (time ~ resources^k): k = {exponent(points):.2f}  (goal <= 1.1)")
+
+
+@contextmanager
+def _backend(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """The login URL and environment of a fresh DIY backend: a folder, or a bucket on a local moto S3
+    server (the URL scripts/ci/backend.sh builds, with only the endpoint swapped)."""
+    if kind == "file":
+        (tmp / "state").mkdir()
+        yield f"file://{tmp / 'state'}", {}
+        return
+    port = _free_port()
+    log = (tmp / "moto.log").open("w")
+    server = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"moto did not start: {(tmp / 'moto.log').read_text()}") from None
+                time.sleep(0.2)
+        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).create_bucket(Bucket="tuist-infra-state")
+        url = subprocess.run(
+            ["bash", "-c", f"source {REPO / 'scripts' / 'ci' / 'backend.sh'} && backend_url"],
+            env={**os.environ, "TUIST_STATE_ENDPOINT": endpoint, "TUIST_STATE_REGION": "us-east-1"},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        yield url, env
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -126,6 +337,11 @@ def main() -> None:
     ev.add_argument("--stack", default="production")
     ev.add_argument("--times", type=_sizes, default=[1, 10, 100])
     ev.set_defaults(func=evaluate)
+    en = sub.add_parser("engine", help="`pulumi preview` through the real engine")
+    en.add_argument("--stack", default="production")
+    en.add_argument("--times", type=_sizes, default=[1, 10, 30])
+    en.add_argument("--backend", choices=["file", "s3", "both"], default="file")
+    en.set_defaults(func=engine)
     child = sub.add_parser("_evaluate")
     child.add_argument("--stack", default="production")
     child.add_argument("--times", type=int, default=1)
