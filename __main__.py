@@ -7,6 +7,7 @@ components/outputs.py.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 import pulumi
@@ -29,6 +30,11 @@ from config.loader import ConfigError, fail, load_from_pulumi
 
 
 def main() -> None:
+    # A run allocates a few hundred objects per resource and keeps nearly all of them to its end, so
+    # the cyclic collector's passes find little garbage and cost more the bigger the stack: everything
+    # imported so far is left out of them, and they run less often (a third of a large stack's time).
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
     try:
         cfg, secrets = load_from_pulumi()
     except ConfigError as err:
