@@ -196,16 +196,18 @@ def project(tmp: Path, backend_url: str, extra_env: dict[str, str]) -> Project:
     root = tmp / "project"
     shutil.copytree(REPO, root, ignore=shutil.ignore_patterns(*_IGNORED))
     (root / ".venv").symlink_to(REPO / ".venv")
-    env = {
+    return Project(root, {**project_env(tmp, backend_url), **extra_env})
+
+
+def project_env(tmp: Path, backend_url: str) -> dict[str, str]:
+    return {
         **os.environ,
         "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
         "PULUMI_HOME": str(tmp / "pulumi-home"),
         "PULUMI_BACKEND_URL": backend_url,
         "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
         **engine_settings(),
-        **extra_env,
     }
-    return Project(root, env)
 
 
 def engine_settings() -> dict[str, str]:
@@ -271,6 +273,97 @@ def engine(args: argparse.Namespace) -> None:
                 )
             if len(points) > 1:
                 print(f"fitted exponent (time ~ resources^k): k = {exponent(points):.2f}  (goal <= 1.1)")
+
+
+# --- `pulumi up` and the backend ------------------------------------------------------------------
+
+# N resources that change nothing anywhere: what an `up` costs the engine and the backend alone. Each
+# carries about what a machine of this program keeps in state (its inputs and outputs, ~1.5 KB).
+SYNTHETIC = """
+import pulumi
+import pulumi.dynamic as dyn
+
+from providers.dynamic_resource import DynamicResource
+
+
+class Noop(dyn.ResourceProvider):
+    def create(self, props):
+        return dyn.CreateResult(id_=props["slot"], outs=props)
+
+    def diff(self, _id, olds, news):
+        return dyn.DiffResult(changes=olds.get("serial") != news.get("serial"))
+
+    def update(self, _id, _olds, news):
+        return dyn.UpdateResult(outs=news)
+
+
+class Slot(DynamicResource):
+    def __init__(self, name, props):
+        super().__init__(Noop(), name, props)
+
+
+config = pulumi.Config()
+serial = config.get_int("serial") or 0
+changed = config.get_int("changed") or 0
+for i in range(config.require_int("resources")):
+    Slot(f"slot-{i}", {"slot": f"slot-{i}", "serial": serial if i < changed else 0, "payload": "x" * 1500})
+"""
+
+
+def up(args: argparse.Namespace) -> None:
+    for backend in ("file", "s3") if args.backend == "both" else (args.backend,):
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-up-") as tmp_name,
+            _backend(backend, Path(tmp_name)) as (
+                url,
+                env,
+            ),
+        ):
+            tmp = Path(tmp_name)
+            root = tmp / "synthetic"
+            root.mkdir()
+            (root / "Pulumi.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "name": "synthetic",
+                        "runtime": {"name": "python", "options": {"virtualenv": str(REPO / ".venv")}},
+                    }
+                )
+            )
+            (root / "__main__.py").write_text(SYNTHETIC)
+            p = Project(root, {**project_env(tmp, url), **env})
+            print(f"`pulumi up` of N no-op resources, {backend} backend (load {_load()})")
+            print(
+                f"{'N':>6} {'first up':>9} {'ms/res':>7} {'no change':>10} {'ms/res':>7} {'10 changed':>11}"
+            )
+            first, same = [], []
+            for n in args.resources:
+                stack = f"n{n}"
+                p.run("stack", "init", stack, "--secrets-provider", "passphrase")
+                p.run("config", "set", "resources", str(n), "-s", stack)
+                t_first = _timed(p, "up", "--yes", "-s", stack, "--suppress-progress")
+                t_same = _timed(p, "up", "--yes", "-s", stack, "--suppress-progress")
+                p.run("config", "set", "serial", "1", "-s", stack)
+                p.run("config", "set", "changed", "10", "-s", stack)
+                t_ten = _timed(p, "up", "--yes", "-s", stack, "--suppress-progress")
+                first.append((n, t_first))
+                same.append((n, t_same))
+                print(
+                    f"{n:>6} {t_first:>8.2f}s {1000 * t_first / n:>7.2f}"
+                    f" {t_same:>9.2f}s {1000 * t_same / n:>7.2f} {t_ten:>10.2f}s",
+                    flush=True,
+                )
+            if len(first) > 1:
+                print(
+                    f"fitted exponent: first up k = {exponent(first):.2f},"
+                    f" no-change up k = {exponent(same):.2f}"
+                )
+
+
+def _timed(p: Project, *args: str) -> float:
+    start = time.perf_counter()
+    p.run(*args)
+    return time.perf_counter() - start
 
 
 @contextmanager
@@ -347,6 +440,10 @@ def main() -> None:
     en.add_argument("--times", type=_sizes, default=[1, 10, 30])
     en.add_argument("--backend", choices=["file", "s3", "both"], default="file")
     en.set_defaults(func=engine)
+    u = sub.add_parser("up", help="`pulumi up` of N no-op resources: the engine and the backend alone")
+    u.add_argument("--resources", type=_sizes, default=[80, 680, 2000])
+    u.add_argument("--backend", choices=["file", "s3", "both"], default="file")
+    u.set_defaults(func=up)
     child = sub.add_parser("_evaluate")
     child.add_argument("--stack", default="production")
     child.add_argument("--times", type=int, default=1)
