@@ -24,6 +24,7 @@ import re
 import runpy
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -366,6 +367,105 @@ def _timed(p: Project, *args: str) -> float:
     return time.perf_counter() - start
 
 
+# --- a no-change preview against an empty program -------------------------------------------------
+
+EMPTY = "import pulumi\n"
+
+
+def nochange(args: argparse.Namespace) -> None:
+    """The dev stack, up once against vendorsim (rendering its objects, no cluster), then previewed with
+    nothing to change, beside the same engine previewing a program that registers nothing. Runs in a
+    network namespace (the boxes' addresses): scripts/netns.sh exec -- python -m bench.preview nochange."""
+    from tests.providers.test_machine_support import fresh_box_range, move_boxes
+
+    with tempfile.TemporaryDirectory(prefix="bench-nochange-") as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "state").mkdir()
+        p = project(tmp, f"file://{tmp / 'state'}", {"PULUMI_CONFIG_PASSPHRASE": "tuist-dev-only-passphrase"})
+        port, ssh_port = _free_port(), _free_port()
+        inventory_file = p.root / "vendorsim" / "inventory.dev.yaml"
+        inventory = yaml.safe_load(inventory_file.read_text())
+        move_boxes(inventory, fresh_box_range(), ssh_port)
+        inventory_file.write_text(yaml.safe_dump(inventory, sort_keys=False))
+        stack_file = p.root / "Pulumi.dev.yaml"
+        text = stack_file.read_text().replace("      ssh_port: 2222\n", f"      ssh_port: {ssh_port}\n")
+        text = text.replace("127.0.0.1:8710", f"127.0.0.1:{port}")
+        text, found = re.subn(
+            r"^    api_server: https://127\.0\.0\.1:\d+\n",
+            "    render_dir: rendered/bench\n",
+            text,
+            flags=re.M,
+        )
+        assert found == 1, "Pulumi.dev.yaml: no api_server line"
+        stack_file.write_text(text)
+        sim_state = tmp / "vendorsim"
+        sim_state.mkdir()
+        with (sim_state / "vendorsim.log").open("w") as sim_log:
+            sim = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "vendorsim",
+                    "--inventory",
+                    str(inventory_file),
+                    "--state",
+                    str(sim_state),
+                    "--port",
+                    str(port),
+                    "--task-seconds",
+                    "0.5",
+                ],
+                cwd=p.root,
+                env=p.env,
+                stdout=sim_log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            _wait_http(f"http://127.0.0.1:{port}/_admin/health", sim)
+            p.run("stack", "select", "dev", "--create")
+            up_s = _timed(p, "up", "--yes", "-s", "dev", "--suppress-progress")
+            empty = tmp / "empty"
+            empty.mkdir()
+            (empty / "Pulumi.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "name": "empty",
+                        "runtime": {"name": "python", "options": {"virtualenv": str(REPO / ".venv")}},
+                    }
+                )
+            )
+            (empty / "__main__.py").write_text(EMPTY)
+            e = Project(empty, p.env)
+            e.run("stack", "init", "empty", "--secrets-provider", "passphrase")
+            _timed(e, "up", "--yes", "-s", "empty", "--suppress-progress")
+            dev, nothing = [], []
+            for _ in range(args.rounds):
+                dev.append(_timed(p, "preview", "-s", "dev", "--suppress-progress", "--expect-no-changes"))
+                nothing.append(
+                    _timed(e, "preview", "-s", "empty", "--suppress-progress", "--expect-no-changes")
+                )
+        finally:
+            sim.terminate()
+            sim.wait(timeout=60)
+        d, n = statistics.median(dev), statistics.median(nothing)
+        print(f"no-change `pulumi preview`, median of {args.rounds} each, side by side (load {_load()})")
+        print(f"  dev stack (up once in {up_s:.0f} s) : {d:6.2f} s")
+        print(f"  empty program               : {n:6.2f} s")
+        print(f"  ratio                       : {d / n:6.2f}x  (goal <= 2)")
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{url} did not answer") from None
+            time.sleep(0.2)
+
+
 @contextmanager
 def _backend(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """The login URL and environment of a fresh DIY backend: a folder, or a bucket on a local moto S3
@@ -444,6 +544,9 @@ def main() -> None:
     u.add_argument("--resources", type=_sizes, default=[80, 680, 2000])
     u.add_argument("--backend", choices=["file", "s3", "both"], default="file")
     u.set_defaults(func=up)
+    nc = sub.add_parser("nochange", help="a no-change dev preview against an empty program (in a netns)")
+    nc.add_argument("--rounds", type=int, default=3)
+    nc.set_defaults(func=nochange)
     child = sub.add_parser("_evaluate")
     child.add_argument("--stack", default="production")
     child.add_argument("--times", type=int, default=1)
