@@ -258,8 +258,11 @@ def engine(args: argparse.Namespace) -> None:
             ),
         ):
             tmp = Path(tmp_name)
-            p = project(tmp, url, env)
-            print(f"`pulumi preview` of {args.stack} grown, fresh stacks, {backend} backend (load {_load()})")
+            p = project(tmp, url, {**env, **dict(args.set)})
+            print(
+                f"`pulumi preview` of {args.stack} grown, fresh stacks, {backend} backend"
+                f" (load {_load()}){_overrides(args)}"
+            )
             print(f"{'size':>5} {'machines':>9} {'resources':>10} {'preview':>9} {'ms/resource':>12}")
             points = []
             for times in args.times:
@@ -332,8 +335,8 @@ def up(args: argparse.Namespace) -> None:
                 )
             )
             (root / "__main__.py").write_text(SYNTHETIC)
-            p = Project(root, {**project_env(tmp, url), **env})
-            print(f"`pulumi up` of N no-op resources, {backend} backend (load {_load()})")
+            p = Project(root, {**project_env(tmp, url), **env, **dict(args.set)})
+            print(f"`pulumi up` of N no-op resources, {backend} backend (load {_load()}){_overrides(args)}")
             print(
                 f"{'N':>6} {'first up':>9} {'ms/res':>7} {'no change':>10} {'ms/res':>7} {'10 changed':>11}"
             )
@@ -524,6 +527,17 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def _overrides(args: argparse.Namespace) -> str:
+    return "".join(f", {key}={value}" for key, value in args.set)
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
 def _sizes(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -539,10 +553,12 @@ def main() -> None:
     en.add_argument("--stack", default="production")
     en.add_argument("--times", type=_sizes, default=[1, 10, 30])
     en.add_argument("--backend", choices=["file", "s3", "both"], default="file")
+    en.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE")
     en.set_defaults(func=engine)
     u = sub.add_parser("up", help="`pulumi up` of N no-op resources: the engine and the backend alone")
     u.add_argument("--resources", type=_sizes, default=[80, 680, 2000])
     u.add_argument("--backend", choices=["file", "s3", "both"], default="file")
+    u.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE")
     u.set_defaults(func=up)
     nc = sub.add_parser("nochange", help="a no-change dev preview against an empty program (in a netns)")
     nc.add_argument("--rounds", type=int, default=3)
