@@ -15,7 +15,6 @@ import pulumi_kubernetes as k8s
 
 from components.capacity import capacity_problems
 from components.claims_crd import MachineClaimsCRD
-from components.control_plane_firewall import Box, ControlPlaneFirewall, ControlPlaneFirewallArgs
 from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.failover_ip import FailoverIP, FailoverIPArgs
 from components.failover_watcher import robot_failover_watchers
@@ -86,6 +85,9 @@ def main() -> None:
         for fleet in cfg.fleets
     }
     if admit is not None:
+        # Imported only here: the Hetzner Cloud SDK takes a few hundred ms to import; dev has no door.
+        from components.control_plane_firewall import Box, ControlPlaneFirewall, ControlPlaneFirewallArgs
+
         firewall = ControlPlaneFirewall(
             "control-plane-firewall",
             ControlPlaneFirewallArgs(
