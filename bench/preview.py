@@ -5,7 +5,8 @@ a real stack's fleets and regions (bench/scale.py), measured side by side in one
         the program alone under Pulumi's mocks, each size in a new process: the process's wall time,
         the program's own evaluation, and the resources it registers
     python -m bench.preview engine [--times 1,10,30] [--backend file|s3|both]
-        `pulumi preview` of each size through the real engine on a fresh stack of a DIY backend
+        `pulumi preview` of the dev stack grown (rendering its objects: production needs its real
+        cluster) through the real engine, each size a fresh stack of a DIY backend
         (the file backend, and S3 on a local moto server), time per resource and the fitted exponent
         of time against resources; then a no-change `pulumi preview` of the dev-shaped stack against
         the same engine previewing an empty program
@@ -148,12 +149,11 @@ PASSPHRASE = "bench-only-passphrase"
 
 
 def engine_stack(raw: dict[str, Any]) -> dict[str, Any]:
-    """A stack config the engine previews with no vendor, cluster or cloud behind it: Kubernetes objects
-    rendered to a folder (the dev stack's render_dir mode) and the control plane's firewall off (it
-    reads the Hetzner project on every preview). Every resource of the program is still registered."""
+    """The dev stack in its rendering mode (Kubernetes objects written to a folder): the engine previews
+    it with no cluster, vendor or cloud behind it, and every resource of the program is registered.
+    (Production cannot: it requires a real api_server and refuses render_dir.)"""
     cluster = {k: v for k, v in dict(raw["cluster"]).items() if k != "api_server"}
     cluster["render_dir"] = "rendered/bench"
-    cluster["control_plane_firewall"] = {"enabled": False}
     return {**raw, "cluster": cluster}
 
 
@@ -550,7 +550,7 @@ def main() -> None:
     ev.add_argument("--times", type=_sizes, default=[1, 10, 100])
     ev.set_defaults(func=evaluate)
     en = sub.add_parser("engine", help="`pulumi preview` through the real engine")
-    en.add_argument("--stack", default="production")
+    en.add_argument("--stack", default="dev")
     en.add_argument("--times", type=_sizes, default=[1, 10, 30])
     en.add_argument("--backend", choices=["file", "s3", "both"], default="file")
     en.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE")
