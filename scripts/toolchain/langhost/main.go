@@ -4,7 +4,8 @@
 //
 // It implements what `pulumi up/preview/destroy` of a Python program needs:
 // Handshake, Run (spawn pulumi-language-python-exec under the project's
-// virtualenv), RunPlugin (a Python policy pack: `pulumi preview --policy-pack`
+// virtualenv, the stack's config on a pipe rather than in one size-capped
+// environment variable), RunPlugin (a Python policy pack: `pulumi preview --policy-pack`
 // starts packs through the language host whenever one is installed, not through
 // the pulumi-analyzer-policy-python shim), GetPluginInfo, About, and empty
 // dependency/plugin answers (plugins are resolved on demand by the engine).
