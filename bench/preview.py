@@ -4,14 +4,19 @@ a real stack's fleets and regions (bench/scale.py), measured side by side in one
     python -m bench.preview evaluate [--stack production] [--times 1,10,100]
         the program alone under Pulumi's mocks, each size in a new process: the process's wall time,
         the program's own evaluation, and the resources it registers
-    python -m bench.preview engine [--times 1,10,30] [--backend file|s3|both]
+    python -m bench.preview engine [--times 1,10,30] [--backend file|s3|both] [--set KEY=VALUE]
         `pulumi preview` of the dev stack grown (rendering its objects: production needs its real
-        cluster) through the real engine, each size a fresh stack of a DIY backend
-        (the file backend, and S3 on a local moto server), time per resource and the fitted exponent
-        of time against resources; then a no-change `pulumi preview` of the dev-shaped stack against
-        the same engine previewing an empty program
+        cluster) through the real engine, each size a fresh stack of a DIY backend (a folder, or S3
+        on a local moto server): time per resource and the fitted exponent of time against resources
+    python -m bench.preview up [--resources 80,680] [--backend file|s3|both] [--set KEY=VALUE]
+        `pulumi up` of N no-op dynamic resources: the engine's and the backend's own cost of a first
+        up, a no-change up and an up that changes ten
+    scripts/netns.sh exec -- python -m bench.preview nochange [--rounds 3] [--set KEY=VALUE]
+        the dev stack up once against vendorsim, then a no-change `pulumi preview` of it beside the
+        same engine previewing an empty program
 
-Figures are wall-clock on a shared machine: read the ratios and the exponent, not the seconds.
+The engine runs with scripts/engine.env (as every run of the project does); --set adds a setting
+to compare. Figures are wall-clock on a shared machine: read the ratios and the exponent, not the seconds.
 """
 
 from __future__ import annotations
