@@ -79,7 +79,7 @@ def main() -> None:
                 allow_production_release=cfg.allow_production_release,
                 claims_crd=claims_crd,
                 join_after=admitted,
-                node_bootstrap=node_bootstrap.bindings if node_bootstrap is not None else [],
+                node_bootstrap=node_bootstrap.by_fleet.get(fleet.name, []) if node_bootstrap else [],
             ),
         )
         for fleet in cfg.fleets
