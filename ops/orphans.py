@@ -72,24 +72,24 @@ def find_orphans(stack: Stack) -> tuple[list[Finding], list[str]]:
     for slot in slots:
         key = (slot.vendor.value, slot.box_id)
         ref = f"{slot.vendor.value}:{slot.box_id}"
-        box: Box | None = seen_boxes.get(key)
-        if box is None and not any(v.value == slot.vendor.value for v in stack.vendors()):
+        found: Box | None = seen_boxes.get(key)
+        if slot.vendor not in stack.vendors():
             continue
-        if box is None:
+        if found is None:
             try:
-                box = stack.client(slot.vendor).get_box(slot.box_id)
+                found = stack.client(slot.vendor).get_box(slot.box_id)
             except NotFoundError:
-                box = None
+                found = None
             except VendorError as error:
                 problems.append(f"{ref}: reading it failed: {stack.scrub(str(error))}")
                 continue
         refresh = f"pulumi refresh -s {stack.name} --yes --target '{slot.urn}'"
-        if box is None:
+        if found is None:
             findings.append(
                 Finding("state-without-claim", ref, f"{slot.short_urn}: the box no longer exists", refresh)
             )
-        elif box.claim is None or box.claim.token != slot.token:
-            now = f"claimed by {stack.holder(box.claim.token)}" if box.claim else "unclaimed"
+        elif found.claim is None or found.claim.token != slot.token:
+            now = f"claimed by {stack.holder(found.claim.token)}" if found.claim else "unclaimed"
             findings.append(
                 Finding(
                     "state-without-claim",
