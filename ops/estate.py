@@ -87,9 +87,10 @@ def marker_of(box: Box, fleets: Iterable[Fleet]) -> Fleet | None:
 def foreign_marker(stack: Stack, box: Box) -> str | None:
     """Why the box belongs to another environment, or None: it carries a fleet marker of another
     environment's stack file, or a `tuist-` marker naming another environment."""
-    for marker, other in stack.other_environment_markers().items():
+    markers = stack.other_environment_markers(box.vendor)
+    for marker in sorted(markers, key=len, reverse=True):
         if marker and box.has_marker(marker):
-            return f"carries stack {other}'s marker {marker!r}"
+            return f"carries stack {markers[marker]}'s marker {marker!r}"
     words = set(re.split(r"[-_.,]", box.marker_field.lower()))
     if box.marker_field.lower().startswith("tuist-") or any(t.startswith("tuist-") for t in box.tags):
         for env in ENVIRONMENTS:

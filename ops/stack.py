@@ -287,9 +287,9 @@ class Stack:
     def _fleet_dicts(cfg: StackConfig) -> list[Mapping[str, Any]]:
         return [{"name": f.name, "size": f.size} for f in cfg.fleets]
 
-    def other_environment_markers(self) -> dict[str, str]:
-        """marker -> stack of every fleet marker of the project's other stacks whose environment is
-        not this one's: a box carrying one belongs to another environment."""
+    def other_environment_markers(self, vendor: Vendor) -> dict[str, str]:
+        """marker -> stack of every `vendor` fleet marker of the project's other stacks whose
+        environment is not this one's: a box carrying one belongs to another environment."""
         markers: dict[str, str] = {}
         for path in sorted(self.project_dir.glob("Pulumi.*.yaml")):
             other = path.name[len("Pulumi.") : -len(".yaml")]
@@ -300,7 +300,11 @@ class Stack:
             if other == self.name or raw.get("environment") == self.cfg.environment.value:
                 continue
             for fleet in raw.get("fleets") or []:
-                if isinstance(fleet, Mapping) and isinstance(fleet.get("marker"), str):
+                if (
+                    isinstance(fleet, Mapping)
+                    and fleet.get("vendor") == vendor.value
+                    and isinstance(fleet.get("marker"), str)
+                ):
                     markers[fleet["marker"]] = other
         return markers
 

@@ -51,7 +51,11 @@ def dev_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
     creds = sim.inventory["credentials"]
     raw["vendors"] = {
         "ovh": {"endpoint": f"{sim.url}/ovh/1.0", "application_key": creds["ovh"]["application_key"]},
-        "dedibox": {"api_url": f"{sim.url}/dedibox", "project_id": creds["dedibox"]["project_id"], "zones": ["fr-par-2"]},
+        "dedibox": {
+            "api_url": f"{sim.url}/dedibox",
+            "project_id": creds["dedibox"]["project_id"],
+            "zones": ["fr-par-2"],
+        },
         "robot": {"api_url": f"{sim.url}/robot", "username": creds["robot"]["username"]},
     }
     for fleet in raw["fleets"]:
@@ -95,7 +99,10 @@ class Ops:
     def __call__(self, *args: str) -> Result:
         values = dev_config(self.sim, self.key)
         context = Context(
-            source=lambda name: StaticStack(name, values, self.state), timing=FAST, project_dir=REPO, width=240
+            source=lambda name: StaticStack(name, values, self.state),
+            timing=FAST,
+            project_dir=REPO,
+            width=240,
         )
         return CliRunner().invoke(app, list(args), obj=context)
 

@@ -18,7 +18,10 @@ def test_every_box_of_every_vendor_with_state_and_holder(sim: Sim, ops: Ops) -> 
 
     creds = sim.inventory["credentials"]["dedibox"]
     DediboxClient(
-        api_url=f"{sim.url}/dedibox", secret_key=creds["secret_key"], project_id=creds["project_id"], zones=["fr-par-2"]
+        api_url=f"{sim.url}/dedibox",
+        secret_key=creds["secret_key"],
+        project_id=creds["project_id"],
+        zones=["fr-par-2"],
     ).set_claim("fr-par-2/200102", __import__("providers.vendor", fromlist=["Claim"]).Claim(staging_slot))
     ops.state = [claim_resource("kura-ovh-0", "kura-ovh", "ovh", claimed["box_id"], claimed["claim_token"])]
     writes = len(sim.audit(since))
@@ -28,7 +31,9 @@ def test_every_box_of_every_vendor_with_state_and_holder(sim: Sim, ops: Ops) -> 
     rows = {row["box"]: row for row in doc["boxes"]}
     assert doc["cluster"] == "no cluster"
     assert len(rows) == 7 + 7 + 7  # every box of the OVH, Dedibox and Robot accounts
-    assert {k: rows["ns1001.ip-203-0-113.net"][k] for k in ("vendor", "fleet", "state", "holder", "node_ready")} == {
+    assert {
+        k: rows["ns1001.ip-203-0-113.net"][k] for k in ("vendor", "fleet", "state", "holder", "node_ready")
+    } == {
         "vendor": "ovh",
         "fleet": "kura-ovh",
         "state": "claimed",
@@ -36,10 +41,16 @@ def test_every_box_of_every_vendor_with_state_and_holder(sim: Sim, ops: Ops) -> 
         "node_ready": "-",
     }
     assert rows["ns1001.ip-203-0-113.net"]["holder_resource"] == "kura-ovh-0"
-    assert (rows["fr-par-2/200102"]["state"], rows["fr-par-2/200102"]["holder"]) == ("claimed", "staging/kura-dedibox-1")
+    assert (rows["fr-par-2/200102"]["state"], rows["fr-par-2/200102"]["holder"]) == (
+        "claimed",
+        "staging/kura-dedibox-1",
+    )
     # A token no stack of the project derives is shown as such, never guessed.
     assert rows["ns1004.ip-203-0-113.net"]["holder"] == "unknown (a1ce00000001)"
-    assert {b: rows[b]["state"] for b in ("ns1002.ip-203-0-113.net", "ns1005.ip-203-0-113.net", "ns1007.ip-203-0-113.net")} == {
+    assert {
+        b: rows[b]["state"]
+        for b in ("ns1002.ip-203-0-113.net", "ns1005.ip-203-0-113.net", "ns1007.ip-203-0-113.net")
+    } == {
         "ns1002.ip-203-0-113.net": "free",
         "ns1005.ip-203-0-113.net": "foreign",
         "ns1007.ip-203-0-113.net": "unmarked",
@@ -64,7 +75,9 @@ def test_a_vendor_down_is_one_warning_and_the_others_still_show(sim: Sim, ops: O
     result = ops("inventory", "-s", "dev", "--json")
     assert result.exit_code == 1
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
-    assert len(warnings) == 1 and warnings[0].startswith("warning: robot: listing boxes failed:"), result.stderr
+    assert len(warnings) == 1 and warnings[0].startswith("warning: robot: listing boxes failed:"), (
+        result.stderr
+    )
     assert "ns1001.ip-203-0-113.net" in result.stdout
 
 
