@@ -114,7 +114,8 @@ def test_prep_refuses_unknown_foreign_and_claimed_boxes_with_one_line_and_no_wri
         "error: robot:2345607: prep is for ovh and dedibox boxes;"
     )
     assert error_line(ops("prep", "-s", "dev", "banana")) == (
-        "error: banana: cannot tell the vendor from the id; write <vendor>:banana (one of ovh, dedibox, robot)"
+        "error: banana: cannot tell the vendor from the id; "
+        "write <vendor>:banana (one of ovh, dedibox, robot)"
     )
     assert writes(sim, since) == []
 

@@ -23,7 +23,9 @@ def test_each_orphan_with_the_command_that_fixes_it(sim: Sim, ops: Ops) -> None:
     # kura-dedibox-0 is in state, but its box no longer carries its claim.
     ops.state = [
         claim_resource("kura-ovh-0", "kura-ovh", "ovh", held["box_id"], held["claim_token"]),
-        claim_resource("kura-dedibox-0", "kura-dedibox", "dedibox", "fr-par-2/200103", token("kura-dedibox-0")),
+        claim_resource(
+            "kura-dedibox-0", "kura-dedibox", "dedibox", "fr-par-2/200103", token("kura-dedibox-0")
+        ),
     ]
 
     findings = ops.json("orphans", "-s", "dev")["findings"]
@@ -32,21 +34,38 @@ def test_each_orphan_with_the_command_that_fixes_it(sim: Sim, ops: Ops) -> None:
     assert sorted((f["kind"], f["box"], f["fix"]) for f in findings) == sorted(
         [
             ("claim-without-state", f"ovh:{lost['box_id']}", "pulumi up -s dev"),
-            ("claim-without-state", f"ovh:{gone['box_id']}", f"tuist-ops unclaim -s dev ovh:{gone['box_id']}"),
-            ("state-without-claim", "dedibox:fr-par-2/200103", f"pulumi refresh -s dev --yes --target '{urn}'"),
+            (
+                "claim-without-state",
+                f"ovh:{gone['box_id']}",
+                f"tuist-ops unclaim -s dev ovh:{gone['box_id']}",
+            ),
+            (
+                "state-without-claim",
+                "dedibox:fr-par-2/200103",
+                f"pulumi refresh -s dev --yes --target '{urn}'",
+            ),
             # The simulator's decoys: claims whose tokens no stack file of the project derives.
-            ("unknown-claim", "ovh:ns1004.ip-203-0-113.net", "tuist-ops unclaim -s dev ovh:ns1004.ip-203-0-113.net --force"),
-            ("unknown-claim", "dedibox:fr-par-2/200104", "tuist-ops unclaim -s dev dedibox:fr-par-2/200104 --force"),
+            (
+                "unknown-claim",
+                "ovh:ns1004.ip-203-0-113.net",
+                "tuist-ops unclaim -s dev ovh:ns1004.ip-203-0-113.net --force",
+            ),
+            (
+                "unknown-claim",
+                "dedibox:fr-par-2/200104",
+                "tuist-ops unclaim -s dev dedibox:fr-par-2/200104 --force",
+            ),
             ("unknown-claim", "robot:2345604", "tuist-ops unclaim -s dev robot:2345604 --force"),
         ]
     )
     details = {f["box"]: f["detail"] for f in findings}
     assert details[f"ovh:{lost['box_id']}"] == (
-        "claimed by dev/kura-ovh-1, not in state; slot kura-ovh-1 is in the config: its create finds this claim "
-        "and resumes"
+        "claimed by dev/kura-ovh-1, not in state; slot kura-ovh-1 is in the config: its create finds "
+        "this claim and resumes"
     )
     assert details["dedibox:fr-par-2/200103"] == (
-        f"kura-dedibox-0-claim holds it in state with claim {token('kura-dedibox-0')}, but the box is unclaimed"
+        f"kura-dedibox-0-claim holds it in state with claim {token('kura-dedibox-0')}, "
+        "but the box is unclaimed"
     )
 
 
@@ -64,7 +83,11 @@ def test_unclaim_returns_an_orphaned_box_to_the_pool_by_reinstalling_it(sim: Sim
     assert result.exit_code == 0, result.output
     base = "tuist-kura-dev-ovh-1"
     assert [(e["method"], e["path"], e["body"]) for e in sim.audit(since) if e["method"] == "PUT"] == [
-        ("PUT", "/ovh/1.0/service/10001001", {"resource": {"displayName": f"{base}--r-{token('kura-ovh-7')}", "name": box}}),
+        (
+            "PUT",
+            "/ovh/1.0/service/10001001",
+            {"resource": {"displayName": f"{base}--r-{token('kura-ovh-7')}", "name": box}},
+        ),
         ("PUT", "/ovh/1.0/service/10001001", {"resource": {"displayName": base, "name": box}}),
     ]
     assert [e["path"] for e in sim.audit(since) if e["method"] == "POST"] == [
@@ -79,7 +102,9 @@ def test_unclaim_refuses_a_claim_the_state_holds_and_another_stacks_claim(sim: S
     held = sim.claims().create(claim_props("kura-ovh", 0)).outs
     assert held
     ops.state = [claim_resource("kura-ovh-0", "kura-ovh", "ovh", held["box_id"], held["claim_token"])]
-    staging = sim.claims().create(claim_props("kura-ovh", 2, stack="staging", resource_name="kura-ca-east-0")).outs
+    staging = (
+        sim.claims().create(claim_props("kura-ovh", 2, stack="staging", resource_name="kura-ca-east-0")).outs
+    )
     assert staging
     since = sim.last_audit_id()
     assert error_line(ops("unclaim", "-s", "dev", f"ovh:{held['box_id']}")) == (
