@@ -428,3 +428,46 @@ def _drop_record(stack: Stack, ref: BoxRef) -> None:
     progress = record.get(ref.vendor.value, ref.box_id)
     if progress is not None:
         record.release(progress)
+
+
+# --- host key ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HostKeyCheck:
+    ref: BoxRef
+    address: str
+    seen: str | None
+    pinned: dict[str, str]  # machine (short urn) -> the pin its state holds
+    problem: str | None = None
+
+    @property
+    def matches(self) -> bool:
+        return self.seen is not None and all(pin == self.seen for pin in self.pinned.values())
+
+
+def check_host_key(stack: Stack, ref: BoxRef) -> HostKeyCheck:
+    """The host key the box answers with now (a key exchange only: nothing logs in) against the pin
+    each AdoptedMachine of the stack's state holds for it."""
+    from ops.stack import MACHINE_TYPE
+    from providers.ssh.runner import fetch_host_key
+
+    box = get_box(stack, ref)
+    fleet = marker_of(box, stack.cfg.fleets) or pick_fleet(stack, ref.vendor, None)
+    pinned = {}
+    for resource in stack.source.resources():
+        outputs = resource.get("outputs") or {}
+        if resource.get("type") == MACHINE_TYPE and outputs.get("box_id") == box.id:
+            pin = outputs.get("host_key_fingerprint")
+            if isinstance(pin, str) and pin:
+                pinned[str(resource.get("urn")).rsplit("::", 1)[-1]] = pin
+    if not box.public_ipv4:
+        return HostKeyCheck(ref, "", None, pinned, problem="the vendor reports no public IPv4")
+    target = SshTarget(box.public_ipv4, fleet.ssh_port, fleet.ssh_user)
+    try:
+        seen = fetch_host_key(target, timeout=10)
+    except SshError as error:
+        return HostKeyCheck(
+            ref, f"{target.host}:{target.port}", None, pinned, problem=stack.scrub(str(error))
+        )
+    return HostKeyCheck(ref, f"{target.host}:{target.port}", seen, pinned)

@@ -248,6 +248,27 @@ def unclaim(
         box_ops.run_unclaim(stack, plan, err, _say(err))
 
 
+@app.command()
+def hostkey(ctx: typer.Context, stack_name: StackOpt, box: BoxArg) -> None:
+    """The SSH host key a box answers with now, against the pin the stack's state holds for it. Exits 1
+    on a mismatch (docs/runbook.md: host-key mismatch)."""
+    with _stack(ctx, stack_name) as (stack, out, _err):
+        ref = estate.parse_box(stack, box)
+        check = box_ops.check_host_key(stack, ref)
+        say = _say(out)
+        say(f"{ref} at {check.address or '?'}: answers with {check.seen or f'nothing ({check.problem})'}")
+        if not check.pinned:
+            say("  no AdoptedMachine in state pins a key for it")
+        for machine, pin in check.pinned.items():
+            verdict = "matches" if pin == check.seen else "MISMATCH"
+            say(f"  {machine} pins {pin}: {verdict}")
+        if check.pinned and not check.matches:
+            raise OpsError(
+                f"{ref}: the box's host key is not the one state pins; do not accept it until you know why "
+                "(docs/runbook.md: host-key mismatch)"
+            )
+
+
 # --- orphans ----------------------------------------------------------------------------------------------
 
 

@@ -96,7 +96,7 @@ class PulumiStack:
         values: dict[str, Any] = {}
         for key, entry in raw.items():
             if isinstance(entry, Mapping):
-                values[key] = entry.get("objectValue", entry.get("value"))
+                values[key] = _config_value(key, entry)
         return values
 
     def resources(self) -> list[Mapping[str, Any]]:
@@ -104,6 +104,21 @@ class PulumiStack:
             exported = json.loads(self._run("stack", "export"))
             self._resources = list((exported.get("deployment") or {}).get("resources") or [])
         return self._resources
+
+
+def _config_value(key: str, entry: Mapping[str, Any]) -> Any:
+    """A value as the program's loader reads it (config/loader.py `_read_value`): `environment` as
+    text; structured values as objects (`objectValue`; a bare `false` comes as text and is parsed);
+    secrets exactly as stored."""
+    if "objectValue" in entry:
+        return entry["objectValue"]
+    value = entry.get("value")
+    if entry.get("secret") or key.endswith(":environment") or not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 @dataclass

@@ -194,3 +194,25 @@ def test_mark_and_unmark_refuse_claimed_and_foreign_boxes(sim: Sim, ops: Ops) ->
         "(carries stack production's marker 'tuist-kura-production')"
     )
     assert writes(sim, since) == []
+
+
+# --- hostkey ----------------------------------------------------------------------------------------------
+
+
+def test_hostkey_compares_the_key_the_box_answers_with_against_the_pin_in_state(sim: Sim, ops: Ops) -> None:
+    from ops.stack import MACHINE_TYPE
+
+    seen = sim.box(f"ovh-{OVH_FREE}")["host_key_fingerprint"]
+    machine = {"urn": "urn:pulumi:dev::tuist-infra::x::kura-ovh-0", "type": MACHINE_TYPE}
+    ops.state = [{**machine, "outputs": {"box_id": OVH_FREE, "host_key_fingerprint": seen}}]
+    ok = ops("hostkey", "-s", "dev", f"ovh:{OVH_FREE}")
+    assert ok.exit_code == 0, ok.output
+    assert f"kura-ovh-0 pins {seen}: matches" in ok.stdout
+
+    ops.state = [{**machine, "outputs": {"box_id": OVH_FREE, "host_key_fingerprint": "SHA256:not-this-one"}}]
+    bad = ops("hostkey", "-s", "dev", f"ovh:{OVH_FREE}")
+    assert "kura-ovh-0 pins SHA256:not-this-one: MISMATCH" in bad.stdout
+    assert error_line(bad) == (
+        f"error: ovh:{OVH_FREE}: the box's host key is not the one state pins; do not accept it until you "
+        "know why (docs/runbook.md: host-key mismatch)"
+    )
