@@ -269,6 +269,18 @@ def hostkey(ctx: typer.Context, stack_name: StackOpt, box: BoxArg) -> None:
             )
 
 
+@app.command()
+def urn(ctx: typer.Context, stack_name: StackOpt, box: BoxArg) -> None:
+    """The URN of the MachineClaim in the stack's state that holds the box, alone on stdout (for
+    `pulumi up --replace` and `--target`)."""
+    with _stack(ctx, stack_name) as (stack, out, _err):
+        ref = estate.parse_box(stack, box)
+        slots = [s for s in stack.slots() if s.vendor is ref.vendor and s.box_id == ref.box_id]
+        if not slots:
+            raise OpsError(f"{ref}: no MachineClaim in stack {stack.name}'s state holds it")
+        out.print(slots[0].urn, markup=False, highlight=False, soft_wrap=True)
+
+
 # --- orphans ----------------------------------------------------------------------------------------------
 
 

@@ -141,3 +141,14 @@ def test_a_stuck_release_is_finished_by_unclaim(sim: Sim, ops: Ops) -> None:
 
     rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
     assert (rows[outs["box_id"]]["state"], rows[outs["box_id"]]["holder"]) == ("free", None)
+
+
+def test_urn_names_the_claim_that_holds_a_box(ops: Ops) -> None:
+    ops.state = [
+        claim_resource("kura-ovh-0", "kura-ovh", "ovh", "ns1001.ip-203-0-113.net", token("kura-ovh-0"))
+    ]
+    result = ops("urn", "-s", "dev", "ovh:ns1001.ip-203-0-113.net")
+    assert (result.exit_code, result.stdout) == (0, ops.state[0]["urn"] + "\n")
+    assert error_line(ops("urn", "-s", "dev", "ovh:ns1002.ip-203-0-113.net")) == (
+        "error: ovh:ns1002.ip-203-0-113.net: no MachineClaim in stack dev's state holds it"
+    )
