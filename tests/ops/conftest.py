@@ -32,7 +32,7 @@ FAST = ClientTiming(
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     yield from running_sim(tmp_path_factory.mktemp("ops-sim"))
 
