@@ -27,6 +27,8 @@ from ops import failover as failover_ops
 from ops.stack import CLI_TIMING, OpsError, PulumiStack, Stack, StackSource, open_stack
 from ops.waiting import spinner
 from providers.clients import ClientTiming
+from providers.errors import InfraError
+from providers.kube import KubeError
 from providers.vendor import Vendor
 
 app = typer.Typer(
@@ -92,7 +94,9 @@ def _stack(ctx: typer.Context, name: str) -> Iterator[tuple[Stack, Console, Cons
     try:
         stack = open_stack(context.source(name), timing=context.timing, project_dir=context.project_dir)
         yield stack, out, err
-    except OpsError as error:
+    except (OpsError, InfraError, KubeError) as error:
+        # A provider error that got this far (a claim record that changed meanwhile, say) is still
+        # one line for the operator; anything else is a bug and keeps its traceback.
         message = stack.scrub(str(error)) if stack is not None else str(error)
         _fail(err, " ".join(message.split("\n")))
 
