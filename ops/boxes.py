@@ -146,6 +146,20 @@ def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinst
     fleet = pick_fleet(stack, ref.vendor, fleet_name)
     box = get_box(stack, ref)
     refuse_unless_free(stack, ref, box, "prep")
+    # The vendor first: an install that runs already (a prep cut short) is followed, not probed
+    # around or started a second time; and the box is probed only once no install runs.
+    try:
+        running = stack.client(ref.vendor).install_state(box.id) is InstallState.RUNNING
+    except VendorError:
+        running = False
+    if running:
+        return PrepPlan(
+            ref,
+            box,
+            fleet,
+            Probe(False, False, problem="reinstalling"),
+            ["a reinstall runs at the vendor: following it"],
+        )
     before = probe(stack, box, fleet) if box.has_os else Probe(False, False, problem="no OS installed")
     reasons = []
     if force_reinstall:

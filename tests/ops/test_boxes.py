@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.ops.conftest import Ops, error_line
 from tests.providers.test_machine_support import Sim, new_fleet_key
 
@@ -216,3 +218,36 @@ def test_hostkey_compares_the_key_the_box_answers_with_against_the_pin_in_state(
         f"error: ovh:{OVH_FREE}: the box's host key is not the one state pins; do not accept it until you "
         "know why (docs/runbook.md: host-key mismatch)"
     )
+
+
+def test_ctrl_c_during_the_reinstall_wait_loses_nothing_and_a_rerun_finishes(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while prep waits for the vendor's reinstall: one line saying how to resume, the install
+    runs on at the vendor, and the same command again ends with the box ready, never a second install."""
+    import time
+    from types import SimpleNamespace
+
+    import ops.waiting as waiting
+
+    key = new_fleet_key()
+    ops = Ops(sim, key=key)
+    since = sim.last_audit_id()
+
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        # Only the wait's own clock: the SSH and HTTP layers keep theirs.
+        patch.setattr(waiting, "time", SimpleNamespace(sleep=interrupted, monotonic=time.monotonic))
+        line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}"))
+    assert line == (
+        f"error: reinstall ovh:{OVH_UNMARKED}: interrupted; nothing is half-written, the vendor carries on: "
+        f"rerun `tuist-ops prep -s dev ovh:{OVH_UNMARKED}` to follow it"
+    )
+
+    result = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")
+
+    assert result.exit_code == 0, result.output
+    assert [w[1] for w in writes(sim, since)] == [f"/ovh/1.0/dedicated/server/{OVH_UNMARKED}/reinstall"]
+    assert " ".join(key.public.split()[:2]) in authorized_keys(sim, f"ovh-{OVH_UNMARKED}")
