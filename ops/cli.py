@@ -24,7 +24,16 @@ from rich.table import Table
 from ops import boxes as box_ops
 from ops import estate, orphans
 from ops import failover as failover_ops
-from ops.stack import CLI_TIMING, OpsError, PulumiStack, Stack, StackSource, open_stack
+from ops.stack import (
+    CLAIM_TYPE,
+    CLI_TIMING,
+    MACHINE_TYPE,
+    OpsError,
+    PulumiStack,
+    Stack,
+    StackSource,
+    open_stack,
+)
 from ops.waiting import spinner
 from providers.clients import ClientTiming
 from providers.errors import InfraError
@@ -274,15 +283,27 @@ def hostkey(ctx: typer.Context, stack_name: StackOpt, box: BoxArg) -> None:
 
 
 @app.command()
-def urn(ctx: typer.Context, stack_name: StackOpt, box: BoxArg) -> None:
-    """The URN of the MachineClaim in the stack's state that holds the box, alone on stdout (for
-    `pulumi up --replace` and `--target`)."""
+def urn(
+    ctx: typer.Context,
+    stack_name: StackOpt,
+    box: BoxArg,
+    machine: Annotated[bool, typer.Option("--machine", help="The AdoptedMachine's URN instead.")] = False,
+) -> None:
+    """The URN of the MachineClaim in the stack's state that holds the box (or of its AdoptedMachine),
+    alone on stdout: for `pulumi up --replace`, `--target` and `pulumi state unprotect`."""
     with _stack(ctx, stack_name) as (stack, out, _err):
         ref = estate.parse_box(stack, box)
-        slots = [s for s in stack.slots() if s.vendor is ref.vendor and s.box_id == ref.box_id]
-        if not slots:
-            raise OpsError(f"{ref}: no MachineClaim in stack {stack.name}'s state holds it")
-        out.print(slots[0].urn, markup=False, highlight=False, soft_wrap=True)
+        kind = MACHINE_TYPE if machine else CLAIM_TYPE
+        urns = [
+            str(r.get("urn"))
+            for r in stack.source.resources()
+            if r.get("type") == kind
+            and (r.get("outputs") or {}).get("box_id") == ref.box_id
+            and (r.get("outputs") or {}).get("vendor", ref.vendor.value) == ref.vendor.value
+        ]
+        if not urns:
+            raise OpsError(f"{ref}: no {kind.rsplit(':', 1)[-1]} in stack {stack.name}'s state holds it")
+        out.print(urns[0], markup=False, highlight=False, soft_wrap=True)
 
 
 # --- orphans ----------------------------------------------------------------------------------------------

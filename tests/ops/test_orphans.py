@@ -152,3 +152,9 @@ def test_urn_names_the_claim_that_holds_a_box(ops: Ops) -> None:
     assert error_line(ops("urn", "-s", "dev", "ovh:ns1002.ip-203-0-113.net")) == (
         "error: ovh:ns1002.ip-203-0-113.net: no MachineClaim in stack dev's state holds it"
     )
+    from ops.stack import MACHINE_TYPE
+
+    machine = {"urn": "urn:pulumi:dev::tuist-infra::x::kura-ovh-0", "type": MACHINE_TYPE}
+    ops.state.append({**machine, "outputs": {"box_id": "ns1001.ip-203-0-113.net", "vendor": "ovh"}})
+    result = ops("urn", "-s", "dev", "ovh:ns1001.ip-203-0-113.net", "--machine")
+    assert (result.exit_code, result.stdout) == (0, machine["urn"] + "\n")
