@@ -132,7 +132,9 @@ def test_the_runbook_procedures_run_as_written(engine: Engine) -> None:
         assert len(reinstalls) == 1  # the release's; nothing was cancelled or deleted
 
         # 3. The Dedibox region's IP, moved past the rule onto its one box (where it already is).
-        run_procedure(engine, "Failover with no eligible box", REGION="eu-central", TARGET="fr-par-2/200101")
+        dedibox = ops_json(engine, "inventory", "--vendor", "dedibox")["boxes"]
+        (dedibox_box,) = [r["box"] for r in dedibox if r["holder"] == f"{STACK}/kura-dedibox-0"]
+        run_procedure(engine, "Failover with no eligible box", REGION="eu-central", TARGET=dedibox_box)
 
         # 4. The host-key check of an adopted box: it answers with the key its machine pinned.
         check = run_procedure(engine, "Host-key mismatch", BOX=f"ovh:{target}")
