@@ -27,7 +27,7 @@ RUNBOOK = REPO / "docs" / "runbook.md"
 STACK = "runbook"
 PROJECT = "tuist-infra"
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
 
 def procedures() -> dict[str, str]:
@@ -44,7 +44,11 @@ def procedures() -> dict[str, str]:
 
 def run_procedure(engine: Engine, heading: str, **variables: str) -> subprocess.CompletedProcess[str]:
     script = procedures()[heading]
-    env = {**engine.env, "STACK": STACK, **variables}
+    # Each command is traced with the time it started, into engine-logs/ beside the engine's own logs.
+    env = {**engine.env, "STACK": STACK, "PS4": "+ $(date +%T) ", **variables}
+    logs = engine.project.parent / "engine-logs"
+    logs.mkdir(exist_ok=True)
+    log = logs / f"runbook-{re.sub(r'[^a-z]+', '-', heading.lower()).strip('-')}.log"
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-x", "-c", script],
         cwd=engine.project,
@@ -53,7 +57,10 @@ def run_procedure(engine: Engine, heading: str, **variables: str) -> subprocess.
         capture_output=True,
         timeout=1200,
     )
-    assert done.returncode == 0, f"runbook: {heading!r} failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    log.write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
+    assert done.returncode == 0, (
+        f"runbook: {heading!r} failed ({log}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    )
     return done
 
 
