@@ -45,12 +45,12 @@ def procedures() -> dict[str, str]:
 def run_procedure(engine: Engine, heading: str, **variables: str) -> subprocess.CompletedProcess[str]:
     script = procedures()[heading]
     # Each command is traced with the time it started, into engine-logs/ beside the engine's own logs.
-    env = {**engine.env, "STACK": STACK, "PS4": "+ $(date +%T) ", **variables}
+    env = {**engine.env, "STACK": STACK, **variables}
     logs = engine.project.parent / "engine-logs"
     logs.mkdir(exist_ok=True)
     log = logs / f"runbook-{re.sub(r'[^a-z]+', '-', heading.lower()).strip('-')}.log"
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-x", "-c", script],
+        ["bash", "-euo", "pipefail", "-x", "-c", "PS4='+ $(date +%T) '\n" + script],
         cwd=engine.project,
         env=env,
         text=True,
