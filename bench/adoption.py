@@ -278,9 +278,8 @@ class Run:
                 return
             except OSError:
                 if self.sim.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(
-                        f"bench: vendorsim did not start:\n{(self.sim_state / 'vendorsim.log').read_text()[-3000:]}"
-                    ) from None
+                    log_text = (self.sim_state / "vendorsim.log").read_text()[-3000:]
+                    raise SystemExit(f"bench: vendorsim did not start:\n{log_text}") from None
                 time.sleep(0.2)
 
     def stop(self) -> None:
@@ -377,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     source = args.project.resolve()
     print(
         f"Dedibox adoption through `pulumi up`/`destroy` of {source}: {model.api_ms} ms per vendor call, "
-        f"reinstall {model.task_seconds:g} s, apt-get install {model.apt_seconds:g} s, --parallel {args.parallel}"
+        f"reinstall {model.task_seconds:g} s, apt-get install {model.apt_seconds:g} s, "
+        f"--parallel {args.parallel}"
     )
     print("   N  command      wall    phase  critical  ratio  calls/box  listings")
     with tempfile.TemporaryDirectory(prefix="bench-adoption-") as tmp:
