@@ -135,7 +135,7 @@ def bench_inventory(
     """The dev inventory with only its Dedibox account (its seven boxes: decoys of other stacks and
     environments, three of this fleet) plus `boxes` more of this fleet, every box on `prefix`.x:`ssh_port`,
     and every Dedibox call `api_ms` slower."""
-    doc = json.loads(json.dumps(dev))
+    doc: dict[str, Any] = json.loads(json.dumps(dev))
     for vendor in ("ovh", "robot", "scaleway_em", "applesilicon"):
         if vendor in doc:
             doc[vendor]["servers"] = []
@@ -172,7 +172,7 @@ def bench_stack(dev_stack: dict[str, Any], *, boxes: int, port: int, ssh_port: i
     """The dev stack file reduced to one Dedibox fleet of `boxes`: the other fleets parked, no region,
     failover IP or runner pool, manifests rendered to a folder (no cluster: the join runs in full
     against the dev placeholder endpoint, and nothing waits for a Node)."""
-    doc = json.loads(json.dumps(dev_stack))
+    doc: dict[str, Any] = json.loads(json.dumps(dev_stack))
     config = doc["config"]
     cluster = {k: v for k, v in config["tuist-infra:cluster"].items() if k != "api_server"}
     config["tuist-infra:cluster"] = {**cluster, "render_dir": "rendered/bench"}

@@ -72,13 +72,13 @@ class _Finder(importlib.abc.MetaPathFinder):
         if spec is None or spec.loader is None:
             return None
         loader, path = spec.loader, self.path
-        exec_module = loader.exec_module  # type: ignore[attr-defined]
+        exec_module = loader.exec_module
 
         def patched(module: ModuleType) -> None:
             exec_module(module)
             _patch(module, path)
 
-        loader.exec_module = patched  # type: ignore[attr-defined]
+        loader.exec_module = patched  # type: ignore[method-assign]
         return spec
 
 
