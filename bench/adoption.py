@@ -1,7 +1,7 @@
 """Adoption at fleet scale, through the real engine: `pulumi up` then `pulumi destroy` of a stack with one
-Dedibox fleet of N boxes, against vendorsim with a latency model, for each N.
+Dedibox (or OVH) fleet of N boxes, against vendorsim with a latency model, for each N.
 
-    python -m bench adoption [--sizes 1,4,16] [--with-64] [--api-ms 100] [--scale 120]
+    python -m bench adoption [--sizes 1,4,16] [--with-64] [--vendor dedibox|ovh] [--api-ms 100] [--scale 120]
                              [--task-seconds S] [--apt-seconds S] [--parallel 64] [--project DIR]
 
 Run it in the box network's namespace (the boxes answer SSH on 198.18.0.0/15):
@@ -19,10 +19,11 @@ Per N it prints, for the adoption (`up`) and the release (`destroy`):
   by N, and how many were account listings. Each box must cost O(1): the figure stays flat as N grows.
 
 The latency model, scaled from the reference's real figures by `--scale` (real seconds per benchmark
-second, default 120): every Dedibox call takes `--api-ms` (100); a Dedibox reinstall (release) takes
+second, default 120): every vendor call takes `--api-ms` (100); a reinstall (release) takes
 `--task-seconds` (30 real minutes / scale = 15 s); each `apt-get install` of the self-join takes
 `--apt-seconds` (one real minute / scale = 0.5 s; a real join is 2 to 5 minutes). The account holds the
-fleet's N boxes plus the dev inventory's seven Dedibox boxes (other stacks' and environments' decoys).
+fleet's N boxes plus the dev inventory's seven boxes at that vendor (other stacks' and environments'
+decoys); the other vendors' accounts are empty.
 
 `--project DIR` benchmarks the program and providers of another checkout (e.g. the revision before a
 change) with this checkout's vendorsim and timing probe (bench/probe/sitecustomize.py). The engine runs
@@ -52,8 +53,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "bench" / "probe"
 DEV_PASSPHRASE = "tuist-dev-only-passphrase"
-FLEET = "kura-dedibox"
-MARKER = "tuist-kura-dev"
+VENDORS = ("dedibox", "ovh")
+FLEETS = {"dedibox": "kura-dedibox", "ovh": "kura-ovh"}  # the dev stack's fleet at each vendor
+MARKERS = {"dedibox": "tuist-kura-dev", "ovh": "tuist-kura-dev-ovh"}
 IGNORED = shutil.ignore_patterns(
     ".git",
     ".venv",
@@ -118,9 +120,9 @@ def phase_times(
 
 
 def is_listing(call: dict[str, Any]) -> bool:
-    """A call that lists the account (one page of servers), not one box."""
+    """A call that lists the account (Dedibox: a page of servers; OVH: the service names), not one box."""
     path = str(call["path"]).split("?", 1)[0].rstrip("/")
-    return call["method"] == "GET" and path.endswith("/servers")
+    return call["method"] == "GET" and (path.endswith("/servers") or path.endswith("/dedicated/server"))
 
 
 def count_calls(calls: Sequence[dict[str, Any]], vendor: str) -> tuple[int, int]:
@@ -130,46 +132,50 @@ def count_calls(calls: Sequence[dict[str, Any]], vendor: str) -> tuple[int, int]
 
 
 def bench_inventory(
-    dev: dict[str, Any], *, boxes: int, prefix: str, ssh_port: int, api_ms: int
+    dev: dict[str, Any], *, vendor: str, boxes: int, prefix: str, ssh_port: int, api_ms: int
 ) -> dict[str, Any]:
-    """The dev inventory with only its Dedibox account (its seven boxes: decoys of other stacks and
-    environments, three of this fleet) plus `boxes` more of this fleet, every box on `prefix`.x:`ssh_port`,
-    and every Dedibox call `api_ms` slower."""
+    """The dev inventory with only its `vendor` account (its seven boxes: three of the fleet, another
+    stack's claimed one, staging and production decoys, an unmarked one) plus `boxes` more of the
+    fleet, every box on `prefix`.x:`ssh_port`, and every call to that vendor `api_ms` slower."""
     doc: dict[str, Any] = json.loads(json.dumps(dev))
-    for vendor in ("ovh", "robot", "scaleway_em", "applesilicon"):
-        if vendor in doc:
-            doc[vendor]["servers"] = []
-            if "failover_ips" in doc[vendor]:
-                doc[vendor]["failover_ips"] = []
-    dedibox = doc["dedibox"]
-    template = next(s for s in dedibox["servers"] if MARKER in (s.get("tags") or []))
-    used = {int(s["ip"].rsplit(".", 1)[1]) for s in dedibox["servers"]}
+    for other in ("ovh", "dedibox", "robot", "scaleway_em", "applesilicon"):
+        if other != vendor and other in doc:
+            doc[other]["servers"] = []
+            if "failover_ips" in doc[other]:
+                doc[other]["failover_ips"] = []
+    servers = doc[vendor]["servers"]
+    used = {int(s["ip"].rsplit(".", 1)[1]) for s in servers}
     octets = [o for o in range(100, 255) if o not in used]
     if boxes > len(octets):
         raise SystemExit(f"bench: at most {len(octets)} boxes per run")
-    for i in range(boxes):
-        server_id = 300000 + i
-        dedibox["servers"].append(
-            {
-                **template,
-                "id": server_id,
-                "hostname": f"sd-{server_id}",
-                "ip": f"0.0.0.{octets[i]}",
-                "tags": [MARKER],
-            }
-        )
-    for server in dedibox["servers"]:
+    marker = MARKERS[vendor]
+    if vendor == "dedibox":
+        template = next(s for s in servers if s.get("tags") == [marker])
+        for i in range(boxes):
+            server_id = 300000 + i
+            new = {"id": server_id, "hostname": f"sd-{server_id}", "tags": [marker]}
+            servers.append({**template, **new, "ip": f"0.0.0.{octets[i]}"})
+    else:
+        template = next(s for s in servers if s["display_name"] == f"{marker}-1")
+        for i in range(boxes):
+            name = f"ns{3000 + i}.ip-203-0-113.net"
+            new = {"service_name": name, "service_id": 30000000 + i, "display_name": f"{marker}-{100 + i}"}
+            servers.append({**template, **new, "ip": f"0.0.0.{octets[i]}"})
+    for server in servers:
         server["ip"] = f"{prefix}.{server['ip'].rsplit('.', 1)[1]}"
         server["ssh_port"] = ssh_port
-    dedibox["failover_ips"] = [
-        {k: v for k, v in f.items() if k != "server_id"} for f in dedibox["failover_ips"]
+    doc[vendor]["failover_ips"] = [
+        {k: v for k, v in f.items() if k not in ("server_id", "routed_to")}
+        for f in doc[vendor]["failover_ips"]
     ]
-    doc["faults"] = [{"vendor": "dedibox", "latency_ms": api_ms}] if api_ms else []
+    doc["faults"] = [{"vendor": vendor, "latency_ms": api_ms}] if api_ms else []
     return doc
 
 
-def bench_stack(dev_stack: dict[str, Any], *, boxes: int, port: int, ssh_port: int) -> dict[str, Any]:
-    """The dev stack file reduced to one Dedibox fleet of `boxes`: the other fleets parked, no region,
+def bench_stack(
+    dev_stack: dict[str, Any], *, vendor: str, boxes: int, port: int, ssh_port: int
+) -> dict[str, Any]:
+    """The dev stack file reduced to one fleet of `boxes` at `vendor`: the other fleets parked, no region,
     failover IP or runner pool, manifests rendered to a folder (no cluster: the join runs in full
     against the dev placeholder endpoint, and nothing waits for a Node)."""
     doc: dict[str, Any] = json.loads(json.dumps(dev_stack))
@@ -177,7 +183,7 @@ def bench_stack(dev_stack: dict[str, Any], *, boxes: int, port: int, ssh_port: i
     cluster = {k: v for k, v in config["tuist-infra:cluster"].items() if k != "api_server"}
     config["tuist-infra:cluster"] = {**cluster, "render_dir": "rendered/bench"}
     for fleet in config["tuist-infra:fleets"]:
-        if fleet["name"] == FLEET:
+        if fleet["name"] == FLEETS[vendor]:
             fleet.update(size=boxes, ssh_port=ssh_port, enabled=True)
         else:
             fleet["enabled"] = False
@@ -203,15 +209,18 @@ def free_port() -> int:
 class Run:
     """One N: a vendorsim of its own, a stack of its own in the copied project."""
 
-    def __init__(self, root: Path, project: Path, boxes: int, model: Model, parallel: int) -> None:
+    def __init__(
+        self, root: Path, project: Path, vendor: str, boxes: int, model: Model, parallel: int
+    ) -> None:
         self.root, self.project, self.boxes, self.model, self.parallel = root, project, boxes, model, parallel
-        self.stack = f"bench-n{boxes}"
+        self.vendor = vendor
+        self.stack = f"bench-{vendor}-n{boxes}"
         self.port = free_port()
         while (ssh := free_port()) == self.port:
             pass
         self.ssh_port = ssh
-        self.timings = root / f"timings-n{boxes}.jsonl"
-        self.sim_state = root / f"vendorsim-n{boxes}"
+        self.timings = root / f"timings-{self.stack}.jsonl"
+        self.sim_state = root / f"vendorsim-{self.stack}"
         self.env = {
             **os.environ,
             "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
@@ -233,21 +242,20 @@ class Run:
         from tests.providers.test_machine_support import fresh_box_range
 
         dev = yaml.safe_load((REPO / "vendorsim" / "inventory.dev.yaml").read_text())
-        inventory = self.root / f"inventory-n{self.boxes}.yaml"
-        inventory.write_text(
-            yaml.safe_dump(
-                bench_inventory(
-                    dev,
-                    boxes=self.boxes,
-                    prefix=fresh_box_range(),
-                    ssh_port=self.ssh_port,
-                    api_ms=self.model.api_ms,
-                ),
-                sort_keys=False,
-            )
+        inventory = self.root / f"inventory-{self.stack}.yaml"
+        doc = bench_inventory(
+            dev,
+            vendor=self.vendor,
+            boxes=self.boxes,
+            prefix=fresh_box_range(),
+            ssh_port=self.ssh_port,
+            api_ms=self.model.api_ms,
         )
+        inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
         dev_stack = yaml.safe_load((self.project / "Pulumi.dev.yaml").read_text())
-        stack = bench_stack(dev_stack, boxes=self.boxes, port=self.port, ssh_port=self.ssh_port)
+        stack = bench_stack(
+            dev_stack, vendor=self.vendor, boxes=self.boxes, port=self.port, ssh_port=self.ssh_port
+        )
         (self.project / f"Pulumi.{self.stack}.yaml").write_text(yaml.safe_dump(stack, sort_keys=False))
         self.sim_state.mkdir()
         log = (self.sim_state / "vendorsim.log").open("w")
@@ -323,12 +331,14 @@ class Run:
         wall = self.pulumi(command, "--yes", "--skip-preview", "--parallel", str(self.parallel))
         timings = [json.loads(line) for line in self.timings.read_text().splitlines() if line.strip()]
         phase, critical, own = phase_times(timings, first, second)
-        calls, listings = count_calls(self.calls(before), "dedibox")
+        calls, listings = count_calls(self.calls(before), self.vendor)
         return Phase(wall, phase, critical, calls, listings, len(own))
 
 
-def run_one(root: Path, project: Path, boxes: int, model: Model, parallel: int) -> tuple[Phase, Phase]:
-    run = Run(root, project, boxes, model, parallel)
+def run_one(
+    root: Path, project: Path, vendor: str, boxes: int, model: Model, parallel: int
+) -> tuple[Phase, Phase]:
+    run = Run(root, project, vendor, boxes, model, parallel)
     run.start()
     try:
         subprocess.run(
@@ -356,9 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench adoption", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,4,16", help="fleet sizes N, comma-separated (default 1,4,16)")
     parser.add_argument("--with-64", action="store_true", help="add N = 64 (heavy on a 2-core machine)")
-    parser.add_argument("--api-ms", type=int, default=100, help="latency of every Dedibox call (ms)")
+    parser.add_argument("--vendor", choices=VENDORS, default="dedibox", help="the fleet's vendor")
+    parser.add_argument("--api-ms", type=int, default=100, help="latency of every vendor call (ms)")
     parser.add_argument("--scale", type=float, default=120.0, help="real seconds per benchmark second")
-    parser.add_argument("--task-seconds", type=float, help="a Dedibox reinstall (default: 30 min / scale)")
+    parser.add_argument("--task-seconds", type=float, help="a reinstall (default: 30 min / scale)")
     parser.add_argument("--apt-seconds", type=float, help="each apt-get install (default: 1 min / scale)")
     parser.add_argument("--parallel", type=int, default=64, help="the engine's --parallel")
     parser.add_argument("--project", type=Path, default=REPO, help="the checkout whose program is measured")
@@ -375,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("bench: no Pulumi CLI in .toolchain/bin: run `bash scripts/bootstrap.sh`")
     source = args.project.resolve()
     print(
-        f"Dedibox adoption through `pulumi up`/`destroy` of {source}: {model.api_ms} ms per vendor call, "
+        f"{args.vendor} adoption by `pulumi up`/`destroy` of {source}: {model.api_ms} ms per vendor call, "
         f"reinstall {model.task_seconds:g} s, apt-get install {model.apt_seconds:g} s, "
         f"--parallel {args.parallel}"
     )
@@ -388,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         (project / ".toolchain").symlink_to(REPO / ".toolchain")
         (root / "state").mkdir()
         for n in sizes:
-            up, down = run_one(root, project, n, model, args.parallel)
+            up, down = run_one(root, project, args.vendor, n, model, args.parallel)
             print(row(n, "up", up), flush=True)
             print(row(n, "destroy", down), flush=True)
     print(

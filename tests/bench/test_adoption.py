@@ -9,11 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bench.adoption import (
-    FLEET,
-    MARKER,
+    FLEETS,
+    MARKERS,
     PROBE,
     REPO,
     bench_inventory,
@@ -50,34 +51,44 @@ def test_listings_are_told_from_calls_on_one_box() -> None:
         {"vendor": "dedibox", "method": "GET", "path": "/dedibox/v1/zones/fr-par-2/servers/200101"},
         {"vendor": "dedibox", "method": "POST", "path": "/dedibox/v1/zones/fr-par-2/servers/200101/tags"},
         {"vendor": "ovh", "method": "GET", "path": "/ovh/1.0/dedicated/server"},
+        {"vendor": "ovh", "method": "GET", "path": "/ovh/1.0/dedicated/server/ns3000.ip-203-0-113.net"},
     ]
     assert count_calls(calls, "dedibox") == (3, 1)
+    assert count_calls(calls, "ovh") == (2, 1)
 
 
-def test_the_generated_inventory_and_stack_are_valid(tmp_path: Path) -> None:
+@pytest.mark.parametrize("vendor", ["dedibox", "ovh"])
+def test_the_generated_inventory_and_stack_are_valid(tmp_path: Path, vendor: str) -> None:
     dev = yaml.safe_load((REPO / "vendorsim" / "inventory.dev.yaml").read_text())
-    doc = bench_inventory(dev, boxes=64, prefix="198.18.200", ssh_port=2299, api_ms=100)
+    doc = bench_inventory(dev, vendor=vendor, boxes=64, prefix="198.18.200", ssh_port=2299, api_ms=100)
     path = tmp_path / "inventory.yaml"
     path.write_text(yaml.safe_dump(doc))
     load_inventory(path)  # raises on any problem (duplicate ids or IPs, dangling references)
-    servers = doc["dedibox"]["servers"]
+    servers = doc[vendor]["servers"]
     assert len(servers) == 7 + 64
     # The dev fleet's three free ones and one another stack claimed, and N more.
-    assert sum(MARKER in s["tags"] for s in servers) == 4 + 64
+    marked = [s for s in servers if MARKERS[vendor] in (s.get("tags") or [s.get("display_name", "")[:18]])]
+    assert len(marked) == 4 + 64
     assert {s["ip"].rsplit(".", 1)[0] for s in servers} == {"198.18.200"}
-    assert doc["faults"] == [{"vendor": "dedibox", "latency_ms": 100}]
-    assert all(not doc[v]["servers"] for v in ("ovh", "robot", "scaleway_em", "applesilicon"))
+    assert doc["faults"] == [{"vendor": vendor, "latency_ms": 100}]
+    others = [v for v in ("ovh", "dedibox", "robot", "scaleway_em", "applesilicon") if v != vendor]
+    assert all(not doc[v]["servers"] for v in others)
 
     stack = bench_stack(
-        yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), boxes=16, port=9999, ssh_port=2299
+        yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()),
+        vendor=vendor,
+        boxes=16,
+        port=9999,
+        ssh_port=2299,
     )
     config = stack["config"]
     fleets = {f["name"]: f for f in config["tuist-infra:fleets"]}
-    assert fleets[FLEET]["size"] == 16 and fleets[FLEET]["ssh_port"] == 2299
-    assert [name for name, f in fleets.items() if f.get("enabled", True)] == [FLEET]
+    fleet = FLEETS[vendor]
+    assert fleets[fleet]["size"] == 16 and fleets[fleet]["ssh_port"] == 2299
+    assert [name for name, f in fleets.items() if f.get("enabled", True)] == [fleet]
     assert "127.0.0.1:8710" not in json.dumps(config)
     plain = {k.split(":", 1)[1]: v for k, v in config.items() if not (isinstance(v, dict) and "secure" in v)}
-    load_stack_config(plain, stack="bench-n16")  # raises on any problem
+    load_stack_config(plain, stack=f"bench-{vendor}-n16")  # raises on any problem
 
 
 def test_the_probe_times_provider_calls_in_any_process(tmp_path: Path) -> None:
