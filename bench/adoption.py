@@ -330,8 +330,11 @@ class Run:
         self.timings.write_text("")
         wall = self.pulumi(command, "--yes", "--skip-preview", "--parallel", str(self.parallel))
         timings = [json.loads(line) for line in self.timings.read_text().splitlines() if line.strip()]
+        self.timings.rename(self.root / f"timings-{self.stack}-{command}.jsonl")
         phase, critical, own = phase_times(timings, first, second)
-        calls, listings = count_calls(self.calls(before), self.vendor)
+        made = self.calls(before)
+        (self.root / f"calls-{self.stack}-{command}.json").write_text(json.dumps(made, indent=1))
+        calls, listings = count_calls(made, self.vendor)
         return Phase(wall, phase, critical, calls, listings, len(own))
 
 
@@ -373,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apt-seconds", type=float, help="each apt-get install (default: 1 min / scale)")
     parser.add_argument("--parallel", type=int, default=64, help="the engine's --parallel")
     parser.add_argument("--project", type=Path, default=REPO, help="the checkout whose program is measured")
+    parser.add_argument(
+        "--keep", type=Path, help="work in this new folder and keep it (logs, timings, vendorsim state)"
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([64] if args.with_64 else [])
     if any(n < 1 for n in sizes) or args.scale <= 0:
@@ -391,8 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         f"--parallel {args.parallel}"
     )
     print("   N  command      wall    phase  critical  ratio  calls/box  listings")
+    if args.keep is not None:
+        args.keep.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="bench-adoption-") as tmp:
-        root = Path(tmp)
+        root = args.keep.resolve() if args.keep is not None else Path(tmp)
         project = root / "project"
         shutil.copytree(source, project, ignore=IGNORED)
         (project / ".venv").symlink_to(REPO / ".venv")
