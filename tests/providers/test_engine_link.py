@@ -21,6 +21,12 @@ def test_a_call_widens_the_pool_it_runs_in_and_then_calls_run_together() -> None
     calls = 12
     together = threading.Barrier(calls, timeout=30)  # a deadlock guard, not a timing assertion
     with ThreadPoolExecutor(max_workers=4) as pool:
+        # A burst queued behind the ceiling first (as the engine's first deletes of a destroy are): the
+        # pool's count of idle threads then runs ahead of its threads.
+        gate = threading.Event()
+        burst = [pool.submit(gate.wait, 30) for _ in range(16)]
+        gate.set()
+        assert all(f.result() for f in burst)
         assert pool.submit(engine_link.widen_workers, 16).result() == 16
         # Twelve calls that each wait for all the others: they only finish if all twelve run at once.
         results = [pool.submit(together.wait) for _ in range(calls)]
