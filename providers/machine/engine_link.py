@@ -105,7 +105,7 @@ def widen_workers(workers: int = PROVIDER_WORKERS) -> int | None:
 
     The pool is the one whose threads include this one; ThreadPoolExecutor starts a thread per
     submitted call while it has fewer than `_max_workers` and `_idle_semaphore` says no thread is idle
-    (CPython 3.9 to 3.13), so those two attributes are what changes. Claim arbitration is unchanged:
+    (CPython 3.9 to 3.13): the ceiling is raised and the threads started. Claim arbitration is unchanged:
     within the process the claim record and the candidate pools hand each box to one claim; between
     processes the record and the vendor marker's read-back do."""
     me = threading.current_thread()
@@ -113,11 +113,14 @@ def widen_workers(workers: int = PROVIDER_WORKERS) -> int | None:
         if isinstance(pool, ThreadPoolExecutor) and me in pool._threads:
             with _lock:
                 pool._max_workers = max(pool._max_workers, workers)
-                # A submit starts no thread while this semaphore has a count, and it counts finished
-                # calls rather than idle threads: after calls queued behind the old ceiling it stays
-                # high, and the pool would go on running four at a time. Zero: the next submits start
-                # threads up to the new ceiling; idle threads count themselves again as they finish.
-                pool._idle_semaphore = threading.Semaphore(0)
+                # A submit starts no thread while `_idle_semaphore` has a count, and it counts
+                # finished calls, not idle threads: after the calls that queued behind the old ceiling
+                # (a destroy's first burst of deletes) it stays high and the pool would go on running
+                # four at a time. So the threads are started now, up to the new ceiling, each waiting
+                # on the pool's queue for a call.
+                while len(pool._threads) < pool._max_workers:
+                    pool._idle_semaphore = threading.Semaphore(0)
+                    pool._adjust_thread_count()
                 return int(pool._max_workers)
     return None
 

@@ -21,13 +21,23 @@ def test_a_call_widens_the_pool_it_runs_in_and_then_calls_run_together() -> None
     calls = 12
     together = threading.Barrier(calls, timeout=30)  # a deadlock guard, not a timing assertion
     with ThreadPoolExecutor(max_workers=4) as pool:
-        # A burst queued behind the ceiling first (as the engine's first deletes of a destroy are): the
-        # pool's count of idle threads then runs ahead of its threads.
-        gate = threading.Event()
-        burst = [pool.submit(gate.wait, 30) for _ in range(16)]
-        gate.set()
-        assert all(f.result() for f in burst)
-        assert pool.submit(engine_link.widen_workers, 16).result() == 16
+        # The engine's first calls come as a burst (a destroy's deletes): the call that widens the pool
+        # is one of them, the others queue behind the old ceiling of four.
+        queued, widened, gate = threading.Event(), threading.Event(), threading.Event()
+
+        def widen_once_the_burst_queued() -> int | None:
+            queued.wait(30)
+            ceiling = engine_link.widen_workers(16)
+            widened.set()
+            gate.wait(30)
+            return ceiling
+
+        first = pool.submit(widen_once_the_burst_queued)
+        burst = [pool.submit(gate.wait, 30) for _ in range(15)]
+        queued.set()
+        widened.wait(30)
+        gate.set()  # the burst ends after the widening: the pool's count of idle threads runs ahead
+        assert first.result() == 16 and all(f.result() for f in burst)
         # Twelve calls that each wait for all the others: they only finish if all twelve run at once.
         results = [pool.submit(together.wait) for _ in range(calls)]
         assert sorted(r.result() for r in results) == list(range(calls))
