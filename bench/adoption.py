@@ -410,9 +410,8 @@ def main(argv: list[str] | None = None) -> int:
             up, down = run_one(root, project, args.vendor, n, model, args.parallel)
             print(row(n, "up", up), flush=True)
             print(row(n, "destroy", down), flush=True)
-    print(
-        "ratio = phase / critical (goal: <= 1.10 at N=16, <= 1.25 at N=64); calls/box: Dedibox API calls / N"
-    )
+    goal = "goal: <= 1.10 at N=16, <= 1.25 at N=64"
+    print(f"ratio = phase / critical ({goal}); calls/box: {args.vendor} API calls / N")
     return 0
 
 
