@@ -1,4 +1,5 @@
-"""python -m vendorsim --inventory FILE [--port 8710] [--state DIR] [--task-seconds 2] [--reset] [--no-ssh]"""
+"""python -m vendorsim --inventory FILE [--port 8710] [--state DIR] [--task-seconds 2] [--apt-seconds 0]
+[--reset] [--no-ssh]"""
 
 from __future__ import annotations
 
@@ -30,11 +31,19 @@ def main(argv: list[str] | None = None) -> int:
         default=2.0,
         help="wall time an async vendor task takes from creation to done",
     )
+    parser.add_argument(
+        "--apt-seconds",
+        type=float,
+        default=0.0,
+        help="wall time each `apt-get install` takes on a box (the slow step of a real self-join)",
+    )
     parser.add_argument("--reset", action="store_true", help="reseed the state from the inventory")
     parser.add_argument("--no-ssh", action="store_true", help="do not start an SSH server per box")
     args = parser.parse_args(argv)
     if args.task_seconds < 0:
         parser.error("--task-seconds must be >= 0")
+    if args.apt_seconds < 0:
+        parser.error("--apt-seconds must be >= 0")
 
     try:
         inventory = load_inventory(args.inventory)
@@ -42,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vendorsim: {e}", file=sys.stderr)
         return 2
     farm = open_farm(args.state, ssh=not args.no_ssh)
+    # Read by every box session (sandbox/login.sh), so it holds for boxes started before a restart too.
+    timing = args.state / "boxes" / "timing.env"
+    timing.parent.mkdir(parents=True, exist_ok=True)
+    timing.write_text(f"SIM_APT_SECONDS={args.apt_seconds:g}\n")
     sim = Sim(inventory, args.state, task_seconds=args.task_seconds, farm=farm, reset=args.reset)
     try:
         server = make_server("127.0.0.1", args.port, App(sim), threaded=True)

@@ -79,6 +79,21 @@ class App:
     # --- vendor APIs ------------------------------------------------------------
 
     def _vendor(self, request: Request) -> Response:
+        started = self.sim.clock()
+        call = Call(request=request, vendor="")
+        response = self._vendor_call(request, call)
+        if call.vendor:
+            self.sim.record_call(
+                started=started,
+                vendor=call.vendor,
+                method=request.method,
+                path=_raw_path(request),
+                status=response.status_code,
+                box=call.box,
+            )
+        return response
+
+    def _vendor_call(self, request: Request, call: Call) -> Response:
         found = _vendor_of(request.path)
         if found is None:
             return _json(
@@ -89,6 +104,7 @@ class App:
                 },
             )
         vendor, subpath = found
+        call.vendor = vendor
         module = VENDORS[vendor]
         headers = _id_headers(module)
         decision = self.sim.faults.decide(vendor, request.method, request.path)
@@ -97,7 +113,6 @@ class App:
         if decision.fails and not decision.lost:
             # Failed before the vendor did anything.
             return self._fault_answer(request, module, decision, headers)
-        call = Call(request=request, vendor=vendor)
         with self.sim.lock:
             status, body, more = self._dispatch(module, call, subpath)
             if request.method in WRITE_METHODS:
@@ -182,6 +197,11 @@ class App:
                 if not since.isdigit():
                     return _json(400, {"error": "since: must be a non-negative integer (an audit id)"})
                 return _json(200, {"entries": self.sim.store.audit_entries(int(since))})
+            if route == ("GET", "/_admin/calls"):
+                since = request.args.get("since", "0")
+                if not since.isdigit():
+                    return _json(400, {"error": "since: must be a non-negative integer (a call id)"})
+                return _json(200, {"entries": self.sim.calls_since(int(since))})
             if route == ("GET", "/_admin/faults"):
                 return _json(200, self.sim.faults.describe())
             if route == ("POST", "/_admin/faults"):

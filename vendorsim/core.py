@@ -79,6 +79,9 @@ class Sim:
         self.behaviour = Behaviour()
         self.store = Store(state_dir / "vendorsim.db")
         self.robot_hits: dict[tuple[str, str], list[float]] = {}
+        # Every vendor API request, reads included (the audit keeps writes only): GET /_admin/calls.
+        self.calls: list[dict[str, Any]] = []
+        self.calls_lock = threading.Lock()
         self.apply_inventory_settings()
         if reset or self.store.get_meta("seeded") is None:
             self.seed()
@@ -100,6 +103,29 @@ class Sim:
             self.store.set_meta("seeded", iso(self.clock()))
             self.store.commit()
             self.robot_hits.clear()
+        with self.calls_lock:
+            self.calls.clear()
+
+    def record_call(
+        self, *, started: float, vendor: str, method: str, path: str, status: int, box: str | None
+    ) -> None:
+        with self.calls_lock:
+            self.calls.append(
+                {
+                    "id": len(self.calls) + 1,
+                    "time": started,
+                    "seconds": round(self.clock() - started, 4),
+                    "vendor": vendor,
+                    "method": method,
+                    "path": path,
+                    "status": status,
+                    "box": box,
+                }
+            )
+
+    def calls_since(self, since: int) -> list[dict[str, Any]]:
+        with self.calls_lock:
+            return list(self.calls[since:])
 
     # --- boxes (SSH) ------------------------------------------------------------
 

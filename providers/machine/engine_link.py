@@ -7,6 +7,7 @@ dynamic provider, `python -m pulumi.dynamic <engine address>`, ignores it). Thro
   the CLI shows it on the resource's row while the step runs and keeps it out of the Diagnostics
   summary. (`pulumi.log` in a dynamic provider has no engine connection and prints `info:` lines to
   stderr, which the engine repeats under Diagnostics: nine machines, ninety lines.)
+- `widen_workers()` lifts the ceiling of the thread pool that serves the engine's calls (below).
 - `watch_engine()` notices when the engine goes away (its CLI killed mid-`up`): the provider closes
   its SSH sessions, which hangs up the scripts on the boxes, and exits at once rather than finishing
   a join or an install nobody will record.
@@ -17,6 +18,7 @@ Python log only and no watchdog runs.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
@@ -25,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from providers.ssh.runner import close_all_sessions
@@ -36,10 +39,17 @@ log.addHandler(logging.NullHandler())
 
 _ADDRESS = re.compile(r"^(?P<host>127\.0\.0\.1|localhost|\[::1\]|[0-9.]+):(?P<port>[0-9]{1,5})$")
 EXIT_ENGINE_GONE = 75  # EX_TEMPFAIL: nothing failed here, the caller went away
+# pulumi.dynamic (SDK 3.260, pulumi/dynamic/__main__.py) serves every call of a provider process from
+# grpc.server(futures.ThreadPoolExecutor(max_workers=4)), with no setting to change it. A claim or a
+# join holds its worker for the whole call (seconds of vendor calls, minutes of SSH), so a fleet
+# adopted in waves of four whatever the engine's --parallel. The provider raises that ceiling to
+# this once it runs in the pool (tests/providers/test_engine_link.py pins the SDK's pool).
+PROVIDER_WORKERS = 64
 
 _lock = threading.Lock()
 _stub: Any = None
 _watching = False
+_widened = False
 
 
 def engine_address(argv: list[str] | None = None) -> str | None:
@@ -87,6 +97,43 @@ def progress(message: str, urn: str | None, *, ephemeral: bool = True, warning: 
         )
     except Exception as error:  # a lost progress line must never fail a step
         log.debug("engine log failed: %s", type(error).__name__)
+
+
+def widen_workers(workers: int = PROVIDER_WORKERS) -> int | None:
+    """Raise the ceiling of the thread pool running the calling thread to `workers` (never lower it).
+    Returns the pool's ceiling, or None when the caller runs in no ThreadPoolExecutor.
+
+    The pool is the one whose threads include this one; ThreadPoolExecutor starts a thread per
+    submitted call while it has fewer than `_max_workers` and `_idle_semaphore` says no thread is idle
+    (CPython 3.9 to 3.13): the ceiling is raised and the threads started. Claim arbitration is unchanged:
+    within the process the claim record and the candidate pools hand each box to one claim; between
+    processes the record and the vendor marker's read-back do."""
+    me = threading.current_thread()
+    for pool in gc.get_objects():
+        if isinstance(pool, ThreadPoolExecutor) and me in pool._threads:
+            with _lock:
+                pool._max_workers = max(pool._max_workers, workers)
+                # A submit starts no thread while `_idle_semaphore` has a count, and it counts
+                # finished calls, not idle threads: after the calls that queued behind the old ceiling
+                # (a destroy's first burst of deletes) it stays high and the pool would go on running
+                # four at a time. So the threads are started now, up to the new ceiling, each waiting
+                # on the pool's queue for a call.
+                while len(pool._threads) < pool._max_workers:
+                    pool._idle_semaphore = threading.Semaphore(0)
+                    pool._adjust_thread_count()
+                return int(pool._max_workers)
+    return None
+
+
+def serve_wide() -> None:
+    """In a provider process the engine started: widen the pool that serves its calls (once is enough;
+    it is cheap to ask again)."""
+    global _widened
+    if _widened or engine_address() is None:
+        return
+    ceiling = widen_workers()
+    _widened = ceiling is not None
+    log.debug("provider call pool: at most %s calls at once", ceiling)
 
 
 def watch_engine(

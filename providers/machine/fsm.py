@@ -150,6 +150,25 @@ class Run:
     def get(self, key: str) -> Any:
         return self.extra[key]
 
+    def poll_delay(self, wait: str) -> float:
+        """The pause before the next look at what `wait` waits for (a vendor task, an SSH host key, a
+        Node): short at first, each one POLL_FACTOR times the last, at most POLL_CAP_INTERVALS poll
+        intervals. A wait of two seconds then costs about two seconds, not a whole poll interval, and
+        one of half an hour a few dozen looks."""
+        polls = int(self.extra.get(f"polls:{wait}", 0))
+        self.extra[f"polls:{wait}"] = polls + 1
+        return poll_delay(polls, self.timeout("poll_interval"))
+
+
+POLL_FIRST = 0.5  # seconds before the first look (never more than the poll interval)
+POLL_FACTOR = 1.5  # each pause this much longer than the last: a wait overshoots by at most half
+POLL_CAP_INTERVALS = 12  # the longest pause, in poll intervals (60 s at the default 5 s)
+
+
+def poll_delay(polls: int, interval: float) -> float:
+    """The pause after `polls` earlier looks, with a poll interval of `interval` seconds."""
+    return min(min(POLL_FIRST, interval) * POLL_FACTOR**polls, interval * POLL_CAP_INTERVALS)
+
 
 Handler = Callable[[Run], Result]
 

@@ -80,7 +80,9 @@ class _Stateless(dyn.ResourceProvider):
 
     def configure(self, req: dyn.ConfigureRequest) -> None:
         self._settings = settings_from_config(req.config)
-        # Run by the engine: if the engine goes away, hang up SSH and exit (engine_link).
+        # Run by the engine: serve more than the SDK's four calls at once, and if the engine goes away,
+        # hang up SSH and exit (engine_link).
+        engine_link.serve_wide()
         engine_link.watch_engine()
 
     def _config(self) -> Settings:
@@ -186,7 +188,7 @@ class ClaimProvider(_Stateless):
             f"{spec.resource_name}: CLAIMING on {spec.vendor.value} fleet {spec.fleet} "
             f"(budget {spec.timeout('claiming'):g}s)"
         )
-        box, progress = claim_box(client, record, spec, log)
+        box, progress = claim_box(client, record, spec, log, settings.pools)
         record.save(replace(progress, phase=Phase.CLAIMED, state="CLAIMED"))
         return dyn.CreateResult(
             id_=resource_id(spec.vendor, box.id), outs=self._outs(props, spec, box, record)

@@ -26,9 +26,6 @@ from providers.machine.spec import ClaimSpec, Vendor, node_name_for
 from providers.vendor import Claim, InstallState, Reinstall, VendorClient
 
 REINSTALL = "reinstall"  # the fact holding the release reinstall's ticket (Reinstall.to_record(), as JSON)
-# Polls of a running reinstall start at the poll interval and back off to this many of them: an
-# OVH install that takes half an hour costs tens of calls, not hundreds.
-POLL_BACKOFF_CAP = 12
 
 
 def release_refusal(spec: ClaimSpec) -> str | None:
@@ -93,9 +90,8 @@ def wait_install(run: Run) -> Result:
     if ticket is None or ticket.box_id != run.box_id:
         # resume_state never starts here without one: a record that lost it must not guess.
         return Failed("NoReinstallTicket", f"no reinstall ticket of {run.box_label} is recorded")
-    polls = run.extra.get("install_polls", 0)
-    run.extra["install_polls"] = polls + 1
-    delay = run.timeout("poll_interval") * min(2**polls, POLL_BACKOFF_CAP)
+    # Short first, backing off (Run.poll_delay): an OVH install of half an hour costs tens of calls.
+    delay = run.poll_delay("reinstall")
     try:
         state = _client(run).install_state(run.box_id, ticket)
     except TransientVendorError as error:

@@ -166,7 +166,7 @@ def wait_rescue_ssh(run: Run) -> Result:
             f"{run.box_label} answers SSH with host key {seen[0]}, which is neither its old one nor one "
             f"of the rescue system's keys Robot announced ({', '.join(announced)}); refusing to log in",
         )
-    return Continue(run.timeout("poll_interval"), "the rescue system's SSH (an announced host key)")
+    return Continue(run.poll_delay("rescue_ssh"), "the rescue system's SSH (an announced host key)")
 
 
 def installimage(run: Run) -> Result:
@@ -215,7 +215,7 @@ def wait_new_host_key(run: Run) -> Result:
     if seen and seen != run.facts.get(RESCUE, ""):
         return Complete({INSTALLED: seen})
     return Continue(
-        run.timeout("poll_interval"), "the installed OS's SSH (a host key other than the rescue's)"
+        run.poll_delay("new_host_key"), "the installed OS's SSH (a host key other than the rescue's)"
     )
 
 

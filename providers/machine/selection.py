@@ -10,7 +10,9 @@ Taking it, in this order, before anything slow:
    for one holder only, which arbitrates between provider processes and between stacks;
 2. the vendor marker (`set_claim`), the human-visible mirror, read back: a holder that writes vendor
    markers only (a stack without a cluster) loses nothing to us.
-Claim selection is also serialized within the provider process (parallel creates in one `pulumi up`).
+Within one provider process the fleet's boxes are listed once and handed out one per claim
+(`CandidatePools`): a claim costs O(1) vendor calls (the chosen box is read again, claimed and read
+back), not a listing of the account, and no lock is held across a vendor call.
 A retried create finds its own claim (by token, in the record or the marker) and resumes there.
 """
 
@@ -115,60 +117,204 @@ def holder_of(spec: ClaimSpec) -> Holder:
 
 @functools.cache
 def _claim_lock() -> threading.Lock:
-    """Serializes claim selection in the provider process. Made on first use: a Lock must never be
+    """Serializes claim_named_box in the provider process. Made on first use: a Lock must never be
     reachable from the provider object dill pickles."""
     return threading.Lock()
 
 
+PoolKey = tuple[str, str, str, str]  # vendor, fleet, marker, datacenter prefix
+
+
+@dataclass
+class _Pool:
+    """One fleet's boxes as one listing of the account saw them."""
+
+    generation: int
+    free: list[Box]  # candidates nobody in this process has taken yet, lexically lowest id first
+    claimed: dict[str, Box]  # claim token -> the box its marker names (a retried create resumes there)
+    boxes: list[Box]  # the whole listing, for the message of a claim that finds nothing
+
+
+class CandidatePools:
+    """The fleets' candidate boxes, listed once per provider process and handed out one box per claim.
+
+    Listing an account reads every box (Dedibox: a call per server, OVH: three), so a claim that
+    listed the account for itself cost O(account) calls and a fleet O(N x account). Here the first
+    claim of a vendor lists its account (outside any lock that other claims need: claims at other
+    vendors go on, claims at the same vendor wait for that one listing and share it), and each claim
+    then takes its fleet's next box under a short lock and revalidates only that box with the vendor
+    before it claims it (the record and the marker's read-back still arbitrate between processes and
+    stacks). A claim that runs out of candidates lists the account again, once, before it gives up:
+    a box freed since the listing is not missed.
+
+    Lives on the configured provider instance (Settings), never pickled.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[PoolKey, _Pool] = {}
+        self._listed: dict[str, tuple[int, list[Box]]] = {}  # vendor -> (generation, every box)
+        self._listing: dict[str, threading.Event] = {}  # vendor -> set when its listing ends
+        self._generation = 0
+
+    def pool(self, key: PoolKey, list_boxes: Callable[[], Sequence[Box]], *, newer_than: int = 0) -> _Pool:
+        """The fleet's pool from a listing newer than `newer_than`, listing the account if there is
+        none (one listing per vendor at a time: the others wait for it and share it)."""
+        vendor = key[0]
+        while True:
+            with self._lock:
+                pool = self._pools.get(key)
+                if pool is not None and pool.generation > newer_than:
+                    return pool
+                listed = self._listed.get(vendor)
+                if listed is not None and listed[0] > newer_than:
+                    pool = self._pools[key] = _new_pool(key, listed[1], listed[0])
+                    return pool
+                listing = self._listing.get(vendor)
+                mine = listing is None
+                if listing is None:
+                    listing = self._listing[vendor] = threading.Event()
+            if not mine:
+                # Another claim lists the account; if its listing fails, the loop lists again.
+                listing.wait()
+                continue
+            try:
+                boxes = list(list_boxes())
+                with self._lock:
+                    self._generation += 1
+                    self._listed[vendor] = (self._generation, boxes)
+            finally:
+                with self._lock:
+                    del self._listing[vendor]
+                listing.set()
+
+    def take(self, pool: _Pool, exclude: Mapping[str, Holder]) -> Box | None:
+        """The next free box of `pool` not recorded for anyone (`exclude`), removed from the pool."""
+        with self._lock:
+            while pool.free:
+                box = pool.free.pop(0)
+                if box.id not in exclude:
+                    return box
+            return None
+
+
+def _new_pool(key: PoolKey, boxes: Sequence[Box], generation: int) -> _Pool:
+    vendor, _fleet, marker, prefix = key
+    free: list[Box] = []
+    claimed: dict[str, Box] = {}
+    for box in sorted(boxes, key=lambda b: b.id):
+        if box.has_marker(marker) and box.claim is not None and not box.claim.releasing:
+            claimed.setdefault(box.claim.token, box)
+        # No token is ours yet: every claimed box is skipped here, its own holder finds it in `claimed`.
+        reason = skip_reason(
+            box, marker=marker, token="", vendor=Vendor(vendor), datacenter_prefix=prefix or None
+        )
+        if reason is None:
+            free.append(box)
+    return _Pool(generation=generation, free=free, claimed=claimed, boxes=list(boxes))
+
+
 def claim_box(
-    client: VendorClient, record: ClaimRecord, spec: ClaimSpec, log: Callable[[str], None]
+    client: VendorClient,
+    record: ClaimRecord,
+    spec: ClaimSpec,
+    log: Callable[[str], None],
+    pools: CandidatePools | None = None,
 ) -> tuple[Box, Progress]:
     """Claim a box of the fleet for `spec`: its own claim if it already holds one, else the lexically
-    lowest free box. Every claim is recorded, then mirrored to the vendor marker and read back."""
+    lowest free box. Every claim is recorded, then mirrored to the vendor marker and read back.
+
+    `pools` is the process's candidate cache (CandidatePools); without one the account is listed for
+    this claim alone. No lock is held across a vendor or cluster call."""
+    pools = pools or CandidatePools()
     holder = holder_of(spec)
-    with _claim_lock():
-        boxes = client.list_boxes()
-        selection = select_boxes(
-            boxes,
-            marker=spec.marker,
-            token=spec.token,
-            vendor=spec.vendor,
-            datacenter_prefix=spec.datacenter_prefix,
-            recorded=record.held(spec.vendor.value),
-        )
-        skipped = list(selection.skipped)
-        if selection.own is not None:
-            box = selection.own
+    key: PoolKey = (spec.vendor.value, spec.fleet, spec.marker, spec.datacenter_prefix or "")
+    recorded = record.held(spec.vendor.value)
+    pool = pools.pool(key, client.list_boxes)
+    own_id = next((box_id for box_id, held in recorded.items() if held.token == spec.token), None)
+    if own_id is None and spec.token in pool.claimed:
+        own_id = pool.claimed[spec.token].id
+    skipped: list[tuple[str, str]] = []
+    if own_id is not None:
+        box = client.get_box(own_id)
+        reason = _reason(box, spec, recorded.get(box.id))
+        if reason is not None:
+            skipped.append((box.id, reason))
+        else:
             progress = record.acquire(_new_progress(spec, box, holder))
             if box.claim != Claim(spec.token):
                 client.set_claim(box.id, Claim(spec.token))
             log(f"{spec.resource_name}: resuming on {box.id}, which already carries its claim")
             return box, progress
-        for box in selection.candidates:
-            try:
-                progress = record.acquire(_new_progress(spec, box, holder))
-            except ClaimHeldError as held:
-                skipped.append((box.id, f"claimed by {held.holder} before this claim was recorded"))
-                continue
-            try:
-                client.set_claim(box.id, Claim(spec.token))
-                back = client.get_box(box.id)
-            except BaseException:
-                # Nothing recorded in state: the record must not outlive this create either. (A marker
-                # write that took effect is found again by its token on the next create.)
-                record.release(progress)
-                raise
-            if back.claim == Claim(spec.token):
-                log(
-                    f"{spec.resource_name}: claimed {spec.vendor.value} box {box.id} "
-                    f"({spec.token}, {record.where} record)"
-                )
-                return back, progress
-            # Someone who writes vendor markers only got there first: give the record back.
+    relisted = False
+    while True:
+        candidate = pools.take(pool, recorded)
+        if candidate is None:
+            if relisted:
+                raise NoAdoptableBoxError(_nothing_left(spec, pool, recorded, skipped))
+            # Out of candidates: list once more (another claim may have listed since: that one counts).
+            pool = pools.pool(key, client.list_boxes, newer_than=pool.generation)
+            recorded = record.held(spec.vendor.value)
+            relisted = True
+            continue
+        # The listing may be old: the box's marker is read again before anything is written.
+        box = client.get_box(candidate.id)
+        reason = _reason(box, spec, recorded.get(box.id))
+        if reason is not None:
+            skipped.append((box.id, reason))
+            continue
+        try:
+            progress = record.acquire(_new_progress(spec, box, holder))
+        except ClaimHeldError as held:
+            skipped.append((box.id, f"claimed by {held.holder} before this claim was recorded"))
+            continue
+        try:
+            client.set_claim(box.id, Claim(spec.token))
+            back = client.get_box(box.id)
+        except BaseException:
+            # Nothing recorded in state: the record must not outlive this create either. (A marker
+            # write that took effect is found again by its token on the next create.)
             record.release(progress)
-            holder_text = back.claim.token if back.claim else "nobody (the claim did not stick)"
-            skipped.append((box.id, f"claimed by {holder_text} before this claim was read back"))
-        raise NoAdoptableBoxError(no_candidate_message(spec.fleet, spec.marker, len(boxes), skipped))
+            raise
+        if back.claim == Claim(spec.token):
+            log(
+                f"{spec.resource_name}: claimed {spec.vendor.value} box {box.id} "
+                f"({spec.token}, {record.where} record)"
+            )
+            return back, progress
+        # Someone who writes vendor markers only got there first: give the record back.
+        record.release(progress)
+        holder_text = back.claim.token if back.claim else "nobody (the claim did not stick)"
+        skipped.append((box.id, f"claimed by {holder_text} before this claim was read back"))
+
+
+def _nothing_left(
+    spec: ClaimSpec, pool: _Pool, recorded: Mapping[str, Holder], tried: Sequence[tuple[str, str]]
+) -> str:
+    """Why no box of the last listing could be claimed: each box's reason as that listing and the
+    record show it, then the boxes this claim tried and lost meanwhile."""
+    listed = select_boxes(
+        pool.boxes,
+        marker=spec.marker,
+        token=spec.token,
+        vendor=spec.vendor,
+        datacenter_prefix=spec.datacenter_prefix,
+        recorded=recorded,
+    ).skipped
+    named = {box_id for box_id, _ in listed}
+    skipped = [*listed, *((box_id, why) for box_id, why in tried if box_id not in named)]
+    return no_candidate_message(spec.fleet, spec.marker, len(pool.boxes), skipped)
+
+
+def _reason(box: Box, spec: ClaimSpec, recorded: Holder | None) -> str | None:
+    return skip_reason(
+        box,
+        marker=spec.marker,
+        token=spec.token,
+        vendor=spec.vendor,
+        datacenter_prefix=spec.datacenter_prefix,
+        recorded=recorded,
+    )
 
 
 def _new_progress(spec: ClaimSpec, box: Box, holder: Holder) -> Progress:

@@ -24,6 +24,7 @@ from providers.constants import (
 )
 from providers.machine.errors import NotConfiguredError
 from providers.machine.record import ClaimRecord, KubeClaimRecord, ProcessClaimRecord
+from providers.machine.selection import CandidatePools
 from providers.machine.spec import Vendor
 from providers.ssh.runner import load_private_key
 from providers.vendor import VendorClient
@@ -40,6 +41,8 @@ class Settings:
 
     vendors: Any  # the stack's `vendors` (config.models.Vendors, parsed by providers.clients)
     secrets: Mapping[str, str] = field(repr=False)
+    # The fleets' candidate boxes, listed once per provider process (providers/machine/selection.py).
+    pools: CandidatePools = field(default_factory=CandidatePools, repr=False, compare=False)
 
     def secret(self, key: str, *, why: str) -> str:
         value = self.secrets.get(key)

@@ -86,7 +86,7 @@ def node_ready(run: Run) -> Result:
     if not spec.api_server:
         return Complete()
     status = kube.node_status(settings.kube_api(), spec.node_name)
-    poll = run.timeout("poll_interval")
+    poll = run.poll_delay("node")
     if status is None:
         return Continue(
             poll, f"Node {spec.node_name} to register (the box's kubelet log: journalctl -u kubelet)"

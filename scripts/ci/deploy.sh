@@ -18,4 +18,6 @@ source "$here/backend.sh"
 : "${PULUMI_CONFIG_PASSPHRASE:?the $stack environment must provide PULUMI_CONFIG_PASSPHRASE}"
 cd "$TUIST_ROOT"
 backend_login
-exec pulumi up --yes --non-interactive --color never --diff --policy-pack policy --stack "$stack"
+# --parallel: the CLI's default (4 x CPU cores) would adopt a fleet a runner's cores at a time; the
+# machine provider serves 64 calls at once (docs/machines.md).
+exec pulumi up --yes --non-interactive --color never --diff --policy-pack policy --parallel 64 --stack "$stack"

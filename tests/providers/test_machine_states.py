@@ -10,6 +10,7 @@ and never resets the box again.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from providers.machine.fsm import (
     Runner,
     check_table,
     classify,
+    poll_delay,
 )
 from providers.machine.record import Holder, Phase, ProcessClaimRecord, Progress
 from providers.machine.release import release_table, resume_state
@@ -446,7 +448,8 @@ def test_the_robot_install_from_the_start(robot_run: tuple[World, FakeRobot, lis
         "rescue_host_key": "SHA256:rescue",
         "installed_host_key": "SHA256:installed",
     }
-    assert world.clock.sleeps == [3, 3, 3]  # polled for the rescue system twice, the new OS once
+    # Polled for the rescue system twice (0.5 s, then 1.5 times that), the new OS once (its own first look).
+    assert world.clock.sleeps == [0.5, 0.75, 0.5]
 
 
 def test_a_rescue_key_robot_did_not_announce_is_never_logged_in_to(
@@ -610,8 +613,29 @@ def test_a_release_records_its_reinstall_ticket_and_follows_it(releasing: World)
     ]
     saved = releasing.record.get("ovh", "ns1")
     assert saved is not None and json.loads(saved.facts["reinstall"]) == TICKET.to_record()
-    # Polls back off from the poll interval; a failed read is waited out within the budget.
-    assert releasing.clock.sleeps == [5, 10, 20]
+    # Polls start short and back off; a failed read is waited out within the budget.
+    assert releasing.clock.sleeps == [0.5, 0.75, 1.125]
+
+
+def test_the_poll_schedule_starts_short_and_backs_off_to_twelve_intervals() -> None:
+    schedule = [poll_delay(n, 5) for n in range(20)]
+    assert schedule[:4] == [0.5, 0.75, 1.125, 1.6875]
+    assert all(b == min(a * 1.5, 60) for a, b in itertools.pairwise(schedule))
+    assert schedule[-1] == 60  # capped at twelve poll intervals
+    # A two-second wait is seen done within half again its time, not after a whole poll interval.
+    looks, elapsed = 0, 0.0
+    while elapsed < 2:
+        elapsed += poll_delay(looks, 5)
+        looks += 1
+    assert elapsed <= 3 and looks == 3
+    # Half an hour of OVH install: a few dozen reads, not hundreds.
+    looks, elapsed = 0, 0.0
+    while elapsed < 1800:
+        elapsed += poll_delay(looks, 5)
+        looks += 1
+    assert looks < 45
+    # A poll interval shorter than the first look (tests, the dev stack) is the first look.
+    assert poll_delay(0, 0.05) == 0.05
 
 
 def test_a_retried_release_follows_its_own_ticket(releasing: World) -> None:

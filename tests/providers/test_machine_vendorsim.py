@@ -178,6 +178,43 @@ def test_the_claim_takes_the_lowest_free_box_before_the_machine_joins_it(
     assert_no_secret(sim, repr(outs), repr(machine), caplog.text)
 
 
+def test_each_claim_costs_a_constant_number_of_vendor_calls_not_a_listing(sim: Sim) -> None:
+    # Every Dedibox call the claims make, reads included (vendorsim's /_admin/calls).
+    def dedibox_calls(since: int) -> list[tuple[str, str]]:
+        entries = sim.admin("GET", f"calls?since={since}")["entries"]
+        return [(e["method"], e["path"].split("?")[0]) for e in entries if e["vendor"] == "dedibox"]
+
+    claims = sim.claims()  # one provider process: its claims share one listing of the account
+    start = len(sim.admin("GET", "calls")["entries"])
+    claims.create(claim_props("kura-dedibox", 0))
+    one = dedibox_calls(start)
+    servers = "/dedibox/dedibox/v1/zones/fr-par-2/servers"  # the mount, then the API path
+    # The account listed once (a page, then each of its 7 servers, whose tags only the detail shows),
+    # then the chosen box: read again, its tags read and written (the claim), read back.
+    assert one == [
+        ("GET", servers),
+        *[("GET", f"{servers}/{n}") for n in range(200101, 200108)],
+        ("GET", f"{servers}/200101"),
+        ("GET", f"{servers}/200101"),
+        ("POST", f"{servers}/200101/tags"),
+        ("GET", f"{servers}/200101"),
+    ]
+    more = start + len(sim.admin("GET", f"calls?since={start}")["entries"])
+    claims.create(claim_props("kura-dedibox", 1))
+    claims.create(claim_props("kura-dedibox", 2))
+    # Each further box: those four calls on that box, no listing.
+    assert dedibox_calls(more) == [
+        call
+        for box in (200102, 200103)
+        for call in [
+            ("GET", f"{servers}/{box}"),
+            ("GET", f"{servers}/{box}"),
+            ("POST", f"{servers}/{box}/tags"),
+            ("GET", f"{servers}/{box}"),
+        ]
+    ]
+
+
 def test_no_candidate_error_names_fleet_marker_count_and_each_skip(sim: Sim) -> None:
     claims = sim.claims()
     for i in range(3):

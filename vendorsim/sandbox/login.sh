@@ -128,6 +128,10 @@ mount --bind "$here/shims" "$merged/run/sim/bin"
 mount -o remount,bind,ro "$merged/run/sim/bin"
 cp "$box_dir/box.env" "$merged/run/sim/box.env"
 printf 'SIM_BOX_DIR=%s\n' "$box_dir" >>"$merged/run/sim/box.env"
+# The farm's timing model (vendorsim --apt-seconds): how long the shims take, as a real box's would.
+if [[ -r $box_dir/../timing.env ]]; then
+  cat "$box_dir/../timing.env" >>"$merged/run/sim/box.env"
+fi
 chmod 0600 "$merged/run/sim/box.env"
 if [[ $platform == macos ]]; then
   mkdir -p "$merged/run/sim/macos"

@@ -1,0 +1,171 @@
+"""Claims from the process's candidate pools (providers/machine/selection.py): the account listed once
+and outside any lock other claims wait on, one box revalidated per claim, and two provider processes
+that share a claim record never taking the same box. Against a fake vendor with the real marker
+semantics (a marker write replaces the whole field: the last writer wins, as on every vendor)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+from providers.machine.errors import NoAdoptableBoxError
+from providers.machine.record import ProcessClaimRecord, Progress
+from providers.machine.selection import CandidatePools, claim_box
+from providers.machine.spec import ClaimSpec, parse_claim
+from providers.vendor import Box, Claim, Vendor
+from tests.providers.test_machine_support import claim_props
+
+GUARD = 30  # seconds: a deadlock guard on waits, never a timing assertion
+
+
+class FakeVendor:
+    """OVH-shaped boxes in memory; counts every call; `list_boxes` can be held open."""
+
+    def __init__(
+        self, vendor: Vendor, marker: str, free: int, others: int = 0, datacenter: str = "bhs6"
+    ) -> None:
+        self.vendor = vendor
+        self.lock = threading.Lock()
+        self.boxes = {
+            f"ns{i:03d}": Box(
+                vendor=vendor,
+                id=f"ns{i:03d}",
+                name=f"ns{i:03d}",
+                datacenter=datacenter,
+                public_ipv4=f"203.0.113.{i}",
+                state="ok",
+                offer="Advance-1",
+                marker_field=f"{marker}-{i}" if i < free else f"tuist-kura-staging-ovh-{i}",
+                claim=None,
+                has_os=True,
+            )
+            for i in range(free + others)
+        }
+        self.calls: Counter[str] = Counter()
+        self.listing_started = threading.Event()
+        self.listing_may_end = threading.Event()
+        self.listing_may_end.set()
+
+    def list_boxes(self) -> list[Box]:
+        self.calls["list_boxes"] += 1
+        self.listing_started.set()
+        assert self.listing_may_end.wait(GUARD)
+        with self.lock:
+            return list(self.boxes.values())
+
+    def get_box(self, box_id: str) -> Box:
+        with self.lock:
+            self.calls["get_box"] += 1
+            return self.boxes[box_id]
+
+    def set_claim(self, box_id: str, claim: Claim | None) -> None:
+        with self.lock:
+            self.calls["set_claim"] += 1
+            self.boxes[box_id] = replace(self.boxes[box_id], claim=claim)
+
+
+def spec(fleet: str, index: int, stack: str = "dev") -> ClaimSpec:
+    return parse_claim(claim_props(fleet, index, stack=stack))
+
+
+def claim(vendor: FakeVendor, record: ProcessClaimRecord, pools: CandidatePools, s: ClaimSpec) -> Box:
+    box, _ = claim_box(vendor, record, s, lambda _line: None, pools)  # type: ignore[arg-type]
+    return box
+
+
+def test_a_fleet_lists_the_account_once_and_each_claim_costs_three_calls() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=8, others=30)
+    record, pools = ProcessClaimRecord({}), CandidatePools()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        boxes = list(pool.map(lambda i: claim(ovh, record, pools, spec("kura-ovh", i)), range(8)))
+    assert sorted(b.id for b in boxes) == [f"ns{i:03d}" for i in range(8)]
+    # One listing for the whole fleet; per box: the chosen box read again, the marker, its read-back.
+    assert ovh.calls == Counter(list_boxes=1, get_box=16, set_claim=8)
+
+
+def test_the_listing_holds_no_lock_other_vendors_claims_wait_on() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=2)
+    dedibox = FakeVendor(Vendor.DEDIBOX, "tuist-kura-dev", free=1, datacenter="DC5")
+    dedibox.boxes = {k: replace(b, tags=("tuist-kura-dev",)) for k, b in dedibox.boxes.items()}
+    record, pools = ProcessClaimRecord({}), CandidatePools()
+    ovh.listing_may_end.clear()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(claim, ovh, record, pools, spec("kura-ovh", 0))
+        assert ovh.listing_started.wait(GUARD)
+        second = pool.submit(claim, ovh, record, pools, spec("kura-ovh", 1))
+        # While OVH's listing is still open, a Dedibox claim in the same process runs to its end.
+        other = pool.submit(claim, dedibox, record, pools, spec("kura-dedibox", 0)).result(GUARD)
+        assert other.claim == Claim(spec("kura-dedibox", 0).token)
+        assert not first.done() and not second.done()
+        ovh.listing_may_end.set()
+        assert {first.result(GUARD).id, second.result(GUARD).id} == {"ns000", "ns001"}
+    # The second OVH claim waited for the first one's listing and shared it.
+    assert ovh.calls["list_boxes"] == 1
+
+
+def test_two_processes_sharing_the_record_never_take_the_same_box() -> None:
+    # Two provider processes of one `pulumi up` (or two stacks): each its own pools, one cluster record
+    # (the shared store stands for the apiserver, which creates a MachineClaim for one holder only).
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=10, others=5)
+    cluster: dict[str, Progress] = {}
+    processes = [(ProcessClaimRecord(cluster), CandidatePools()) for _ in range(2)]
+    start = threading.Barrier(16, timeout=GUARD)
+
+    def one(i: int) -> str | None:
+        record, pools = processes[i % 2]
+        s = spec("kura-ovh", i, stack="dev" if i % 2 else "other")
+        start.wait()
+        try:
+            return claim(ovh, record, pools, s).id
+        except NoAdoptableBoxError:
+            return None
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        taken = list(pool.map(one, range(16)))
+    won = [box_id for box_id in taken if box_id is not None]
+    assert len(won) == 10 and len(set(won)) == 10  # every box once, the six others told there is none
+    assert {p.box_id for p in cluster.values()} == set(won)
+    # Each box's marker names the holder its record names.
+    for progress in cluster.values():
+        assert ovh.boxes[progress.box_id].claim == Claim(progress.holder.token)
+
+
+def test_a_claim_that_runs_out_lists_again_once_and_finds_a_box_freed_meanwhile() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=2)
+    record, pools = ProcessClaimRecord({}), CandidatePools()
+    claim(ovh, record, pools, spec("kura-ovh", 0))
+    claim(ovh, record, pools, spec("kura-ovh", 1))
+    # Another stack releases ns001's claim and its record (the pool saw it as taken).
+    record.release(record.get("ovh", "ns001"))  # type: ignore[arg-type]
+    ovh.set_claim("ns001", None)
+    assert claim(ovh, record, pools, spec("kura-ovh", 2)).id == "ns001"
+    assert ovh.calls["list_boxes"] == 2
+    with pytest.raises(NoAdoptableBoxError) as caught:
+        claim(ovh, record, pools, spec("kura-ovh", 3))
+    assert ovh.calls["list_boxes"] == 3  # one more listing before giving up, not one per box
+    assert str(caught.value).splitlines()[0] == (
+        "fleet kura-ovh: no adoptable box with marker 'tuist-kura-dev-ovh' among the 2 boxes seen"
+    )
+
+
+def test_a_box_claimed_since_the_listing_is_revalidated_and_skipped() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=2)
+    record, pools = ProcessClaimRecord({}), CandidatePools()
+    claim(ovh, record, pools, spec("kura-ovh", 0))  # lists: ns001 is free then
+    ovh.set_claim("ns001", Claim("fedcba987654"))  # a stack without a cluster marks it meanwhile
+    with pytest.raises(NoAdoptableBoxError) as caught:
+        claim(ovh, record, pools, spec("kura-ovh", 1))
+    assert "ns001: claimed by fedcba987654" in str(caught.value)
+    assert ovh.boxes["ns001"].claim == Claim("fedcba987654")  # never overwritten
+
+
+def test_a_retried_create_resumes_on_the_box_its_marker_names() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    mine = spec("kura-ovh", 0)
+    ovh.set_claim("ns002", Claim(mine.token))  # a create that died after its marker write
+    # A new process: nothing in its record, the marker in the listing.
+    assert claim(ovh, ProcessClaimRecord({}), CandidatePools(), mine).id == "ns002"
