@@ -133,7 +133,10 @@ class BoxFarm:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # One lock per box: operations on one box are serialized, boxes go side by side (a reset
+        # reinstalls every box at once). `_lock` guards only the two dicts.
         self._lock = threading.Lock()
+        self._box_locks: dict[str, threading.Lock] = {}
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # --- public API ---------------------------------------------------------------------------------
@@ -164,7 +167,7 @@ class BoxFarm:
         box = self._box_dir(box_key)
         _check_port(box_key, ssh_port)
         _check_host(box_key, ssh_host)
-        with self._lock:
+        with self._box_lock(box_key):
             if disks is not None:
                 _write_disks(box_key, box, disks)
             if platform is not None:
@@ -198,7 +201,7 @@ class BoxFarm:
         install (/etc/sudoers.d/90-cloud-init-users). `platform`, when given, is the image installed
         now (a Mac reinstalled with another macOS)."""
         box = self._box_dir(box_key)
-        with self._lock:
+        with self._box_lock(box_key):
             endpoint = self._configured_endpoint(box)
             if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot reinstall a box that was never created (ensure first)")
@@ -226,7 +229,7 @@ class BoxFarm:
         `host_key_pem`: the ed25519 host key (OpenSSH PEM) Robot announced when the rescue boot was
         armed; without it a new one is made."""
         box = self._box_dir(box_key)
-        with self._lock:
+        with self._box_lock(box_key):
             endpoint = self._configured_endpoint(box)
             if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot boot a box that was never created (ensure first)")
@@ -261,7 +264,7 @@ class BoxFarm:
         `new_host_key`: then the disk holds a fresh install (installimage), which boots with a new host
         key and root's keys from the disk's /root/.ssh/authorized_keys, as installimage copied them."""
         box = self._box_dir(box_key)
-        with self._lock:
+        with self._box_lock(box_key):
             endpoint = self._configured_endpoint(box)
             if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot reboot a box that was never created (ensure first)")
@@ -292,7 +295,7 @@ class BoxFarm:
         return self._in_rescue(box) and (box / "rescue" / "root" / INSTALLIMAGE_DONE).exists()
 
     def info(self, box_key: str) -> BoxInfo:
-        with self._lock:
+        with self._box_lock(box_key):
             return self._info(box_key)
 
     def is_running(self, box_key: str) -> bool:
@@ -308,14 +311,18 @@ class BoxFarm:
         return self.info(box_key).sandbox_root / "var" / "log" / f"{unit.removesuffix('.service')}.log"
 
     def stop(self, box_key: str) -> None:
-        with self._lock:
+        with self._box_lock(box_key):
             self._stop(box_key)
 
     def stop_all(self) -> None:
-        with self._lock:
-            for box in sorted(p for p in self.state_dir.iterdir() if (p / "ssh").is_dir()):
+        for box in sorted(p for p in self.state_dir.iterdir() if (p / "ssh").is_dir()):
+            with self._box_lock(box.name):
                 self._stop(box.name)
         reap_orphans(self.state_dir)
+
+    def _box_lock(self, box_key: str) -> threading.Lock:
+        with self._lock:
+            return self._box_locks.setdefault(box_key, threading.Lock())
 
     # --- layout -------------------------------------------------------------------------------------
 
@@ -515,7 +522,8 @@ class BoxFarm:
             proc = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
-        self._children[box_key] = proc
+        with self._lock:
+            self._children[box_key] = proc
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -569,7 +577,8 @@ class BoxFarm:
         box = self._box_dir(box_key)
         _stop_services(box)
         pid = self._running_pid(box)
-        child = self._children.pop(box_key, None)
+        with self._lock:
+            child = self._children.pop(box_key, None)
         if pid is None and child is not None and child.poll() is None:
             pid = child.pid
         if pid is not None:
@@ -774,6 +783,32 @@ def _answers_ssh(host: str, port: int) -> bool:
 
 
 def _descendants(pid: int) -> list[int]:
+    """Every process under `pid`, read from the kernel's per-task children lists (a walk of the whole
+    /proc costs tens of milliseconds per call on a machine running many boxes)."""
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except OSError:
+            continue  # gone already
+        for task in tasks:
+            try:
+                children = (task / "children").read_text().split()
+            except FileNotFoundError:
+                if not Path("/proc/self/task").joinpath(str(threading.get_native_id()), "children").exists():
+                    return _descendants_by_scan(pid)  # a kernel without CONFIG_PROC_CHILDREN
+                continue
+            except OSError:
+                continue
+            for child in map(int, children):
+                found.append(child)
+                queue.append(child)
+    return found
+
+
+def _descendants_by_scan(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
