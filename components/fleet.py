@@ -176,6 +176,10 @@ class BareMetalFleet(pulumi.ComponentResource):
                 pulumi.ResourceOptions(
                     parent=self,
                     protect=production,
+                    # A replacement claim carries the same claim token (it is the slot's), so created
+                    # first it would take the old claim's box as its own, and the old claim's release
+                    # would then reinstall the box under it. One slot, one box: release, then claim.
+                    delete_before_replace=True,
                     depends_on=[args.claims_crd] if args.claims_crd is not None else None,
                 ),
             )
@@ -194,6 +198,8 @@ class BareMetalFleet(pulumi.ComponentResource):
                 pulumi.ResourceOptions(
                     parent=self,
                     protect=production,
+                    # The replacement would join the same box before the old one's release reinstalls it.
+                    delete_before_replace=True,
                     depends_on=[
                         claim,
                         *args.node_bootstrap,

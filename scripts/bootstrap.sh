@@ -73,10 +73,17 @@ python_venv() {
 
 # --- pulumi cli + language host -----------------------------------------------------------------
 build_pulumi() {
-    local out=$1/bin sdk ver_pkg=github.com/pulumi/pulumi/sdk/v3/go/common/version.Version
+    local out=$1/bin ver_pkg=github.com/pulumi/pulumi/sdk/v3/go/common/version.Version
     (cd "$tc" &&
         CGO_ENABLED=0 go build -trimpath -tags osusergo -ldflags "-s -w -X $ver_pkg=v$PULUMI_VERSION" \
-            -o "$out/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi &&
+            -o "$out/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
+}
+
+# The language host and the Python shims: a build of their own, so changing our host (seconds to
+# build) never invalidates the CLI (minutes).
+build_langhost() {
+    local out=$1/bin sdk ver_pkg=github.com/pulumi/pulumi/sdk/v3/go/common/version.Version
+    (cd "$tc" &&
         CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X $ver_pkg=$PULUMI_VERSION" \
             -o "$out/pulumi-language-python" ./langhost) || return 1
     sdk=$(module_dir "$tc" github.com/pulumi/pulumi/sdk/v3)
@@ -96,10 +103,14 @@ pulumi_cli() {
     else
         command -v go >/dev/null || die "no pulumi v$PULUMI_VERSION on PATH and no Go toolchain to build one"
         bin=$(cached_build "pulumi-v$PULUMI_VERSION" \
-            "$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum" "$tc/langhost/main.go" "$tc"/shims/*)" \
+            "$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum")" \
             build_pulumi)
     fi
     link_bins "$bin"
+    command -v go >/dev/null || die "no Go toolchain to build the Python language host"
+    link_bins "$(cached_build "pulumi-langhost-v$PULUMI_VERSION" \
+        "$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum" "$tc"/langhost/*.go "$tc"/shims/*)" \
+        build_langhost)"
     "$root/.toolchain/bin/pulumi" version >/dev/null || die "the pulumi binary in $bin does not run"
 }
 

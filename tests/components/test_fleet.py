@@ -25,7 +25,8 @@ class Recorder(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         if args.typ == CLAIM:
             self.inputs[CLAIM][args.name] = dict(args.inputs)
-            n = len(self.inputs[CLAIM])
+            # By slot, not by arrival: registrations are asynchronous and may arrive in any order.
+            n = int(args.name.removesuffix("-claim").rsplit("-", 1)[1]) + 1
             box = f"ns{n}"
             return f"ovh:{box}", {
                 **args.inputs,
@@ -194,3 +195,22 @@ def test_production_claims_and_machines_are_protected(environment: Environment, 
     assert [m._protect for m in component.machines] == [protected, protected]
     assert [c._protect for c in component.claims] == [protected, protected]
     assert recorder.inputs[CLAIM]["kura-ovh-1-claim"]["allow_production_release"] is True
+
+
+def test_a_slot_is_released_before_its_replacement_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `pulumi up --replace <claim>` (or a diff that must replace): created first, the new claim would
+    # find the old claim's box by the slot's token and the old claim's release would reinstall it.
+    import components.fleet as fleet_module
+
+    seen: dict[str, pulumi.ResourceOptions] = {}
+    for cls_name in ("MachineClaim", "AdoptedMachine"):
+        real = getattr(fleet_module, cls_name)
+
+        def recording(name: str, props: Any, opts: pulumi.ResourceOptions, _real: Any = real) -> Any:
+            seen[name] = opts
+            return _real(name, props, opts)
+
+        monkeypatch.setattr(fleet_module, cls_name, recording)
+    build(fleet_args())
+    assert sorted(seen) == ["kura-ovh-0", "kura-ovh-0-claim", "kura-ovh-1", "kura-ovh-1-claim"]
+    assert all(opts.delete_before_replace is True for opts in seen.values())
