@@ -9,6 +9,7 @@ under mocks; they answer with outputs shaped like the real providers' so the wir
 
 from __future__ import annotations
 
+import functools
 import json
 import runpy
 from pathlib import Path
@@ -106,9 +107,16 @@ def run_program(env: str) -> ProgramMocks:
     return mocks
 
 
+@functools.cache
+def program_of(env: str) -> ProgramMocks:
+    """The program's run for `env`, once per session: it is deterministic, and the tests here only read
+    what it registered. (Callers that capture side effects of a run use run_program.)"""
+    return run_program(env)
+
+
 @pytest.mark.parametrize("env", ["dev", "staging", "canary", "production"])
 def test_every_kubernetes_object_of_the_stack_is_schema_valid(env: str) -> None:
-    mocks = run_program(env)
+    mocks = program_of(env)
     crds = mocks.of_kind("CustomResourceDefinition")
     assert mocks.manifests and crds
     for manifest in mocks.manifests:
@@ -118,7 +126,7 @@ def test_every_kubernetes_object_of_the_stack_is_schema_valid(env: str) -> None:
 @pytest.mark.parametrize("env", ["dev", "staging", "canary", "production"])
 def test_the_program_adopts_exactly_the_enabled_fleets_sizes(env: str) -> None:
     _, cfg = _stack(env)
-    mocks = run_program(env)
+    mocks = program_of(env)
     expected = sum(f.size for f in cfg.fleets if f.enabled)
     assert len(mocks.machines) == expected
 
@@ -127,7 +135,7 @@ def test_the_program_adopts_exactly_the_enabled_fleets_sizes(env: str) -> None:
 def test_the_failover_watcher_reads_back_every_box_the_program_routes_to(env: str) -> None:
     # The failover IP is routed to machine box ids; the watcher finds the box of a Node from its
     # providerID (hrobot://, ovh://, dedibox://). Both must name the same box.
-    mocks = run_program(env)
+    mocks = program_of(env)
     for machine in mocks.machines:
         assert box_id_from_provider_id(machine["provider_id"]) == machine["box_id"], machine["provider_id"]
 
@@ -135,7 +143,7 @@ def test_the_failover_watcher_reads_back_every_box_the_program_routes_to(env: st
 @pytest.mark.parametrize("env", ["dev", "staging", "canary", "production"])
 def test_kura_volumes_are_pinned_to_the_adopted_boxes_of_their_region(env: str) -> None:
     _, cfg = _stack(env)
-    mocks = run_program(env)
+    mocks = program_of(env)
     nodes_by_fleet: dict[str, set[str]] = {}
     for m in mocks.machines:
         nodes_by_fleet.setdefault(m["fleet"], set()).add(m["node_name"])

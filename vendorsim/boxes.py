@@ -40,6 +40,7 @@ import base64
 import contextlib
 import hashlib
 import ipaddress
+import json
 import os
 import pwd
 import re
@@ -68,6 +69,8 @@ _PUBLIC_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) 
 _DISK_NAME = re.compile(r"^(nvme[0-9]+n[0-9]+|sd[a-z]+|vd[a-z]+)$")
 # What cloud-init writes on a real Ubuntu cloud image for its default user.
 CLOUD_INIT_SUDOERS = "etc/sudoers.d/90-cloud-init-users"
+# What BoxFarm.reset compares to tell a box nobody used since the last reset.
+_RESET_STAMP = "reset.stamp"
 # The installimage shim's mark, in the rescue system: an install finished since this rescue boot.
 INSTALLIMAGE_DONE = "var/lib/sim/installimage.done"
 
@@ -133,7 +136,10 @@ class BoxFarm:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # One lock per box: operations on one box are serialized, boxes go side by side (a reset
+        # reinstalls every box at once). `_lock` guards only the two dicts.
         self._lock = threading.Lock()
+        self._box_locks: dict[str, threading.Lock] = {}
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # --- public API ---------------------------------------------------------------------------------
@@ -164,7 +170,7 @@ class BoxFarm:
         box = self._box_dir(box_key)
         _check_port(box_key, ssh_port)
         _check_host(box_key, ssh_host)
-        with self._lock:
+        with self._box_lock(box_key):
             if disks is not None:
                 _write_disks(box_key, box, disks)
             if platform is not None:
@@ -197,26 +203,109 @@ class BoxFarm:
         `nopasswd_sudo` grants the login user passwordless sudo as cloud-init does on an OVH Ubuntu
         install (/etc/sudoers.d/90-cloud-init-users). `platform`, when given, is the image installed
         now (a Mac reinstalled with another macOS)."""
+        with self._box_lock(box_key):
+            return self._reinstall(
+                box_key,
+                user=user,
+                authorized_key=authorized_key,
+                sudo_password=sudo_password,
+                data_is_separate=data_is_separate,
+                nopasswd_sudo=nopasswd_sudo,
+                platform=platform,
+            )
+
+    def reset(
+        self,
+        box_key: str,
+        *,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        platform: Mapping[str, object] | None = None,
+    ) -> BoxInfo:
+        """vendorsim's admin reset of one box: `reinstall` with these (the prep key and password),
+        unless the box is exactly as the last reset left it: the same sshd process, no session since
+        (login.sh opens <box>/session.lock for each), every file of its disk and identity as it was,
+        the same prep. Then there is nothing to undo; a suite that resets before each test would
+        otherwise reinstall every box to undo the one or two its last test used."""
         box = self._box_dir(box_key)
-        with self._lock:
-            endpoint = self._configured_endpoint(box)
-            if endpoint is None:
-                raise BoxError(f"box {box_key}: cannot reinstall a box that was never created (ensure first)")
-            self._stop(box_key)
-            if platform is not None:
-                macos_disk.write_platform(box, platform)
-            separate = (box / "data-is-separate").exists() if data_is_separate is None else data_is_separate
-            for part in (*_OS_PARTS, "disks", "data-is-separate"):
-                _remove(box / part)
-            self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
-            if nopasswd_sudo:
-                sudoers = box / "system" / "root" / CLOUD_INIT_SUDOERS
-                sudoers.write_text(f"# Created by cloud-init\n{user} ALL=(ALL) NOPASSWD:ALL\n")
-                sudoers.chmod(0o440)
-            self._set_data_separate(box, separate)
-            self._write_sshd_config(box_key, *endpoint)
-            self._start(box_key)
-            return self._info(box_key)
+        prep = hashlib.sha256(
+            json.dumps([user, authorized_key, sudo_password, platform], sort_keys=True, default=str).encode()
+        ).hexdigest()
+        stamp = box / _RESET_STAMP
+        with self._box_lock(box_key):
+            recorded = stamp.read_text() if stamp.exists() else None
+            if recorded is not None and recorded == self._reset_state(box, prep):
+                return self._info(box_key)
+            stamp.unlink(missing_ok=True)
+            info = self._reinstall(
+                box_key,
+                user=user,
+                authorized_key=authorized_key,
+                sudo_password=sudo_password,
+                platform=platform,
+            )
+            state = self._reset_state(box, prep)
+            if state is not None:
+                stamp.write_text(state)
+            return info
+
+    def _reset_state(self, box: Path, prep: str) -> str | None:
+        """What `reset` compares: the prep, sshd's pid, when the last session began, and every file of
+        the box (contents, not times: ensure() rewrites the hardware files unchanged). None when sshd
+        is down."""
+        pid = self._running_pid(box)
+        if pid is None:
+            return None
+        digest = hashlib.sha256(f"{prep} {pid}".encode())
+        lock = box / "session.lock"
+        digest.update(f" session {lock.stat().st_mtime_ns if lock.exists() else '-'}".encode())
+        skip = {box / "merged", box / _RESET_STAMP, lock, box / "ssh" / "sshd.log", box / "ssh" / "sshd.pid"}
+        for path in sorted(_walk(box, skip)):
+            rel = path.relative_to(box)
+            if path.is_symlink():
+                digest.update(f"\0{rel} -> {os.readlink(path)}".encode())
+            elif path.is_dir():
+                digest.update(f"\0{rel}/".encode())
+            else:
+                digest.update(f"\0{rel} ".encode())
+                try:
+                    digest.update(path.read_bytes())
+                except OSError:
+                    digest.update(b"<unreadable>")
+        return digest.hexdigest()
+
+    def _reinstall(
+        self,
+        box_key: str,
+        *,
+        user: str,
+        authorized_key: str | None,
+        sudo_password: str | None,
+        data_is_separate: bool | None = None,
+        nopasswd_sudo: bool = False,
+        platform: Mapping[str, object] | None = None,
+    ) -> BoxInfo:
+        box = self._box_dir(box_key)
+        endpoint = self._configured_endpoint(box)
+        if endpoint is None:
+            raise BoxError(f"box {box_key}: cannot reinstall a box that was never created (ensure first)")
+        self._stop(box_key)
+        (box / _RESET_STAMP).unlink(missing_ok=True)
+        if platform is not None:
+            macos_disk.write_platform(box, platform)
+        separate = (box / "data-is-separate").exists() if data_is_separate is None else data_is_separate
+        for part in (*_OS_PARTS, "disks", "data-is-separate"):
+            _remove(box / part)
+        self._install(box_key, user=user, authorized_key=authorized_key, sudo_password=sudo_password)
+        if nopasswd_sudo:
+            sudoers = box / "system" / "root" / CLOUD_INIT_SUDOERS
+            sudoers.write_text(f"# Created by cloud-init\n{user} ALL=(ALL) NOPASSWD:ALL\n")
+            sudoers.chmod(0o440)
+        self._set_data_separate(box, separate)
+        self._write_sshd_config(box_key, *endpoint)
+        self._start(box_key)
+        return self._info(box_key)
 
     def boot_rescue(
         self, box_key: str, *, authorized_key: str | None, host_key_pem: str | None = None
@@ -226,7 +315,7 @@ class BoxFarm:
         `host_key_pem`: the ed25519 host key (OpenSSH PEM) Robot announced when the rescue boot was
         armed; without it a new one is made."""
         box = self._box_dir(box_key)
-        with self._lock:
+        with self._box_lock(box_key):
             endpoint = self._configured_endpoint(box)
             if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot boot a box that was never created (ensure first)")
@@ -261,7 +350,7 @@ class BoxFarm:
         `new_host_key`: then the disk holds a fresh install (installimage), which boots with a new host
         key and root's keys from the disk's /root/.ssh/authorized_keys, as installimage copied them."""
         box = self._box_dir(box_key)
-        with self._lock:
+        with self._box_lock(box_key):
             endpoint = self._configured_endpoint(box)
             if endpoint is None:
                 raise BoxError(f"box {box_key}: cannot reboot a box that was never created (ensure first)")
@@ -292,7 +381,7 @@ class BoxFarm:
         return self._in_rescue(box) and (box / "rescue" / "root" / INSTALLIMAGE_DONE).exists()
 
     def info(self, box_key: str) -> BoxInfo:
-        with self._lock:
+        with self._box_lock(box_key):
             return self._info(box_key)
 
     def is_running(self, box_key: str) -> bool:
@@ -308,14 +397,18 @@ class BoxFarm:
         return self.info(box_key).sandbox_root / "var" / "log" / f"{unit.removesuffix('.service')}.log"
 
     def stop(self, box_key: str) -> None:
-        with self._lock:
+        with self._box_lock(box_key):
             self._stop(box_key)
 
     def stop_all(self) -> None:
-        with self._lock:
-            for box in sorted(p for p in self.state_dir.iterdir() if (p / "ssh").is_dir()):
+        for box in sorted(p for p in self.state_dir.iterdir() if (p / "ssh").is_dir()):
+            with self._box_lock(box.name):
                 self._stop(box.name)
         reap_orphans(self.state_dir)
+
+    def _box_lock(self, box_key: str) -> threading.Lock:
+        with self._lock:
+            return self._box_locks.setdefault(box_key, threading.Lock())
 
     # --- layout -------------------------------------------------------------------------------------
 
@@ -515,7 +608,8 @@ class BoxFarm:
             proc = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
-        self._children[box_key] = proc
+        with self._lock:
+            self._children[box_key] = proc
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -567,9 +661,11 @@ class BoxFarm:
         """Stop the box's services, its sshd and every session under it (a reinstall, a rescue boot, a
         reboot or a stop must not leave one running)."""
         box = self._box_dir(box_key)
+        (box / _RESET_STAMP).unlink(missing_ok=True)
         _stop_services(box)
         pid = self._running_pid(box)
-        child = self._children.pop(box_key, None)
+        with self._lock:
+            child = self._children.pop(box_key, None)
         if pid is None and child is not None and child.poll() is None:
             pid = child.pid
         if pid is not None:
@@ -744,11 +840,22 @@ def _check_host(box_key: str, host: str) -> None:
             f"box {box_key}: ssh_host {host} is neither a loopback address (127.0.0.0/8) nor in the box "
             f"network {BOX_NETWORK}"
         )
-    if not lo_carries_box_network():
+    if not _lo_seen_carrying and not _lo_carries_box_network_now():
         raise BoxError(
             f"box {box_key}: ssh_host {host} is in the box network {BOX_NETWORK}, which lo does not carry "
             "here: run vendorsim in its network namespace (scripts/netns.sh; scripts/vendorsim.sh does)"
         )
+
+
+# Once lo is seen carrying the box network, the process's namespace keeps it: not asked again for each
+# box (`ip` is a process of its own, and a reset ensures every box).
+_lo_seen_carrying = False
+
+
+def _lo_carries_box_network_now() -> bool:
+    global _lo_seen_carrying
+    _lo_seen_carrying = lo_carries_box_network()
+    return _lo_seen_carrying
 
 
 def lo_carries_box_network() -> bool:
@@ -773,7 +880,42 @@ def _answers_ssh(host: str, port: int) -> bool:
         return False
 
 
+def _walk(root: Path, skip: set[Path]) -> list[Path]:
+    found: list[Path] = []
+    for directory, dirs, files in os.walk(root):
+        here = Path(directory)
+        dirs[:] = [d for d in dirs if here / d not in skip]
+        found.extend(here / name for name in [*dirs, *files] if here / name not in skip)
+    return found
+
+
 def _descendants(pid: int) -> list[int]:
+    """Every process under `pid`, read from the kernel's per-task children lists (a walk of the whole
+    /proc costs tens of milliseconds per call on a machine running many boxes)."""
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except OSError:
+            continue  # gone already
+        for task in tasks:
+            try:
+                children = (task / "children").read_text().split()
+            except FileNotFoundError:
+                if not Path("/proc/self/task").joinpath(str(threading.get_native_id()), "children").exists():
+                    return _descendants_by_scan(pid)  # a kernel without CONFIG_PROC_CHILDREN
+                continue
+            except OSError:
+                continue
+            for child in map(int, children):
+                found.append(child)
+                queue.append(child)
+    return found
+
+
+def _descendants_by_scan(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers import kube
-from providers.clients import VendorConfigError, vendor_client, vendors_from_config
+from providers.clients import ClientTiming, VendorConfigError, vendor_client, vendors_from_config
 from providers.constants import (
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
@@ -33,6 +33,11 @@ CONFIG_VENDORS = "vendors"
 
 # The dev stack has no cluster: the join still runs in full, against this placeholder endpoint.
 DEV_API_SERVER = "https://cluster.dev.invalid:6443"
+
+# Retry and poll pacing of the vendor clients the machine providers build (as providers/failover.py's).
+# The provider process the engine starts always runs with these defaults; tests that drive the
+# providers in their own process shorten the waits (never the attempts) by replacing it.
+CLIENT_TIMING = ClientTiming()
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,10 @@ class Settings:
     def vendor_client(self, vendor: Vendor) -> VendorClient:
         try:
             return vendor_client(
-                vendor, self.vendors, lambda key: self.secret(key, why=f"the {vendor.value} API needs it")
+                vendor,
+                self.vendors,
+                lambda key: self.secret(key, why=f"the {vendor.value} API needs it"),
+                CLIENT_TIMING,
             )
         except VendorConfigError as error:
             raise NotConfiguredError(f"stack config {PROJECT}:{error}") from None

@@ -128,7 +128,8 @@ def deployed(engine: Engine, dev_cluster: KubeCluster) -> Iterator[Deployed]:
     # What a pull request shows on a stack with nothing adopted yet: every value downstream of a
     # machine is unknown at this point, and the preview must still go through.
     first_preview = engine.run("preview", "-s", "dev", "--diff").stdout
-    up = engine.run("up", "-s", "dev", "--yes")
+    # The preview is the one above; the update need not run the program a second time to preview it.
+    up = engine.run("up", "-s", "dev", "--yes", "--skip-preview")
     outputs = json.loads(engine.run("stack", "output", "-s", "dev", "--json").stdout)
     try:
         yield Deployed(engine, dev_cluster, secrets, before, first_preview, up.stdout + up.stderr, outputs)
@@ -373,6 +374,7 @@ def test_destroy_drains_and_deletes_every_node_and_returns_every_box(deployed: D
     destroy = engine.run("destroy", "-s", "dev", "--yes", "--skip-preview")
     for text, where in (
         (export, "stack export"),
+        (deployed.first_preview, "preview"),
         (deployed.up, "up"),
         (destroy.stdout + destroy.stderr, "destroy"),
     ):

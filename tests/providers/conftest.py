@@ -4,6 +4,9 @@
 records every request exactly as it arrived (method, raw path, query, headers, body).
 
 `vendorsim`: the project's vendor simulator as a real process on a free port (see vendorsim/).
+
+`fast_machine_clients` (autouse): the vendor clients the machine providers build in this process
+retry and poll as in production, only sooner.
 """
 
 from __future__ import annotations
@@ -137,6 +140,25 @@ class RecordingServer:
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def fast_machine_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine providers' vendor clients (providers/machine/settings.py) with the production number
+    of attempts, but retries after hundredths of a second instead of half a second and more, and task
+    polls from 50 ms: a test under injected 5xx faults, or waiting on a simulated task, does not sleep
+    through production's pacing. Provider processes the engine starts keep the defaults."""
+    from providers.machine import settings
+    from providers.retry import DEFAULT_RETRY, PollPolicy, RetryPolicy
+
+    monkeypatch.setattr(
+        settings,
+        "CLIENT_TIMING",
+        settings.ClientTiming(
+            retry=RetryPolicy(max_attempts=DEFAULT_RETRY.max_attempts, base_delay=0.02, max_delay=0.2),
+            poll=PollPolicy(first=0.05, max_interval=0.5),
+        ),
+    )
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ declare, as the apiserver would prune them silently.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -45,10 +46,7 @@ class ManifestError(AssertionError):
 def load_crds(extra: Iterable[dict[str, Any]] = ()) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(group, version, kind) -> openAPIV3Schema, from tests/fixtures/crds/*.yaml, the platform's CRDs
     (scripts/cluster-platform) and `extra`."""
-    crds: list[dict[str, Any]] = []
-    for path in [*sorted(CRD_DIR.glob("*.yaml")), *sorted(PLATFORM_CRD_DIR.glob("*.yaml"))]:
-        crds.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    crds.extend(extra)
+    crds = [*_crd_files(), *extra]
     schemas: dict[tuple[str, str, str], dict[str, Any]] = {}
     for crd in crds:
         if crd.get("kind") != "CustomResourceDefinition":
@@ -59,6 +57,17 @@ def load_crds(extra: Iterable[dict[str, Any]] = ()) -> dict[tuple[str, str, str]
                 "openAPIV3Schema"
             ]
     return schemas
+
+
+@functools.cache
+def _crd_files() -> tuple[dict[str, Any], ...]:
+    """The CRDs of tests/fixtures/crds and scripts/cluster-platform, parsed once per session: the
+    platform's are large, and parsing them for every manifest validated was most of a stack's check."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crds: list[dict[str, Any]] = []
+    for path in [*sorted(CRD_DIR.glob("*.yaml")), *sorted(PLATFORM_CRD_DIR.glob("*.yaml"))]:
+        crds.extend(d for d in yaml.load_all(path.read_text(), Loader=loader) if d)
+    return tuple(crds)
 
 
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:
