@@ -11,7 +11,7 @@ import ipaddress
 import re
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,7 @@ from pydantic import (
     StrictBool,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from config.text import quote
@@ -290,6 +291,31 @@ class InstallArtifacts(Strict):
     kata_static_sha256: Sha256 | None = None
 
 
+class PrivateNetwork(Strict):
+    """A VPC Private Network the operator created in the fleet's region. Each Elastic Metal box of
+    the fleet is attached to it (its Private Network option enabled first) and brings it up as the
+    tagged VLAN `pn0` (providers/ssh/scripts/pn-vlan.sh), addressed by the network's DHCP."""
+
+    id: Annotated[str, Field(pattern=_UUID)]
+
+
+class NodeAgent(Strict):
+    """The Mac's node agent (the reference's tart-kubelet: a kubelet for macOS that runs each pod as
+    a Tart VM). The bootstrap downloads it, checks its sha256, and runs it under launchd.
+
+    `registers_node`: the agent registers the Mac as a Node with a bootstrap token, and adoption
+    waits for that Node to be Ready. Only the dev stack turns it off: vendorsim's Macs keep launchd
+    jobs without running them (vendorsim/sandbox/macos/README.md), so no Node would ever come."""
+
+    url: ArtifactUrl
+    sha256: Sha256
+    registers_node: StrictBool = True
+
+
+# What a fleet on these vendors defaults to where Linux defaults would be wrong.
+_MAC_DEFAULTS = {"os": "macos-tahoe", "ssh_user": "m1"}
+
+
 class Fleet(Strict):
     name: DnsLabel
     vendor: Vendor
@@ -307,6 +333,7 @@ class Fleet(Strict):
     datacenter: Datacenter | None = None  # OVH prefix match (bhs matches bhs6), Dedibox DC name
     os: OsLabel = "ubuntu_24.04"
     ssh_user: LoginName = "ubuntu"
+    # Apple silicon fleets default to macos-tahoe (a family: its newest image) and Scaleway's m1.
     # Where every box of the fleet answers SSH on its public IPv4 (vendorsim's boxes: 2222).
     ssh_port: int = Field(default=22, ge=1, le=65535)
     # Releasing a box reinstalls it. Production Kura fleets may never allow it.
@@ -314,10 +341,25 @@ class Fleet(Strict):
     egress_budget_mbps: int | None = Field(default=None, gt=0)
     # Robot fleets only (their boxes are installed by the program); None: the defaults.
     install_artifacts: InstallArtifacts | None = None
+    # Elastic Metal fleets only: the Private Network every box joins as VLAN pn0.
+    private_network: PrivateNetwork | None = None
+    # Apple silicon fleets only (required there): the node agent each Mac runs under launchd.
+    node_agent: NodeAgent | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vendor_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("vendor") == Vendor.APPLESILICON.value:
+            return {**_MAC_DEFAULTS, **data}
+        return data
 
     @property
     def artifacts(self) -> InstallArtifacts:
         return self.install_artifacts or InstallArtifacts()
+
+    @property
+    def is_macos(self) -> bool:
+        return self.vendor is Vendor.APPLESILICON
 
 
 # --- failover IPs -------------------------------------------------------------

@@ -69,6 +69,16 @@ MACHINE_TABLE: dict[str, tuple[str, Any, str]] = {
     "api_server": ("rejoin", "https://cp.dev.invalid:6443", "the kubelet's bootstrap kubeconfig"),
     "cluster_dns": ("rejoin", "10.96.0.53", "the kubelet hands pods another nameserver"),
     "cluster_domain": ("rejoin", "cluster.example", "the kubelet hands pods other search domains"),
+    "private_network": (
+        "rejoin",
+        "9e700000-0000-4000-8000-000000000001",
+        "Elastic Metal: the box is attached and brings pn0 up again",
+    ),
+    "node_agent": (
+        "rejoin",
+        {"url": "https://example.invalid/tart-kubelet", "sha256": "1" * 64, "registers_node": True},
+        "Apple silicon: the agent is installed again and its launchd job restarted",
+    ),
     "ssh_user": ("update", "debian", "the next SSH session logs in as it"),
     "ssh_port": ("update", 2200, "the next SSH session dials it"),
     "timeouts": ("update", {"draining": 10}, "leaving the cluster's budgets"),
