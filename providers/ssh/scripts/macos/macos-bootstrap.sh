@@ -225,17 +225,21 @@ if changed "$AGENT_PLIST" || changed "$AGENT" || changed "$bootstrap_kubeconfig"
 load "$GUARD_LABEL" "$GUARD_PLIST" "$guard_reload"
 load "$AGENT_LABEL" "$AGENT_PLIST" "$agent_reload"
 
-# 8. Both jobs run, pf is on and the anchor holds its rules; else fail saying which is not.
+# 8. Both jobs run, pf is on and the anchor holds its rules; else fail saying which is not. (Outputs
+#    are read whole before grep: `grep -q` closing a pipe early fails the pipeline under pipefail.)
 for label in "$GUARD_LABEL" "$AGENT_LABEL"; do
-  if ! as_root launchctl print "system/$label" | grep -q 'state = running'; then
-    as_root launchctl print "system/$label" >&2 || true
+  job=$(as_root launchctl print "system/$label" 2>&1 || true)
+  if ! grep -q 'state = running' <<<"$job"; then
+    printf '%s\n' "$job" >&2
     as_root tail -n 20 /var/log/tuist-node-agent.log >&2 2>/dev/null || true
     echo "macos-bootstrap: launchd job $label is not running" >&2
     exit 1
   fi
 done
-as_root pfctl -s info | grep -q '^Status: Enabled' || { echo "macos-bootstrap: pf is not enabled" >&2; exit 1; }
-as_root pfctl -a com.apple/tuist.sshguard -s rules | grep -q 'overload <sshguard>' || {
+info=$(as_root pfctl -s info 2>&1 || true)
+grep -q '^Status: Enabled' <<<"$info" || { echo "macos-bootstrap: pf is not enabled" >&2; exit 1; }
+anchor_rules=$(as_root pfctl -a com.apple/tuist.sshguard -s rules 2>&1 || true)
+grep -q 'overload <sshguard>' <<<"$anchor_rules" || {
   echo "macos-bootstrap: the com.apple/tuist.sshguard anchor holds no rules" >&2
   exit 1
 }

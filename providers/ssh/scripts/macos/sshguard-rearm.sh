@@ -9,7 +9,8 @@ if [ -z "$(pfctl -a "$anchor" -s rules 2>/dev/null)" ]; then
   pfctl -q -a "$anchor" -f "$rules"
   echo "sshguard: $anchor reloaded from $rules"
 fi
-if ! pfctl -s info 2>/dev/null | grep -q '^Status: Enabled'; then
+info=$(pfctl -s info 2>/dev/null || true)
+if ! printf '%s\n' "$info" | grep -q '^Status: Enabled'; then
   # -E takes a reference on pf: it stays on until that reference is released (-X), whoever else
   # enables or disables it.
   pfctl -E >/dev/null 2>&1
