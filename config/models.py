@@ -89,7 +89,16 @@ def _digest_image(v: str) -> str:
     return v
 
 
+def _ipv4_cidr(v: str) -> str:
+    try:
+        network = ipaddress.IPv4Network(v, strict=True)
+    except ValueError:
+        raise ValueError(f"{quote(v)} is not an IPv4 network (e.g. 172.16.0.0/22, no host bits)") from None
+    return str(network)
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+IPv4Cidr = Annotated[str, AfterValidator(_ipv4_cidr)]
 # A fleet marker: its longest form per vendor is a cross-field rule (providers/vendor.py MARKER_LIMITS).
 Marker = Annotated[
     str,
@@ -153,6 +162,9 @@ class Environment(StrEnum):
 
 class GatewayMode(StrEnum):
     HOST_NETWORK = "host_network"
+    # A private region's data plane (the reference's `data_plane: :node_port`): the gateway answers on
+    # a NodePort of every box, to the region's client_cidrs only (its runners, over the Private Network).
+    NODE_PORT = "node_port"
     # Kept only for a region still on a cloud VM behind a load balancer.
     LOAD_BALANCER = "load_balancer"
 
@@ -399,6 +411,14 @@ class Region(Strict):
     host: DnsName
     failover_ip: str | None = None  # name of a failover_ips entry
     exposed: StrictBool = True
+    # A private region (the reference's scw-fr-par-runners) serves the runners of this stack only:
+    # Kura never offers it to accounts, and no public DNS record points at it.
+    private: StrictBool = False
+    # node_port regions: the networks the gateway admits (the runners' Private Network range).
+    client_cidrs: list[IPv4Cidr] = Field(default_factory=list)
+    # Which runners the region's cache serves (the reference's runner_platforms); informational for
+    # kura-controller, empty for public regions.
+    runner_platforms: list[RunnerOS] = Field(default_factory=list)
 
 
 class Kura(Strict):

@@ -539,11 +539,19 @@ def region_rules(view: View) -> Iterator[Problem]:
     for i, region in regions:
         raw = view.raw_regions[i] if i < len(view.raw_regions) else {}
         m = _CLUSTER_ID.match(region.cluster_id)
-        if m is None or m.group("region") != region.id:
+        # A private region is named after what it serves on its cluster (scw-fr-par-runners on scw-fr-par).
+        private_name = region.private and region.id.startswith(f"{region.cluster_id}-")
+        if (m is None or m.group("region") != region.id) and not private_name:
             yield Problem(
                 ("regions", i, "cluster_id"),
-                f"{quote(region.cluster_id)} should be the region id and a number, e.g. '{region.id}-1'",
+                f"{quote(region.cluster_id)} should be the region id and a number, e.g. '{region.id}-1'"
+                + (
+                    " (a private region may also be named <cluster_id>-<what it serves>)"
+                    if region.private
+                    else ""
+                ),
             )
+        yield from _private_region_rules(i, region, raw)
         fleet = view.fleet(region.fleet)
         if fleet is None and region.fleet not in view.fleet_names:
             yield Problem(
@@ -566,7 +574,7 @@ def region_rules(view: View) -> Iterator[Problem]:
                     "required for a host_network region "
                     "(name a failover_ips entry, or null to run without one)",
                 )
-        elif region.failover_ip is not None:
+        elif region.failover_ip is not None and region.gateway is GatewayMode.LOAD_BALANCER:
             yield Problem(
                 ("regions", i, "failover_ip"),
                 "a load_balancer region is reached through its load balancer; "
@@ -622,6 +630,32 @@ def region_rules(view: View) -> Iterator[Problem]:
                 f"fleet {quote(fleet.name)} {why}, so the region has no boxes; "
                 "set exposed: false until the fleet has boxes",
             )
+
+
+def _private_region_rules(i: int, region: Region, raw: Any) -> Iterator[Problem]:
+    """node_port regions admit their client networks only; private regions have no public entry."""
+    if region.gateway is GatewayMode.NODE_PORT:
+        if not region.client_cidrs:
+            yield Problem(
+                ("regions", i, "client_cidrs"),
+                "required for a node_port region: the networks its gateway admits (e.g. the runners' "
+                "Private Network, 172.16.0.0/22)",
+            )
+        if not region.private:
+            yield Problem(
+                ("regions", i, "private"),
+                "a node_port region is reached over its client networks only; set private: true",
+            )
+    elif region.client_cidrs:
+        yield Problem(
+            ("regions", i, "client_cidrs"),
+            f"only node_port regions admit by client network; a {region.gateway.value} region is public",
+        )
+    if region.private and region.failover_ip is not None:
+        yield Problem(
+            ("regions", i, "failover_ip"),
+            "a private region has no public entry point; remove it (or set it to null)",
+        )
 
 
 def runner_pool_rules(view: View) -> Iterator[Problem]:
