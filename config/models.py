@@ -462,6 +462,11 @@ class Autoscaling(Strict):
     scale_down_cooldown_seconds: int | None = Field(default=None, ge=0)
 
 
+# A macOS runner pod is a Tart VM of the reference's standard size: the RunnerPool CRD's own defaults
+# (tuist-anchor.md section 6.1), which a darwin pool takes where config leaves them out.
+DARWIN_POD_DEFAULTS = {"pod_cpu_milli": 8000, "pod_memory_mb": 14336}
+
+
 class RunnerPool(Strict):
     name: DnsLabel
     os: RunnerOS
@@ -471,9 +476,17 @@ class RunnerPool(Strict):
     # What each runner pod requests. The defaults fill one slot of seed 003 (1 vCPU / 4 GiB)
     # with the kata-qemu pod overhead on top: 16 pods on an AX42-U, 64 on an AX162-R
     # (components/capacity.py).
+    # A darwin pool defaults to DARWIN_POD_DEFAULTS instead (one macOS VM, at most two per Mac).
     pod_cpu_milli: int = Field(default=900, gt=0)
     pod_memory_mb: int = Field(default=3744, gt=0)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _os_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("os") == RunnerOS.DARWIN.value:
+            return {**DARWIN_POD_DEFAULTS, **data}
+        return data
 
 
 # --- cluster ------------------------------------------------------------------
