@@ -221,6 +221,15 @@ class ScalewayAccount(Strict):
     project_id: str = Field(pattern=_UUID)
 
 
+def _uuid(v: str) -> str:
+    if not re.match(_UUID, v):
+        raise ValueError(f"{quote(v)} is not a UUID (8-4-4-4-12 lowercase hex digits)")
+    return v
+
+
+Uuid = Annotated[str, AfterValidator(_uuid)]
+
+
 class ElasticMetalAccount(ScalewayAccount):
     zones: list[Annotated[str, Field(pattern=_SCW_ZONE)]] = Field(
         default_factory=lambda: ["fr-par-1", "fr-par-2", "nl-ams-1"], min_length=1
@@ -308,7 +317,7 @@ class PrivateNetwork(Strict):
     the fleet is attached to it (its Private Network option enabled first) and brings it up as the
     tagged VLAN `pn0` (providers/ssh/scripts/pn-vlan.sh), addressed by the network's DHCP."""
 
-    id: Annotated[str, Field(pattern=_UUID)]
+    id: Uuid
 
 
 class NodeAgent(Strict):

@@ -98,6 +98,8 @@ def test_dev_needs_the_local_clusters_kubeconfig_and_no_cloud_secrets() -> None:
         "ovhConsumerKey",
         "dediboxSecretKey",
         "robotPassword",
+        # vendorsim's Scaleway key: the Elastic Metal and Mac fleets share it.
+        "scalewaySecretKey",
         "fleetSshPrivateKey",
         "fleetSudoPassword",
         # The local control plane's admin kubeconfig, set by scripts/dev-up.sh.
