@@ -45,8 +45,7 @@ def release_refusal(spec: ClaimSpec) -> str | None:
     return (
         f"{spec.resource_name}: refusing to release production box (fleet {spec.fleet}): releasing "
         f"reinstalls it. To allow it set {' and '.join(missing)} in Pulumi.production.yaml, run "
-        "`pulumi up` so the claim records it, then unprotect and delete (config forbids "
-        "allow_release on production Kura fleets)"
+        "`pulumi up` so the claim records it, then `pulumi state unprotect` the machine and remove it"
     )
 
 

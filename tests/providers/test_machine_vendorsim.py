@@ -284,8 +284,8 @@ def test_production_release_is_refused_naming_the_switches(sim: Sim) -> None:
     assert str(caught.value) == (
         "kura-ovh-0: refusing to release production box (fleet kura-ovh): releasing reinstalls it. "
         "To allow it set fleets[name=kura-ovh].allow_release: true and allow_production_release: true "
-        "in Pulumi.production.yaml, run `pulumi up` so the claim records it, then unprotect and delete "
-        "(config forbids allow_release on production Kura fleets)"
+        "in Pulumi.production.yaml, run `pulumi up` so the claim records it, then `pulumi state unprotect` "
+        "the machine and remove it"
     )
     with pytest.raises(ReleaseRefusedError, match=r"set allow_production_release: true in"):
         sim.claims().delete("ovh:ns1006.ip-203-0-113.net", {**outs, "allow_release": True})
