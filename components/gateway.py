@@ -29,6 +29,9 @@ __all__ = [
 ]
 
 GATEWAY_SERVICE_ACCOUNT = "kura-gateway-ingress-nginx"
+# On a node_port region's gateway objects: the policy pack's bare-metal gateway rule reads it.
+DATA_PLANE_LABEL = "tuist.dev/data-plane"
+NODE_PORT_DATA_PLANE = "node-port"
 
 # Shared with the platform chart's ingress-nginx values (anchor 4.3); only
 # use-proxy-protocol depends on the mode.
@@ -154,6 +157,8 @@ class Gateway(pulumi.ComponentResource):
         host_network = region.gateway is GatewayMode.HOST_NETWORK
         gw = gateway_name(region.id)
         labels = region_labels(name="kura-gateway", component="gateway", region=region.id)
+        if region.gateway is GatewayMode.NODE_PORT:
+            labels = {**labels, DATA_PLANE_LABEL: NODE_PORT_DATA_PLANE}
         child = child_options(self, opts)
         # One ServiceAccount name per region: several regions share the namespace.
         sa_name = f"{GATEWAY_SERVICE_ACCOUNT}-{region.id}"
