@@ -429,7 +429,12 @@ class MachineProvider(_Stateless):
                 warning=True,
             )
             return dyn.ReadResult(id_="", outs={})
-        if spec.api_server and not kube.node_exists(settings.kube_api(), spec.node_name):
+        # A Mac whose agent registers no Node (the dev stack's) has none to find.
+        if (
+            spec.api_server
+            and spec.registers_node
+            and not kube.node_exists(settings.kube_api(), spec.node_name)
+        ):
             engine_link.progress(
                 f"{spec.resource_name}: Node {spec.node_name} is not registered",
                 spec.urn,
