@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 
 from providers.claims import claim_token
 from providers.machine import record as claim_records
@@ -112,6 +113,16 @@ def test_an_elastic_metal_box_is_claimed_by_tag_joined_with_its_vlan_and_release
     sim.machines().update(f"scaleway_em:{EM_DEV_1}", machine, {**machine, "kubernetes_minor": "v1.35"})
     assert sim.calls(f"em-{server}").count("netplan apply") == calls_before
 
+    # A Dedibox release of the same stack registered the fleet key in the Dedibox project already:
+    # the Elastic Metal release registers it in its own project all the same.
+    dedibox_project = sim.inventory["credentials"]["dedibox"]["project_id"]
+    registered = requests.post(
+        f"{sim.url}/dedibox/iam/v1alpha1/ssh-keys",
+        json={"name": "dedibox-fleet", "public_key": sim.key.public, "project_id": dedibox_project},
+        headers={"X-Auth-Token": sim.inventory["credentials"]["dedibox"]["secret_key"]},
+        timeout=10,
+    )
+    assert registered.status_code == 200, registered.text
     released_since = sim.last_audit_id()
     sim.destroy(claim, machine)
     assert claims_in_state(sim.state())[EM_DEV_1] == "tuist-kura-scw-dev"
