@@ -53,6 +53,10 @@ class NodeBootstrapArgs:
 
 class NodeBootstrap(pulumi.ComponentResource):
     bindings: list[k8s.rbac.v1.ClusterRoleBinding]
+    # Per fleet, the bindings its boxes' joins wait for: its group's two and the renewal binding. Not
+    # every fleet's: a join depending on every binding of every fleet is a dependency per fleet per
+    # machine, which grows with the square of the stack.
+    by_fleet: dict[str, list[k8s.rbac.v1.ClusterRoleBinding]]
 
     def __init__(
         self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None
@@ -80,24 +84,24 @@ class NodeBootstrap(pulumi.ComponentResource):
             )
 
         self.bindings = []
+        own: dict[str, list[k8s.rbac.v1.ClusterRoleBinding]] = {}
         for fleet in sorted(fleets):
             group = bootstrap_group(fleet)
-            self.bindings.append(
+            own[fleet] = [
                 binding(
                     f"{name}-{fleet}-bootstrapper",
                     f"tuist:node-bootstrapper:{fleet}",
                     NODE_BOOTSTRAPPER_ROLE,
                     group,
-                )
-            )
-            self.bindings.append(
+                ),
                 binding(
                     f"{name}-{fleet}-autoapprove",
                     f"tuist:node-autoapprove-bootstrap:{fleet}",
                     NODE_CLIENT_APPROVAL_ROLE,
                     group,
-                )
-            )
+                ),
+            ]
+            self.bindings += own[fleet]
         if fleets:
             self.bindings.append(
                 binding(
@@ -107,4 +111,5 @@ class NodeBootstrap(pulumi.ComponentResource):
                     NODES_GROUP,
                 )
             )
+        self.by_fleet = {fleet: [*pair, *self.bindings[-1:]] for fleet, pair in own.items()}
         self.register_outputs({"bindings": [b.metadata.apply(lambda m: m.name) for b in self.bindings]})

@@ -37,6 +37,7 @@ from providers.clients import (
     vendors_from_config,
 )
 from providers.dedibox.models import parse_box_id
+from providers.dynamic_resource import DynamicResource
 from providers.errors import ConfigError, InfraError, InputError, VendorError, VendorInputError
 from providers.ovh.models import check_service_name
 from providers.robot.models import check_server_number
@@ -370,7 +371,7 @@ class FailoverIPProvider(dyn.ResourceProvider):
 # --- the resource -------------------------------------------------------------------------------------
 
 
-class FailoverIPResource(dyn.Resource, module="failover", name="FailoverIP"):
+class FailoverIPResource(DynamicResource, module="failover", name="FailoverIP"):
     """One routed failover IP. Outputs: vendor, address, region, fleet, candidates, routed_to (the
     box id the vendor routes the IP to)."""
 

@@ -22,12 +22,20 @@ import string
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
+
+from providers.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+else:
+    # Only the provider process talks to a cluster; the program imports this module through them.
+    k8s = lazy_module("kubernetes.client")
+    k8s_config = lazy_module("kubernetes.config")
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +210,7 @@ def drain(
                 core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
                 if ref not in evicted:
                     evicted.append(ref)
-            except ApiException as error:
+            except k8s.ApiException as error:
                 if error.status == 404:
                     continue
                 if error.status == 403 and _namespace_terminating(error):
@@ -237,7 +245,7 @@ def node_status(api: k8s.ApiClient, node: str) -> NodeStatus | None:
     """The Node's providerID and Ready condition; None when there is no such Node (yet)."""
     try:
         found = k8s.CoreV1Api(api).read_node(node)
-    except ApiException as error:
+    except k8s.ApiException as error:
         if error.status == 404:
             return None
         raise _error(f"read Node {node}", error) from None
@@ -327,14 +335,14 @@ def _affinity_values(affinity: Any) -> set[str]:
 def _call(what: str, operation: Callable[[], Any]) -> Any:
     try:
         return operation()
-    except ApiException as error:
+    except k8s.ApiException as error:
         raise _error(what, error) from None
 
 
 def _missing_ok(what: str, operation: Callable[[], Any]) -> bool:
     try:
         operation()
-    except ApiException as error:
+    except k8s.ApiException as error:
         if error.status == 404:
             return False
         raise _error(what, error) from None

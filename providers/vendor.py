@@ -216,6 +216,24 @@ class RescueInstaller(Protocol):
     def reset(self, box_id: str, kind: str = "hw", *, verify: Callable[[], bool] | None = None) -> None: ...
 
 
+@runtime_checkable
+class MarkerWriter(Protocol):
+    """A vendor whose fleet marker an operator stamps through the API (ops/: `tuist-ops mark`).
+
+    `value` is the whole marker field as `Box.marker_field` reads it, claim left out: the OVH
+    displayName / Robot server_name before any claim suffix, or the Dedibox tags joined by ",".
+    The box's claim, if any, is kept as it is."""
+
+    def set_marker_field(self, box_id: str, value: str) -> None: ...
+
+
+def marker_writer(client: object) -> MarkerWriter:
+    """`client` as a MarkerWriter, or a clear error naming what it is instead."""
+    if not isinstance(client, MarkerWriter):
+        raise VendorInputError(f"{type(client).__name__} cannot write fleet markers")
+    return client
+
+
 def rescue_installer(client: object) -> RescueInstaller:
     """`client` as a RescueInstaller, or a clear error naming what it is instead."""
     if not isinstance(client, RescueInstaller):

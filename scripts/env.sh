@@ -10,8 +10,13 @@ case ":$PATH:" in
 esac
 export PULUMI_HOME="$TUIST_ROOT/.pulumi-state/home"
 export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$TUIST_ROOT/.pulumi-state}"
-export PULUMI_SKIP_UPDATE_CHECK=true
-export PULUMI_DIY_BACKEND_NO_LEGACY_WARNING=true
+# How every pulumi run of the project drives the engine (dev, operators, CI, benchmarks): the
+# KEY=value lines of scripts/engine.env, exported unless the environment already sets them.
+while IFS='=' read -r _key _value; do
+    case $_key in '' | '#'*) continue ;; esac
+    [ -n "${!_key+x}" ] || export "$_key=$_value"
+done < "$TUIST_ROOT/scripts/engine.env"
+unset _key _value
 # The dev stack only. Real stacks take their passphrase or KMS from the operator.
 export TUIST_DEV_PASSPHRASE="tuist-dev-only-passphrase"
 # The dev stack's network namespace (scripts/netns.sh): vendorsim, its boxes, the control plane and

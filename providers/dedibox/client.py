@@ -35,6 +35,7 @@ from providers.dedibox.models import (
     install_digest,
     install_state_of,
     parse_box_id,
+    parse_tags,
     resolve_os,
     tags_with,
 )
@@ -66,6 +67,7 @@ from providers.retry import (
     verified_write,
 )
 from providers.vendor import (
+    MARKER_LIMITS,
     Box,
     Claim,
     InstallState,
@@ -151,6 +153,29 @@ class DediboxClient(MarkerFiltering):
         zone, server_id = parse_box_id(box_id)
         current = list(decode_server(self._server(zone, server_id, box_id)).tags or [])
         wanted = tags_with(current, claim)
+        if wanted == current:
+            return
+        self._call(
+            "POST",
+            "/dedibox/v1/zones/{zone}/servers/{server_id}/tags",
+            f"/dedibox/v1/zones/{zone}/servers/{server_id}/tags",
+            body={"tags": wanted},
+            subject=box_id,
+            idempotent=True,
+        )
+
+    def set_marker_field(self, box_id: str, value: str) -> None:
+        """Write the fleet tags (`value`: tags joined by ","), keeping the claim tag. The POST sets
+        the whole list: safe to repeat."""
+        zone, server_id = parse_box_id(box_id)
+        current = list(decode_server(self._server(zone, server_id, box_id)).tags or [])
+        _, claim = parse_tags(current)
+        fleet_tags = [tag for tag in value.split(",") if tag]
+        for tag in fleet_tags:
+            problem = MARKER_LIMITS[Vendor.DEDIBOX].value_problem(tag)
+            if problem:
+                raise VendorInputError(f"Dedibox server {box_id}: tag {tag!r} {problem}")
+        wanted = tags_with(fleet_tags, claim)
         if wanted == current:
             return
         self._call(

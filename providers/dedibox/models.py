@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from scaleway.dedibox.v1.marshalling import (
-    unmarshal_OS,
-    unmarshal_Server,
-    unmarshal_ServerInstall,
-)
-from scaleway.dedibox.v1.types import OS, Server, ServerInstall
+from typing import TYPE_CHECKING, Any
 
 from providers.errors import VendorInputError
+from providers.lazy import lazy_module
 from providers.vendor import (
     Box,
     Claim,
@@ -28,6 +22,13 @@ from providers.vendor import (
     split_claim_tags,
     with_claim_tag,
 )
+
+if TYPE_CHECKING:
+    from scaleway.dedibox.v1 import marshalling
+    from scaleway.dedibox.v1.types import OS, Server, ServerInstall
+else:
+    # The failover provider's module (imported by the program) only needs parse_box_id from here.
+    marshalling = lazy_module("scaleway.dedibox.v1.marshalling")
 
 _ZONE = re.compile(r"^[a-z]{2}-[a-z]{3}-[0-9]+$")
 _INSTALL_DONE = "installed"
@@ -51,15 +52,15 @@ def check_zone(zone: str) -> str:
 
 
 def decode_server(body: Mapping[str, Any]) -> Server:
-    return unmarshal_Server(dict(body))
+    return marshalling.unmarshal_Server(dict(body))
 
 
 def decode_os(body: Mapping[str, Any]) -> OS:
-    return unmarshal_OS(dict(body))
+    return marshalling.unmarshal_OS(dict(body))
 
 
 def decode_install(body: Mapping[str, Any]) -> ServerInstall:
-    return unmarshal_ServerInstall(dict(body))
+    return marshalling.unmarshal_ServerInstall(dict(body))
 
 
 def public_ipv4(server: Server) -> str | None:

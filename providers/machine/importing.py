@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from pulumi.dynamic.config import Config
-from pulumi.dynamic.dynamic import serialize_provider
 
 from providers.constants import PROJECT
+from providers.dynamic_resource import serialize_provider
 from providers.machine.errors import MachineError
 from providers.machine.node_labels import NodeLabelsProvider
 from providers.machine.provider import ClaimProvider, MachineProvider, _outputs

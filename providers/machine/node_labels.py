@@ -23,6 +23,7 @@ import pulumi
 import pulumi.dynamic as dyn
 from pulumi.dynamic.dynamic import PROVIDER_KEY
 
+from providers.dynamic_resource import DynamicResource
 from providers.machine import engine_link
 from providers.machine.errors import MachineError
 from providers.machine.provider import _Stateless
@@ -157,7 +158,7 @@ class NodeLabelsProvider(_Stateless):
         return None  # the Node goes with the machine's delete
 
 
-class NodeLabels(dyn.Resource, module="machine", name="NodeLabels"):
+class NodeLabels(DynamicResource, module="machine", name="NodeLabels"):
     """The labels and taints of one machine's Node after registration."""
 
     applied: pulumi.Output[bool]

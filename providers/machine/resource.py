@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-import pulumi.dynamic as dyn
 
+from providers.dynamic_resource import DynamicResource
 from providers.machine.provider import CLAIM_OUTPUTS, MACHINE_OUTPUTS, ClaimProvider, MachineProvider
 
 
-class MachineClaim(dyn.Resource, module="machine", name="MachineClaim"):
+class MachineClaim(DynamicResource, module="machine", name="MachineClaim"):
     """A box of the fleet claimed for one slot. Inputs: see ClaimSpec / docs/machines.md."""
 
     box_id: pulumi.Output[str]
@@ -35,7 +35,7 @@ class MachineClaim(dyn.Resource, module="machine", name="MachineClaim"):
         super().__init__(ClaimProvider(), name, {**outputs, **props}, opts)
 
 
-class AdoptedMachine(dyn.Resource, module="machine", name="AdoptedMachine"):
+class AdoptedMachine(DynamicResource, module="machine", name="AdoptedMachine"):
     """One adopted box, joined. Inputs: see MachineSpec / docs/machines.md."""
 
     box_id: pulumi.Output[str]

@@ -172,6 +172,23 @@ class OvhClient(MarkerFiltering):
             subject=svc,
         )
 
+    def set_marker_field(self, box_id: str, value: str) -> None:
+        """Write the displayName's fleet marker part, keeping the claim suffix. Safe to repeat."""
+        svc = check_service_name(box_id)
+        service_id = self._service_id(svc)
+        current = self._display_name(svc, service_id)
+        _, claim = parse_display_name(current)
+        wanted = display_name(value, claim)
+        if wanted == current:
+            return
+        self._call(
+            "PUT",
+            "/service/{serviceId}",
+            f"/service/{service_id}",
+            body={"resource": {"displayName": wanted, "name": svc}},
+            subject=svc,
+        )
+
     def _service_id(self, svc: str) -> int:
         known = self._service_ids.get(svc)
         if known is not None:

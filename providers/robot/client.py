@@ -164,6 +164,23 @@ class RobotClient(MarkerFiltering):
             idempotent=True,
         )
 
+    def set_marker_field(self, box_id: str, value: str) -> None:
+        """Write the server_name's fleet marker part, keeping the claim suffix. Safe to repeat."""
+        number = check_server_number(box_id)
+        current = str(self._server(number).get("server_name") or "")
+        _, claim = parse_server_name(current)
+        wanted = server_name(value, claim)
+        if wanted == current:
+            return
+        self._call(
+            "POST",
+            "/server/{server-number}",
+            f"/server/{number}",
+            form=[("server_name", wanted)],
+            subject=number,
+            idempotent=True,
+        )
+
     # --- ssh keys -------------------------------------------------------------------
 
     def register_ssh_key(self, name: str, public_key: str) -> str:

@@ -26,16 +26,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import TypeVar
-
-import paramiko
+from typing import TYPE_CHECKING, TypeVar
 
 from providers.errors import InfraError, scrub
+from providers.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import paramiko
+else:
+    # The program imports this module through the machine providers but never opens a session.
+    paramiko = lazy_module("paramiko")
 
 OUTPUT_TAIL_CHARS = 2000
 _SECRET_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_KEY_TYPES: tuple[type[paramiko.PKey], ...] = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
 
 T = TypeVar("T")
 
@@ -102,7 +107,8 @@ class RemoteCommandError(SshError):
 
 def load_private_key(private_key: str) -> paramiko.PKey:
     """A paramiko key from PEM / OpenSSH private key text (never from a path on disk)."""
-    for key_type in _KEY_TYPES:
+    key_types: tuple[type[paramiko.PKey], ...] = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
+    for key_type in key_types:
         try:
             return key_type.from_private_key(io.StringIO(private_key))
         except (paramiko.SSHException, ValueError):
@@ -208,7 +214,7 @@ def _is_timeout(e: BaseException) -> bool:
 def _handshake(target: SshTarget, timeout: float) -> tuple[paramiko.Transport, paramiko.PKey]:
     """Key exchange only: the transport and the server's host key, before any authentication."""
     sock = _open_socket(target, timeout)
-    transport = _Transport(sock)
+    transport = _transport_class()(sock)
     transport.banner_timeout = timeout
     transport.handshake_timeout = timeout
     transport.auth_timeout = timeout
@@ -223,18 +229,23 @@ def _handshake(target: SshTarget, timeout: float) -> tuple[paramiko.Transport, p
         raise SshConnectError(f"ssh handshake with {target} failed: {e}") from None
 
 
-class _Transport(paramiko.Transport):
-    """A Transport that is in the process-wide registry from its start until it is closed."""
+@cache
+def _transport_class() -> type[paramiko.Transport]:
+    """paramiko's Transport, in the process-wide registry from its start until it is closed (a class
+    made on first use: paramiko is imported then)."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__(sock)
-        with _OPEN_LOCK:
-            _OPEN.add(self)
+    class _Transport(paramiko.Transport):
+        def __init__(self, sock: socket.socket) -> None:
+            super().__init__(sock)
+            with _OPEN_LOCK:
+                _OPEN.add(self)
 
-    def close(self) -> None:
-        with _OPEN_LOCK:
-            _OPEN.discard(self)
-        super().close()
+        def close(self) -> None:
+            with _OPEN_LOCK:
+                _OPEN.discard(self)
+            super().close()
+
+    return _Transport
 
 
 def _connect(

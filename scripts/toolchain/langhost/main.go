@@ -4,7 +4,8 @@
 //
 // It implements what `pulumi up/preview/destroy` of a Python program needs:
 // Handshake, Run (spawn pulumi-language-python-exec under the project's
-// virtualenv), RunPlugin (a Python policy pack: `pulumi preview --policy-pack`
+// virtualenv, the stack's config on a pipe rather than in one size-capped
+// environment variable), RunPlugin (a Python policy pack: `pulumi preview --policy-pack`
 // starts packs through the language host whenever one is installed, not through
 // the pulumi-analyzer-policy-python shim), GetPluginInfo, About, and empty
 // dependency/plugin answers (plugins are resolved on demand by the engine).
@@ -217,7 +218,8 @@ func (h *pythonHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulum
 		}
 	}
 
-	args := []string{"-u", h.exec}
+	// The program starts through configBootstrap (below), which runs pulumi-language-python-exec.
+	args := []string{"-u", "-c", configBootstrap, h.exec}
 	add := func(k, v string) {
 		if v != "" {
 			args = append(args, "--"+k, v)
@@ -247,12 +249,16 @@ func (h *pythonHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulum
 	args = append(args, req.GetArgs()...)
 
 	env := os.Environ()
+	// The config goes through a pipe, not in PULUMI_CONFIG's environment variable: Linux caps one
+	// variable at 128 KiB (MAX_ARG_STRLEN), which a stack of a few hundred machines passes. The pipe
+	// is the child's fd 3; configBootstrap reads it before the SDK reads its config.
+	var config []byte
 	if cfg := req.GetConfig(); cfg != nil {
 		b, err := json.Marshal(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("serializing config: %w", err)
 		}
-		env = append(env, "PULUMI_CONFIG="+string(b))
+		config = b
 	}
 	if keys := req.GetConfigSecretKeys(); keys != nil {
 		b, err := json.Marshal(keys)
@@ -269,7 +275,28 @@ func (h *pythonHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulum
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr
 	cmd.Env = env
-	if err := cmd.Run(); err != nil {
+	if config != nil {
+		reader, writer, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("opening the config pipe: %w", err)
+		}
+		cmd.ExtraFiles = []*os.File{reader}
+		cmd.Env = append(cmd.Env, "PULUMI_CONFIG_FD=3")
+		if err := cmd.Start(); err != nil {
+			reader.Close()
+			writer.Close()
+			return &pulumirpc.RunResponse{Error: fmt.Sprintf("could not run the Python program: %v", err)}, nil
+		}
+		reader.Close()
+		// A program that dies before reading closes its end: the write then fails and is dropped.
+		go func() {
+			_, _ = writer.Write(config)
+			writer.Close()
+		}()
+	} else if err := cmd.Start(); err != nil {
+		return &pulumirpc.RunResponse{Error: fmt.Sprintf("could not run the Python program: %v", err)}, nil
+	}
+	if err := cmd.Wait(); err != nil {
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) {
 			if status, ok := exitErr.Sys().(syscall.WaitStatus); ok {
@@ -285,3 +312,17 @@ func (h *pythonHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulum
 	}
 	return &pulumirpc.RunResponse{}, nil
 }
+
+// configBootstrap runs pulumi-language-python-exec (argv[1]) as `python exec ...` would, after
+// reading the stack's config from the pipe on PULUMI_CONFIG_FD into this process's PULUMI_CONFIG,
+// where the SDK reads it. In-process the environment has no size limit; the program starts no
+// process of its own that would inherit the variable.
+const configBootstrap = `import os, runpy, sys
+fd = os.environ.pop("PULUMI_CONFIG_FD", None)
+if fd is not None:
+    with os.fdopen(int(fd), "rb") as pipe:
+        os.environ["PULUMI_CONFIG"] = pipe.read().decode("utf-8")
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+`

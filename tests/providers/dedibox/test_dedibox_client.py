@@ -617,3 +617,14 @@ def test_errors_are_typed_retried_and_scrubbed(recorder, client, sleeps):
     recorder.on("GET", f"{SERVERS}/104523", recorder.reply(status=500, body={"message": "boom"}))
     with pytest.raises(TransientVendorError, match=r"HTTP 500\): boom"):
         client.get_box("fr-par-2/104523")
+
+
+def test_set_marker_field_posts_the_fleet_tags_keeping_the_claim_tag(recorder, client):
+    recorder.on("GET", f"{SERVERS}/104523", server_detail(tags=["old", f"tuist-claim-{'a' * 12}"]))
+    recorder.on("POST", f"{SERVERS}/104523/tags", server_detail())
+    client.set_marker_field("fr-par-2/104523", "keep,tuist-kura-staging")
+    assert recorder.last("POST", f"{SERVERS}/104523/tags").json() == {
+        "tags": ["keep", "tuist-kura-staging", f"tuist-claim-{'a' * 12}"]
+    }
+    with pytest.raises(VendorInputError, match="tag 'has space' must consist of"):
+        client.set_marker_field("fr-par-2/104523", "has space")

@@ -646,3 +646,16 @@ def test_bad_input_is_refused_before_any_call(recorder, client):
 def test_register_ssh_key_needs_no_call(recorder, client):
     assert client.register_ssh_key("fleet", KEY) is None
     assert recorder.calls() == []
+
+
+def test_set_marker_field_puts_the_new_marker_keeping_the_claim(recorder, client):
+    serve_box(recorder, "ns3001234--c-0123456789ab")
+    recorder.on("PUT", "/1.0/service/4242", recorder.reply(status=200))
+    client.set_marker_field(SVC, "tuist-kura-staging-ns3001234")
+    assert recorder.last("PUT", "/1.0/service/4242").json() == {
+        "resource": {"displayName": "tuist-kura-staging-ns3001234--c-0123456789ab", "name": SVC}
+    }
+    serve_box(recorder, "tuist-kura-staging-ns3001234")
+    before = len(recorder.calls())
+    client.set_marker_field(SVC, "tuist-kura-staging-ns3001234")  # already so: no write
+    assert not [c for c in recorder.calls()[before:] if c.startswith("PUT")]

@@ -474,3 +474,10 @@ def test_bad_ids_are_refused(recorder, client):
     with pytest.raises(VendorInputError, match=r"Robot failover IP '78.46.1' is not an IP address"):
         client.failover_target("78.46.1")
     assert recorder.calls() == []
+
+
+def test_set_marker_field_posts_the_new_name_keeping_the_claim(recorder, client):
+    recorder.on("GET", "/server/321", server(name="old--c-0123456789ab"))
+    recorder.on("POST", "/server/321", server(name="tuist-bm-canary-321--c-0123456789ab"))
+    client.set_marker_field("321", "tuist-bm-canary-321")
+    assert recorder.last("POST", "/server/321").body == b"server_name=tuist-bm-canary-321--c-0123456789ab"

@@ -1,0 +1,487 @@
+"""What the operator does to one box: prep it (Ubuntu with the fleet key and the sudo password the
+self-join expects, reachable, /data checked), mark / unmark it with the fleet marker, and unclaim a
+box whose claim no stack holds any more (reinstall-to-pool, as a release does).
+
+Each command first reads everything and refuses (one line, nothing written) a box that is unknown,
+claimed, or another environment's; `dry_run` stops after printing the plan. Every write is one the
+vendor clients make idempotent (a whole-value PUT / POST of the marker field; a reinstall that
+follows an install already running), so a run cut short is finished by running it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from config.models import Fleet
+from ops.estate import BoxRef, BoxState, classify, foreign_marker, get_box, marker_of
+from ops.stack import OpsError, Stack
+from ops.waiting import Poll, wait_for
+from providers.errors import VendorError, VendorInputError
+from providers.machine.spec import node_name_for
+from providers.ssh.runner import (
+    RemoteCommandError,
+    SshAuthError,
+    SshError,
+    SshTarget,
+    run_script,
+)
+from providers.vendor import (
+    MARKER_LIMITS,
+    TAG_MARKED_VENDORS,
+    Box,
+    Claim,
+    InstallState,
+    Vendor,
+    marker_writer,
+)
+
+VERIFY_SCRIPT = Path(__file__).parent / "scripts" / "verify-box.sh"
+PREP_VENDORS = (Vendor.OVH, Vendor.DEDIBOX)  # seed 000's prep tasks; Robot boxes are installed on adoption
+REINSTALL_TIMEOUT = 5400.0  # as the release's wait (providers/machine/spec.py release_wait_install)
+SSH_UP_TIMEOUT = 600.0  # a reinstalled box's sshd answering with the new key
+
+Say = Callable[[str], None]
+
+
+def pick_fleet(stack: Stack, vendor: Vendor, name: str | None) -> Fleet:
+    if name is not None:
+        fleet = stack.fleet(name)
+        if fleet.vendor is not vendor:
+            raise OpsError(f"fleet {name} is a {fleet.vendor.value} fleet, the box is {vendor.value}")
+        return fleet
+    fleets = stack.fleets_of(vendor)
+    if len(fleets) != 1:
+        names = ", ".join(f.name for f in fleets) or "none"
+        raise OpsError(
+            f"stack {stack.name} has {len(fleets)} {vendor.value} fleets ({names}): name one with --fleet"
+        )
+    return fleets[0]
+
+
+def refuse_unless_free(stack: Stack, ref: BoxRef, box: Box, doing: str) -> None:
+    """One line and no write for a claimed, releasing or other environment's box."""
+    if box.claim is not None:
+        holder = stack.holder(box.claim.token)
+        kind = "being released by" if box.claim.releasing else "claimed by"
+        raise OpsError(f"refusing to {doing} {ref}: it is {kind} {holder}")
+    foreign = foreign_marker(stack, box)
+    if foreign:
+        raise OpsError(f"refusing to {doing} {ref}: it belongs to another environment ({foreign})")
+
+
+# --- prep -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Probe:
+    """What the fleet key finds on the box over SSH."""
+
+    reachable: bool
+    key_accepted: bool
+    facts: dict[str, str] = field(default_factory=dict)
+    problem: str | None = None
+    host_key: str | None = None
+
+    @property
+    def sudo_ok(self) -> bool:
+        return self.facts.get("sudo") in ("nopasswd", "password")
+
+
+def probe(stack: Stack, box: Box, fleet: Fleet, *, retries: int = 1, retry_delay: float = 5.0) -> Probe:
+    if not box.public_ipv4:
+        return Probe(False, False, problem="the vendor reports no public IPv4")
+    target = SshTarget(box.public_ipv4, fleet.ssh_port, fleet.ssh_user)
+    try:
+        result = run_script(
+            target,
+            VERIFY_SCRIPT,
+            private_key=stack.settings.fleet_private_key,
+            env_secrets={"SUDO_PASSWORD": stack.settings.sudo_password},
+            # Nothing is pinned before adoption: prep trusts the key it first sees (the machine
+            # provider pins it when it adopts the box).
+            expected_host_key=None,
+            handshake_timeout=10,
+            step_timeout=60,
+            retries=retries,
+            retry_delay=retry_delay,
+            step="prep check",
+        )
+    except SshAuthError:
+        return Probe(True, False, problem=f"{target} refuses the fleet key")
+    except RemoteCommandError as error:
+        return Probe(True, True, problem=f"the check failed on {target} (exit {error.exit_status})")
+    except SshError as error:
+        return Probe(False, False, problem=stack.scrub(str(error)).splitlines()[0])
+    facts = dict(
+        line.split("=", 1)
+        for line in result.output_tail.splitlines()
+        if "=" in line and " " not in line.split("=")[0]
+    )
+    return Probe(True, True, facts=facts, host_key=result.host_key_fingerprint)
+
+
+@dataclass
+class PrepPlan:
+    ref: BoxRef
+    box: Box
+    fleet: Fleet
+    before: Probe
+    reinstall_reasons: list[str]
+
+    @property
+    def reinstall(self) -> bool:
+        return bool(self.reinstall_reasons)
+
+
+def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinstall: bool) -> PrepPlan:
+    if ref.vendor not in PREP_VENDORS:
+        raise OpsError(
+            f"{ref}: prep is for {' and '.join(v.value for v in PREP_VENDORS)} boxes; the program installs "
+            f"{ref.vendor.value} boxes itself when it adopts them: mark it with `tuist-ops mark`"
+        )
+    fleet = pick_fleet(stack, ref.vendor, fleet_name)
+    box = get_box(stack, ref)
+    refuse_unless_free(stack, ref, box, "prep")
+    # The vendor first: an install that runs already (a prep cut short) is followed, not probed
+    # around or started a second time; and the box is probed only once no install runs.
+    try:
+        running = stack.client(ref.vendor).install_state(box.id) is InstallState.RUNNING
+    except VendorError:
+        running = False
+    if running:
+        return PrepPlan(
+            ref,
+            box,
+            fleet,
+            Probe(False, False, problem="reinstalling"),
+            ["a reinstall runs at the vendor: following it"],
+        )
+    before = probe(stack, box, fleet) if box.has_os else Probe(False, False, problem="no OS installed")
+    reasons = []
+    if force_reinstall:
+        reasons.append("--reinstall was given")
+    if not box.has_os:
+        reasons.append("the vendor reports no OS installed")
+    elif before.reachable and not before.key_accepted:
+        reasons.append("the box does not accept the fleet key")
+    elif before.key_accepted and not before.sudo_ok:
+        reasons.append(f"{fleet.ssh_user} cannot sudo with the fleet sudo password")
+    elif not before.reachable and not force_reinstall:
+        raise OpsError(
+            f"{ref}: unreachable over SSH ({before.problem}); check the box at {ref.vendor.value} "
+            "(is it up?), or reinstall it with --reinstall"
+        )
+    return PrepPlan(ref, box, fleet, before, reasons)
+
+
+def describe_prep(stack: Stack, plan: PrepPlan) -> list[str]:
+    box, fleet = plan.box, plan.fleet
+    lines = [
+        f"prep {plan.ref} for fleet {fleet.name} ({box.public_ipv4}:{fleet.ssh_port}, login {fleet.ssh_user})"
+    ]
+    if plan.reinstall:
+        lines.append(
+            f"  reinstall {fleet.os} with the fleet key and the fleet sudo password "
+            f"(hostname {node_name_for(fleet.name, box.id)}): {'; '.join(plan.reinstall_reasons)}"
+        )
+        lines.append("  then wait for SSH with the fleet key and check sudo and /data again")
+    else:
+        lines.append(
+            f"  no reinstall: the fleet key logs in and sudo works ({plan.before.facts.get('sudo')}); "
+            f"/data: {plan.before.facts.get('data', 'unknown')}"
+        )
+    return lines
+
+
+def run_prep(stack: Stack, plan: PrepPlan, console: Console, say: Say) -> Probe:
+    box, fleet, ref = plan.box, plan.fleet, plan.ref
+    resume = f"rerun `tuist-ops prep -s {stack.name} {ref}` to follow it"
+    if plan.reinstall:
+        client = stack.client(ref.vendor)
+        try:
+            ticket = client.start_reinstall(
+                box.id,
+                hostname=node_name_for(fleet.name, box.id),
+                ssh_public_key=stack.settings.fleet_public_key,
+                user_login=fleet.ssh_user,
+                user_password=stack.settings.sudo_password,
+                os_label=fleet.os,
+            )
+        except (VendorError, VendorInputError) as error:
+            raise OpsError(f"{ref}: starting the reinstall failed: {stack.scrub(str(error))}") from None
+        say(f"{ref}: reinstall started{f' (task {ticket.task_id})' if ticket.task_id else ''}")
+
+        def installing() -> Poll:
+            try:
+                state = client.install_state(box.id, ticket)
+            except VendorError as error:
+                return Poll(f"running (last read failed: {stack.scrub(str(error))[:80]})")
+            if state is InstallState.FAILED:
+                return Poll(
+                    "failed", failed=f"the {ref.vendor.value} reinstall failed; see the vendor's console"
+                )
+            return Poll(state.value, done=state is InstallState.DONE)
+
+        wait_for(console, f"reinstall {ref}", installing, timeout=REINSTALL_TIMEOUT, resume_hint=resume)
+
+        def ssh_up() -> Poll:
+            seen = probe(stack, box, fleet)
+            if seen.key_accepted:
+                return Poll("ssh answers with the fleet key", done=True)
+            return Poll(f"waiting for ssh ({seen.problem})")
+
+        wait_for(console, f"ssh on {ref}", ssh_up, timeout=SSH_UP_TIMEOUT, interval=1.0, resume_hint=resume)
+    after = probe(stack, box, fleet, retries=3, retry_delay=2.0)
+    if not after.key_accepted:
+        raise OpsError(f"{ref}: after prep the fleet key still does not log in: {after.problem}")
+    if not after.sudo_ok:
+        raise OpsError(
+            f"{ref}: {fleet.ssh_user} cannot sudo with the fleet sudo password; the self-join would fail "
+            f"(rerun with --reinstall)"
+        )
+    data = after.facts.get("data", "missing")
+    if data != "separate":
+        say(
+            f"{ref}: warning: /data is not a disk of its own ({data}); the kubelet and containerd keep "
+            "their data on / (the self-join allows it, Kura's volumes then share the system disk)"
+        )
+    say(f"{ref}: ready (ssh {after.host_key}, sudo {after.facts.get('sudo')}, /data {data})")
+    return after
+
+
+# --- mark / unmark --------------------------------------------------------------------------------------
+
+
+def _short_name(box: Box) -> str:
+    return box.id.split(".", 1)[0].replace("/", "-") if box.vendor is Vendor.OVH else box.id.replace("/", "-")
+
+
+def marked_value(box: Box, fleet: Fleet) -> str:
+    """The marker field once the box carries the fleet's marker."""
+    if box.vendor in TAG_MARKED_VENDORS:
+        tags = [t for t in box.marker_field.split(",") if t]
+        return ",".join([*tags, fleet.marker])
+    limit = MARKER_LIMITS[box.vendor]
+    joiner = "" if fleet.marker.endswith("-") else "-"
+    value = f"{fleet.marker}{joiner}{_short_name(box)}"
+    # The name keeps room for a claim; if the box's id does not fit, the marker alone does.
+    if len(value) > limit.marker_max_length or limit.value_problem(value):
+        return fleet.marker
+    return value
+
+
+def unmarked_value(box: Box, fleet: Fleet) -> str:
+    if box.vendor in TAG_MARKED_VENDORS:
+        return ",".join(t for t in box.marker_field.split(",") if t and t != fleet.marker)
+    # OVH's own default displayName is the service name; Robot's server_name becomes the number.
+    return box.id
+
+
+@dataclass
+class MarkPlan:
+    ref: BoxRef
+    box: Box
+    fleet: Fleet
+    current: str
+    wanted: str
+
+    @property
+    def changes(self) -> bool:
+        return self.current != self.wanted
+
+
+def plan_mark(stack: Stack, ref: BoxRef, fleet_name: str | None, *, unmark: bool) -> MarkPlan:
+    fleet = pick_fleet(stack, ref.vendor, fleet_name)
+    box = get_box(stack, ref)
+    refuse_unless_free(stack, ref, box, "unmark" if unmark else "mark")
+    try:
+        marker_writer(stack.client(ref.vendor))
+    except VendorInputError:
+        raise OpsError(f"{ref}: marking {ref.vendor.value} boxes is not supported by this CLI yet") from None
+    carrying = marker_of(box, stack.cfg.fleets)
+    if unmark:
+        if carrying is None or carrying.name != fleet.name:
+            return MarkPlan(ref, box, fleet, box.marker_field, box.marker_field)
+        return MarkPlan(ref, box, fleet, box.marker_field, unmarked_value(box, fleet))
+    if carrying is not None and carrying.name == fleet.name:
+        return MarkPlan(ref, box, fleet, box.marker_field, box.marker_field)
+    if carrying is not None:
+        raise OpsError(f"refusing to mark {ref} for {fleet.name}: it carries fleet {carrying.name}'s marker")
+    if classify(stack, box) is BoxState.NO_OS:
+        raise OpsError(
+            f"refusing to mark {ref}: it has no OS; run `tuist-ops prep -s {stack.name} {ref}` first"
+        )
+    return MarkPlan(ref, box, fleet, box.marker_field, marked_value(box, fleet))
+
+
+def describe_mark(plan: MarkPlan, *, unmark: bool) -> str:
+    field_name = MARKER_LIMITS[plan.ref.vendor].field_name.split(" (")[0]
+    if not plan.changes:
+        state = "does not carry" if unmark else "already carries"
+        return f"{plan.ref}: {state} fleet {plan.fleet.name}'s marker {plan.fleet.marker!r}: nothing to do"
+    return f"{plan.ref}: {field_name} {plan.current!r} -> {plan.wanted!r}"
+
+
+def run_mark(stack: Stack, plan: MarkPlan) -> None:
+    if not plan.changes:
+        return
+    try:
+        marker_writer(stack.client(plan.ref.vendor)).set_marker_field(plan.box.id, plan.wanted)
+    except (VendorError, VendorInputError) as error:
+        raise OpsError(f"{plan.ref}: writing the marker failed: {stack.scrub(str(error))}") from None
+
+
+# --- unclaim ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UnclaimPlan:
+    ref: BoxRef
+    box: Box
+    claim: Claim
+    fleet: Fleet | None
+    reinstall: bool
+    node: str | None
+
+
+def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, node: str | None) -> UnclaimPlan:
+    box = get_box(stack, ref)
+    if box.claim is None:
+        raise OpsError(f"{ref}: carries no claim; nothing to unclaim")
+    holder = stack.holder(box.claim.token)
+    in_state = [s for s in stack.slots() if s.token == box.claim.token]
+    if in_state and not force:
+        raise OpsError(
+            f"refusing to unclaim {ref}: its holder {holder} is in stack {stack.name}'s state "
+            f"({in_state[0].short_urn}); `pulumi up`/`pulumi destroy` releases it (or --force)"
+        )
+    if holder.stack not in (None, stack.name) and not force:
+        raise OpsError(
+            f"refusing to unclaim {ref}: it is held by stack {holder.stack} ({holder.resource}); "
+            f"run this against -s {holder.stack}"
+        )
+    if holder.stack is None and not force:
+        raise OpsError(
+            f"refusing to unclaim {ref}: its claim token {box.claim.token} names no slot of this project's "
+            "stacks; if you know nobody holds it, rerun with --force"
+        )
+    if node is not None:
+        raise OpsError(
+            f"refusing to unclaim {ref}: it is still Node {node}; drain and delete it first "
+            f"(kubectl drain {node} --ignore-daemonsets --delete-emptydir-data && kubectl delete node {node})"
+        )
+    if reinstall and ref.vendor not in PREP_VENDORS:
+        raise OpsError(
+            f"{ref}: {ref.vendor.value} boxes are reinstalled through a rescue system the program drives; "
+            "rerun with --no-reinstall and let the next adoption install it"
+        )
+    fleet = marker_of(box, stack.cfg.fleets)
+    if reinstall and fleet is None:
+        raise OpsError(
+            f"{ref}: carries no fleet marker of stack {stack.name}: cannot tell which fleet's OS and login"
+        )
+    return UnclaimPlan(ref, box, box.claim, fleet, reinstall, node)
+
+
+def describe_unclaim(stack: Stack, plan: UnclaimPlan) -> list[str]:
+    holder = stack.holder(plan.claim.token)
+    lines = [f"unclaim {plan.ref} (claim {plan.claim.token}, holder {holder})"]
+    lines.append("  1. mark the claim releasing (nobody adopts a box being wiped)")
+    if plan.reinstall and plan.fleet is not None:
+        lines.append(f"  2. reinstall {plan.fleet.os} with the fleet key and wait for it")
+    else:
+        lines.append("  2. no reinstall (--no-reinstall)")
+    lines.append("  3. remove the claim from the marker (the fleet marker stays); drop its cluster record")
+    return lines
+
+
+def run_unclaim(stack: Stack, plan: UnclaimPlan, console: Console, say: Say) -> None:
+    """Each step is resumable: the releasing claim is what a rerun sees (so it continues here), the
+    reinstall follows an install already running, and clearing writes the whole marker value."""
+    ref, client = plan.ref, stack.client(plan.ref.vendor)
+    resume = f"rerun `tuist-ops unclaim -s {stack.name} {ref} --force` to finish"
+    try:
+        client.set_claim(plan.box.id, Claim(plan.claim.token, releasing=True))
+        say(f"{ref}: claim {plan.claim.token} marked releasing")
+        if plan.reinstall and plan.fleet is not None:
+            fleet = plan.fleet
+            ticket = client.start_reinstall(
+                plan.box.id,
+                hostname=node_name_for(fleet.name, plan.box.id),
+                ssh_public_key=stack.settings.fleet_public_key,
+                user_login=fleet.ssh_user,
+                user_password=stack.settings.sudo_password,
+                os_label=fleet.os,
+            )
+
+            def installing() -> Poll:
+                state = client.install_state(plan.box.id, ticket)
+                if state is InstallState.FAILED:
+                    return Poll("failed", failed="the reinstall failed; see the vendor's console")
+                return Poll(state.value, done=state is InstallState.DONE)
+
+            wait_for(console, f"reinstall {ref}", installing, timeout=REINSTALL_TIMEOUT, resume_hint=resume)
+        client.set_claim(plan.box.id, None)
+    except (VendorError, VendorInputError) as error:
+        raise OpsError(f"{ref}: {stack.scrub(str(error))}; {resume}") from None
+    _drop_record(stack, ref)
+    say(f"{ref}: back in the pool (claim removed)")
+
+
+def _drop_record(stack: Stack, ref: BoxRef) -> None:
+    api = stack.kube_api()
+    if api is None:
+        return
+    from providers.machine.record import KubeClaimRecord
+
+    record = KubeClaimRecord(api)
+    progress = record.get(ref.vendor.value, ref.box_id)
+    if progress is not None:
+        record.release(progress)
+
+
+# --- host key ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HostKeyCheck:
+    ref: BoxRef
+    address: str
+    seen: str | None
+    pinned: dict[str, str]  # machine (short urn) -> the pin its state holds
+    problem: str | None = None
+
+    @property
+    def matches(self) -> bool:
+        return self.seen is not None and all(pin == self.seen for pin in self.pinned.values())
+
+
+def check_host_key(stack: Stack, ref: BoxRef) -> HostKeyCheck:
+    """The host key the box answers with now (a key exchange only: nothing logs in) against the pin
+    each AdoptedMachine of the stack's state holds for it."""
+    from ops.stack import MACHINE_TYPE
+    from providers.ssh.runner import fetch_host_key
+
+    box = get_box(stack, ref)
+    fleet = marker_of(box, stack.cfg.fleets) or pick_fleet(stack, ref.vendor, None)
+    pinned = {}
+    for resource in stack.source.resources():
+        outputs = resource.get("outputs") or {}
+        if resource.get("type") == MACHINE_TYPE and outputs.get("box_id") == box.id:
+            pin = outputs.get("host_key_fingerprint")
+            if isinstance(pin, str) and pin:
+                pinned[str(resource.get("urn")).rsplit("::", 1)[-1]] = pin
+    if not box.public_ipv4:
+        return HostKeyCheck(ref, "", None, pinned, problem="the vendor reports no public IPv4")
+    target = SshTarget(box.public_ipv4, fleet.ssh_port, fleet.ssh_user)
+    try:
+        seen = fetch_host_key(target, timeout=10)
+    except SshError as error:
+        return HostKeyCheck(
+            ref, f"{target.host}:{target.port}", None, pinned, problem=stack.scrub(str(error))
+        )
+    return HostKeyCheck(ref, f"{target.host}:{target.port}", seen, pinned)

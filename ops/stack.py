@@ -1,0 +1,364 @@
+"""The stack the operator's CLI works on: its config and secrets exactly as the program reads them, its
+state, its vendor clients and its cluster.
+
+Config and secrets come from the Pulumi CLI (`pulumi config --show-secrets --json -s STACK`, decrypted
+by the stack's own secrets provider: the passphrase or KMS the operator already uses for `pulumi up`),
+and are parsed by the program's own loader (config/loader.py). There is no second credentials file.
+Secret values live only in `Stack.settings` (kept out of repr); every message the CLI prints passes
+through `Stack.scrub`.
+
+State comes from `pulumi stack export -s STACK` (secret outputs stay ciphertext there: the CLI reads
+only box ids and claim tokens, which are not secret).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from config.loader import load_stack_config, read_stack_file
+from config.models import Fleet, StackConfig
+from config.problems import ConfigError
+from providers.claims import claim_token
+from providers.clients import ClientTiming, vendor_client
+from providers.constants import KUBECONFIG, PROJECT, SECRET_KEYS
+from providers.errors import VendorConfigError, scrub
+from providers.machine.errors import NotConfiguredError
+from providers.machine.settings import Settings, settings_from_config
+from providers.retry import PollPolicy, RetryPolicy
+from providers.vendor import Vendor, VendorClient
+
+CLAIM_TYPE = "pulumi-python:dynamic/machine:MachineClaim"
+MACHINE_TYPE = "pulumi-python:dynamic/machine:AdoptedMachine"
+FAILOVER_TYPE = "pulumi-python:dynamic/failover:FailoverIP"
+# Slots past a fleet's size are still looked for when decoding claim tokens: a fleet that shrank may
+# have left claims of its old slots behind (that is what `orphans` is for).
+EXTRA_SLOTS = 16
+
+# An operator waits on a terminal: fewer, shorter retries than a deploy, so a dead API is said soon.
+CLI_TIMING = ClientTiming(
+    retry=RetryPolicy(max_attempts=4, max_delay=5.0, base_delay=0.5),
+    poll=PollPolicy(first=1.0, factor=1.5, max_interval=10.0),
+    task_timeout=900.0,
+)
+
+
+class OpsError(Exception):
+    """What the CLI tells the operator on one line before it exits non-zero. Never holds a secret."""
+
+
+class StackSource(Protocol):
+    """Where a stack's config and state come from: the Pulumi CLI, or (tests) a fixed mapping."""
+
+    name: str
+
+    def config(self) -> Mapping[str, Any]:
+        """`tuist-infra:<key>` -> value, secrets decrypted, structured values as objects."""
+        ...
+
+    def resources(self) -> list[Mapping[str, Any]]:
+        """The stack's resources as `pulumi stack export` lists them."""
+        ...
+
+
+class PulumiStack:
+    """The stack through the Pulumi CLI on PATH, in `cwd` (the project directory)."""
+
+    def __init__(self, name: str, cwd: Path | None = None, pulumi: str = "pulumi") -> None:
+        self.name = name
+        self.cwd = cwd or Path.cwd()
+        self.pulumi = pulumi
+        self._resources: list[Mapping[str, Any]] | None = None
+
+    def _run(self, *args: str) -> str:
+        command = [self.pulumi, *args, "-s", self.name, "--non-interactive"]
+        try:
+            done = subprocess.run(command, cwd=self.cwd, capture_output=True, text=True, timeout=300)
+        except FileNotFoundError:
+            raise OpsError(
+                f"the Pulumi CLI ({self.pulumi}) is not on PATH: `source scripts/env.sh` first"
+            ) from None
+        if done.returncode != 0:
+            # Pulumi's own errors name no secret; keep the first line that says what went wrong.
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            why = next(
+                (line for line in lines if line.lower().startswith("error")), lines[0] if lines else ""
+            )
+            raise OpsError(f"pulumi {args[0]} -s {self.name} failed: {why or f'exit {done.returncode}'}")
+        return done.stdout
+
+    def config(self) -> Mapping[str, Any]:
+        raw = json.loads(self._run("config", "--show-secrets", "--json"))
+        values: dict[str, Any] = {}
+        for key, entry in raw.items():
+            if isinstance(entry, Mapping):
+                values[key] = _config_value(key, entry)
+        return values
+
+    def resources(self) -> list[Mapping[str, Any]]:
+        if self._resources is None:
+            exported = json.loads(self._run("stack", "export"))
+            self._resources = list((exported.get("deployment") or {}).get("resources") or [])
+        return self._resources
+
+
+def _config_value(key: str, entry: Mapping[str, Any]) -> Any:
+    """A value as the program's loader reads it (config/loader.py `_read_value`): `environment` as
+    text; structured values as objects (`objectValue`; a bare `false` comes as text and is parsed);
+    secrets exactly as stored."""
+    if "objectValue" in entry:
+        return entry["objectValue"]
+    value = entry.get("value")
+    if entry.get("secret") or key.endswith(":environment") or not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+@dataclass
+class StaticStack:
+    """A stack given as data (tests; a stack whose config was read elsewhere)."""
+
+    name: str
+    values: Mapping[str, Any] = field(repr=False)
+    state: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def config(self) -> Mapping[str, Any]:
+        return self.values
+
+    def resources(self) -> list[Mapping[str, Any]]:
+        return self.state
+
+
+class _ConfigView:
+    """What settings_from_config reads: `get("tuist-infra:<key>")`, structured values as JSON text."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def get(self, key: str) -> Any:
+        value = self._values.get(key)
+        return json.dumps(value) if isinstance(value, (dict, list)) else value
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A MachineClaim of the stack's state: which box its outputs say it holds, with which token."""
+
+    urn: str
+    resource: str  # the slot's name (<fleet>-<i>): what the claim token derives from
+    fleet: str
+    vendor: Vendor
+    box_id: str
+    token: str
+
+    @property
+    def short_urn(self) -> str:
+        return self.urn.rsplit("::", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who a claim token names, as far as it can be told: a stack and a slot, or nobody known."""
+
+    token: str
+    stack: str | None = None
+    resource: str | None = None
+
+    def __str__(self) -> str:
+        if self.stack is None:
+            return f"unknown ({self.token})"
+        return f"{self.stack}/{self.resource}"
+
+
+@dataclass
+class Stack:
+    """One stack: typed config, the secrets (in `settings`, never printed), state, and clients."""
+
+    name: str
+    cfg: StackConfig
+    settings: Settings = field(repr=False)
+    source: StackSource = field(repr=False)
+    timing: ClientTiming = CLI_TIMING
+    project_dir: Path = field(default_factory=Path.cwd)
+    _clients: dict[Vendor, VendorClient] = field(default_factory=dict, repr=False)
+    _state_tokens: dict[str, Holder] | None = field(default=None, repr=False)
+
+    # --- secrets ------------------------------------------------------------------------------------
+
+    def secret_values(self) -> list[str]:
+        values = list(self.settings.secret_values())
+        # A key's body is secret too, line by line.
+        for value in list(values):
+            values += [line for line in value.splitlines() if len(line) > 20 and "-----" not in line]
+        return values
+
+    def scrub(self, text: str) -> str:
+        return scrub(text, self.secret_values(), limit=None)
+
+    # --- vendors ------------------------------------------------------------------------------------
+
+    def vendors(self) -> list[Vendor]:
+        """The vendors of the stack: those with an account in `vendors`, in Vendor order."""
+        accounts = self.cfg.vendors
+        return [v for v in Vendor if getattr(accounts, v.value) is not None]
+
+    def client(self, vendor: Vendor) -> VendorClient:
+        if vendor not in self._clients:
+            try:
+                self._clients[vendor] = vendor_client(
+                    vendor,
+                    self.settings.vendors,
+                    lambda key: self.settings.secret(key, why=f"the {vendor.value} API needs it"),
+                    self.timing,
+                )
+            except (VendorConfigError, NotConfiguredError) as error:
+                raise OpsError(f"stack {self.name}: {error}") from None
+        return self._clients[vendor]
+
+    def fleets_of(self, vendor: Vendor) -> list[Fleet]:
+        return [f for f in self.cfg.fleets if f.vendor is vendor]
+
+    def fleet(self, name: str) -> Fleet:
+        for fleet in self.cfg.fleets:
+            if fleet.name == name:
+                return fleet
+        known = ", ".join(f.name for f in self.cfg.fleets) or "none"
+        raise OpsError(f"stack {self.name} has no fleet {name!r} (fleets: {known})")
+
+    # --- state --------------------------------------------------------------------------------------
+
+    def slots(self) -> list[Slot]:
+        """Every MachineClaim in the stack's state that holds a box."""
+        slots = []
+        for resource in self.source.resources():
+            if resource.get("type") != CLAIM_TYPE:
+                continue
+            outputs = resource.get("outputs") or {}
+            inputs = resource.get("inputs") or {}
+            box_id, token = outputs.get("box_id"), outputs.get("claim_token")
+            if not isinstance(box_id, str) or not isinstance(token, str) or not box_id:
+                continue
+            try:
+                vendor = Vendor(str(outputs.get("vendor") or inputs.get("vendor")))
+            except ValueError:
+                continue
+            slots.append(
+                Slot(
+                    urn=str(resource.get("urn")),
+                    resource=str(inputs.get("resource_name") or outputs.get("resource_name") or ""),
+                    fleet=str(inputs.get("fleet") or outputs.get("fleet") or ""),
+                    vendor=vendor,
+                    box_id=box_id,
+                    token=token,
+                )
+            )
+        return slots
+
+    def urns_of_type(self, type_: str) -> list[str]:
+        return [str(r.get("urn")) for r in self.source.resources() if r.get("type") == type_]
+
+    # --- claim tokens -------------------------------------------------------------------------------
+
+    def holders(self) -> dict[str, Holder]:
+        """token -> holder for every slot any stack of this project has or may have had: this stack's
+        state, and every fleet slot (and EXTRA_SLOTS past its size) of every Pulumi.<stack>.yaml in the
+        project. A claim token is a hash of project/stack/slot, so this is how it is read back."""
+        if self._state_tokens is None:
+            known: dict[str, Holder] = {}
+            stacks: dict[str, Sequence[Mapping[str, Any]]] = {self.name: self._fleet_dicts(self.cfg)}
+            for path in sorted(self.project_dir.glob("Pulumi.*.yaml")):
+                other = path.name[len("Pulumi.") : -len(".yaml")]
+                if other in stacks:
+                    continue
+                try:
+                    fleets = read_stack_file(path).get("fleets") or []
+                except (ConfigError, OSError, ValueError):
+                    continue
+                stacks[other] = [f for f in fleets if isinstance(f, Mapping)]
+            for stack, fleets in stacks.items():
+                for fleet in fleets:
+                    name, size = str(fleet.get("name") or ""), fleet.get("size")
+                    count = (size if isinstance(size, int) else 0) + EXTRA_SLOTS
+                    for index in range(count):
+                        resource = f"{name}-{index}"
+                        token = claim_token(PROJECT, stack, resource)
+                        known[token] = Holder(token, stack, resource)
+            for slot in self.slots():
+                known[slot.token] = Holder(slot.token, self.name, slot.resource)
+            self._state_tokens = known
+        return self._state_tokens
+
+    def holder(self, token: str) -> Holder:
+        return self.holders().get(token, Holder(token))
+
+    @staticmethod
+    def _fleet_dicts(cfg: StackConfig) -> list[Mapping[str, Any]]:
+        return [{"name": f.name, "size": f.size} for f in cfg.fleets]
+
+    def other_environment_markers(self, vendor: Vendor) -> dict[str, str]:
+        """marker -> stack of every `vendor` fleet marker of the project's other stacks whose
+        environment is not this one's: a box carrying one belongs to another environment."""
+        markers: dict[str, str] = {}
+        for path in sorted(self.project_dir.glob("Pulumi.*.yaml")):
+            other = path.name[len("Pulumi.") : -len(".yaml")]
+            try:
+                raw = read_stack_file(path)
+            except (ConfigError, OSError, ValueError):
+                continue
+            if other == self.name or raw.get("environment") == self.cfg.environment.value:
+                continue
+            for fleet in raw.get("fleets") or []:
+                if (
+                    isinstance(fleet, Mapping)
+                    and fleet.get("vendor") == vendor.value
+                    and isinstance(fleet.get("marker"), str)
+                ):
+                    markers[fleet["marker"]] = other
+        return markers
+
+    # --- cluster ------------------------------------------------------------------------------------
+
+    def kube_api(self) -> Any | None:
+        """A kubernetes ApiClient for the stack's cluster, or None when the stack has none."""
+        if not self.cfg.cluster.api_server or not self.settings.secrets.get(KUBECONFIG):
+            return None
+        return self.settings.kube_api()
+
+
+def open_stack(
+    source: StackSource, *, timing: ClientTiming = CLI_TIMING, project_dir: Path | None = None
+) -> Stack:
+    """The stack's config parsed by the program's loader; one OpsError naming every problem."""
+    raw = source.config()
+    prefix = f"{PROJECT}:"
+    plain = {
+        key[len(prefix) :]: value
+        for key, value in raw.items()
+        if key.startswith(prefix) and key[len(prefix) :] not in SECRET_KEYS
+    }
+    try:
+        cfg = load_stack_config(plain, stack=source.name)
+    except ConfigError as error:
+        raise OpsError(f"stack {source.name}: its config has problems: {'; '.join(error.problems)}") from None
+    settings = settings_from_config(_ConfigView(raw))
+    return Stack(
+        name=source.name,
+        cfg=cfg,
+        settings=settings,
+        source=source,
+        timing=timing,
+        # The Pulumi CLI reads the project where it runs; so does this.
+        project_dir=project_dir or Path.cwd(),
+    )
+
+
+def first_line(text: str) -> str:
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    return lines[0].strip() if lines else ""

@@ -1,0 +1,133 @@
+"""The operator's CLI against a vendorsim with real SSH boxes (tests/providers/test_machine_support.py).
+
+The stack is the dev stack's config (Pulumi.dev.yaml) pointed at the test's simulator, with its
+secrets; it reaches the CLI as data (ops.stack.StaticStack) instead of through `pulumi config`, which
+tests/e2e/test_runbook.py drives for real. Commands run through typer's CliRunner in this process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from config.loader import read_stack_file
+from ops.cli import Context, app
+from ops.stack import CLAIM_TYPE, StaticStack
+from providers.clients import ClientTiming
+from providers.machine import record as claim_records
+from providers.retry import PollPolicy, RetryPolicy
+from tests.providers.test_machine_support import PROJECT, REPO, SIM_SSH_PORT, FleetKey, Sim, running_sim
+
+FAST = ClientTiming(
+    retry=RetryPolicy(max_attempts=2, max_delay=0.05, base_delay=0.01),
+    poll=PollPolicy(first=0.05, factor=1.0, max_interval=0.05),
+    task_timeout=30.0,
+)
+
+
+@pytest.fixture(scope="package")
+def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    yield from running_sim(tmp_path_factory.mktemp("ops-sim"))
+
+
+@pytest.fixture
+def sim(sim_process: Sim) -> Sim:
+    sim_process.admin("POST", "reset")
+    claim_records._PROCESS_STORE.clear()
+    return sim_process
+
+
+def dev_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
+    """Pulumi.dev.yaml's config, as `pulumi config --json` decodes it, on the test's simulator: its
+    vendors, its boxes' SSH port, no cluster (manifests rendered), and its secrets."""
+    raw = read_stack_file(REPO / "Pulumi.dev.yaml")
+    creds = sim.inventory["credentials"]
+    raw["vendors"] = {
+        "ovh": {"endpoint": f"{sim.url}/ovh/1.0", "application_key": creds["ovh"]["application_key"]},
+        "dedibox": {
+            "api_url": f"{sim.url}/dedibox",
+            "project_id": creds["dedibox"]["project_id"],
+            "zones": ["fr-par-2"],
+        },
+        "robot": {"api_url": f"{sim.url}/robot", "username": creds["robot"]["username"]},
+    }
+    for fleet in raw["fleets"]:
+        fleet["ssh_port"] = SIM_SSH_PORT
+    cluster = {k: v for k, v in raw["cluster"].items() if k != "api_server"}
+    raw["cluster"] = {**cluster, "render_dir": "rendered/ops-test"}
+    values = {f"{PROJECT}:{k}": v for k, v in raw.items()}
+    key = key or sim.key
+    values.update(
+        {
+            f"{PROJECT}:ovhApplicationSecret": creds["ovh"]["application_secret"],
+            f"{PROJECT}:ovhConsumerKey": creds["ovh"]["consumer_key"],
+            f"{PROJECT}:dediboxSecretKey": creds["dedibox"]["secret_key"],
+            f"{PROJECT}:robotPassword": creds["robot"]["password"],
+            f"{PROJECT}:fleetSshPrivateKey": key.private,
+            f"{PROJECT}:fleetSudoPassword": sim.sudo_password,
+            f"{PROJECT}:tuistServerToken": "tuist-server-token-for-tests",
+        }
+    )
+    return values
+
+
+def claim_resource(slot: str, fleet: str, vendor: str, box_id: str, token: str) -> dict[str, Any]:
+    """A MachineClaim as `pulumi stack export` lists it."""
+    return {
+        "urn": f"urn:pulumi:dev::{PROJECT}::tuist:index:BareMetalFleet${CLAIM_TYPE}::{slot}-claim",
+        "type": CLAIM_TYPE,
+        "inputs": {"resource_name": slot, "fleet": fleet, "vendor": vendor},
+        "outputs": {"box_id": box_id, "claim_token": token, "vendor": vendor, "resource_name": slot},
+    }
+
+
+@dataclass
+class Ops:
+    """Runs `tuist-ops` against the simulator's stack."""
+
+    sim: Sim
+    key: FleetKey | None = None
+    state: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def __call__(self, *args: str) -> Result:
+        values = dev_config(self.sim, self.key)
+        context = Context(
+            source=lambda name: StaticStack(name, values, self.state),
+            timing=FAST,
+            project_dir=REPO,
+            width=240,
+        )
+        return CliRunner().invoke(app, list(args), obj=context)
+
+    def json(self, *args: str) -> Any:
+        result = self(*args, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    def secrets(self) -> list[str]:
+        return [*self.sim.secret_values(), *([self.key.private] if self.key else [])]
+
+
+@pytest.fixture
+def ops(sim: Sim) -> Ops:
+    return Ops(sim)
+
+
+def error_line(result: Result) -> str:
+    """The one line a refused command prints (stderr), checked to be alone and first."""
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def box_root(sim: Sim, key: str) -> Path:
+    return sim.box_root(key)

@@ -1,0 +1,253 @@
+"""`tuist-ops prep`, `mark`, `unmark` against vendorsim with real SSH boxes: the exact vendor requests,
+what changed on the box, and one clear line with nothing written for every refusal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.ops.conftest import Ops, error_line
+from tests.providers.test_machine_support import Sim, new_fleet_key
+
+OVH_FREE = "ns1001.ip-203-0-113.net"
+OVH_UNMARKED = "ns1007.ip-203-0-113.net"
+
+
+def writes(sim: Sim, since: int) -> list[tuple[str, str, Any]]:
+    return [(e["method"], e["path"], e["body"]) for e in sim.audit(since)]
+
+
+def authorized_keys(sim: Sim, key: str) -> str:
+    return (sim.state_dir / "boxes" / key / "ssh" / "authorized_keys").read_text()
+
+
+# --- prep -------------------------------------------------------------------------------------------------
+
+
+def test_prep_of_a_ready_box_checks_it_over_ssh_and_writes_nothing(sim: Sim, ops: Ops) -> None:
+    since = sim.last_audit_id()
+    result = ops("prep", "-s", "dev", f"ovh:{OVH_FREE}")
+    assert result.exit_code == 0, result.output
+    assert "no reinstall: the fleet key logs in and sudo works" in result.stderr
+    assert f"ovh:{OVH_FREE}: ready (ssh SHA256:" in result.stderr
+    # The check really ran in the box, as the fleet's login, with sudo.
+    calls = sim.calls(f"ovh-{OVH_FREE}")
+    assert any(line.startswith("sudo") for line in calls), calls
+    assert writes(sim, since) == []
+    for secret in ops.secrets():
+        assert secret not in result.output
+
+
+def test_prep_reinstalls_a_box_that_refuses_the_fleet_key_then_verifies_it(sim: Sim) -> None:
+    """A new fleet key: the box (pre-installed with the old one) refuses it, so prep reinstalls it
+    through the OVH API with the new key, follows the task, and logs in with the new key."""
+    key = new_fleet_key()
+    ops = Ops(sim, key=key)
+    since = sim.last_audit_id()
+
+    dry = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "reinstall ubuntu_24.04 with the fleet key" in dry.stderr
+    assert "the box does not accept the fleet key" in dry.stderr
+    assert writes(sim, since) == []
+
+    result = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")
+    assert result.exit_code == 0, result.output
+    public = " ".join(key.public.split()[:2])
+    assert writes(sim, since) == [
+        (
+            "POST",
+            f"/ovh/1.0/dedicated/server/{OVH_UNMARKED}/reinstall",
+            {
+                "operatingSystem": "ubuntu2404-server_64",
+                "customizations": {"hostname": "kura-ovh-ns1007-ip-203-0-113-net", "sshKey": public},
+                "storage": writes(sim, since)[0][2]["storage"],
+            },
+        )
+    ]
+    assert public in authorized_keys(sim, f"ovh-{OVH_UNMARKED}")
+    assert f"ovh:{OVH_UNMARKED}: ready" in result.stderr
+    assert "sudo nopasswd" in result.stderr  # OVH's cloud-init grants it
+    for secret in ops.secrets():
+        assert secret not in result.output
+
+    # Idempotent: the box now takes the key; a second prep writes nothing.
+    again = sim.last_audit_id()
+    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
+    assert writes(sim, again) == []
+
+
+def test_prep_of_a_dedibox_box_installs_ubuntu_with_the_fleet_login_and_sudo_password(sim: Sim) -> None:
+    """A box that refuses the (new) fleet key is reinstalled with Ubuntu, the fleet login and the
+    fleet sudo password, which the self-join then uses."""
+    ops = Ops(sim, key=new_fleet_key())
+    since = sim.last_audit_id()
+    result = ops("prep", "-s", "dev", "dedibox:fr-par-2/200107")
+    assert result.exit_code == 0, result.output
+    installs = [w for w in writes(sim, since) if w[1].endswith("/install")]
+    assert len(installs) == 1
+    body = installs[0][2]
+    assert (body["os_id"], body["user_login"], body["user_password"], body["hostname"]) == (
+        501,
+        "ubuntu",
+        "<redacted>",
+        "kura-dedibox-fr-par-2-200107",
+    )
+    assert "dedibox:fr-par-2/200107: ready" in result.stderr
+    assert "sudo password" in result.stderr
+
+
+def test_prep_refuses_unknown_foreign_and_claimed_boxes_with_one_line_and_no_write(
+    sim: Sim, ops: Ops
+) -> None:
+    since = sim.last_audit_id()
+    assert error_line(ops("prep", "-s", "dev", "ovh:ns9999.ip-203-0-113.net")) == (
+        "error: ovh:ns9999.ip-203-0-113.net: no such box in stack dev's ovh account"
+    )
+    assert error_line(ops("prep", "-s", "dev", "ns1005.ip-203-0-113.net")) == (
+        "error: refusing to prep ovh:ns1005.ip-203-0-113.net: it belongs to another environment "
+        "(its marker 'tuist-kura-staging-ovh-1' names the staging environment)"
+    )
+    assert error_line(ops("prep", "-s", "dev", "ns1004.ip-203-0-113.net")) == (
+        "error: refusing to prep ovh:ns1004.ip-203-0-113.net: it is claimed by unknown (a1ce00000001)"
+    )
+    assert error_line(ops("prep", "-s", "dev", "robot:2345607")).startswith(
+        "error: robot:2345607: prep is for ovh and dedibox boxes;"
+    )
+    assert error_line(ops("prep", "-s", "dev", "banana")) == (
+        "error: banana: cannot tell the vendor from the id; "
+        "write <vendor>:banana (one of ovh, dedibox, robot)"
+    )
+    assert writes(sim, since) == []
+
+
+def test_a_vendor_5xx_mid_prep_is_one_line_changes_nothing_and_a_rerun_converges(sim: Sim) -> None:
+    key = new_fleet_key()
+    ops = Ops(sim, key=key)
+    before = authorized_keys(sim, f"ovh-{OVH_UNMARKED}")
+    since = sim.last_audit_id()
+    # The box was read and found to need a reinstall; the reinstall POST then keeps failing.
+    sim.faults(
+        {"vendor": "ovh", "route": "/ovh/1.0/dedicated/server/*/reinstall", "error_rate": 1, "status": 500}
+    )
+
+    line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}"))
+
+    assert line.startswith(f"error: ovh:{OVH_UNMARKED}: starting the reinstall failed: ovh: POST ")
+    assert "HTTP 500" in line
+    assert writes(sim, since) == []
+    assert authorized_keys(sim, f"ovh-{OVH_UNMARKED}") == before
+    sim.clear_faults()
+    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
+    assert " ".join(key.public.split()[:2]) in authorized_keys(sim, f"ovh-{OVH_UNMARKED}")
+
+
+# --- mark / unmark ----------------------------------------------------------------------------------------
+
+
+def test_mark_and_unmark_an_ovh_box_are_one_put_each_and_idempotent(sim: Sim, ops: Ops) -> None:
+    since = sim.last_audit_id()
+    dry = ops("mark", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert f"OVH service displayName '{OVH_UNMARKED}' -> 'tuist-kura-dev-ovh-ns1007'" in dry.stderr
+    assert writes(sim, since) == []
+
+    assert ops("mark", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
+    put = {"resource": {"displayName": "tuist-kura-dev-ovh-ns1007", "name": OVH_UNMARKED}}
+    assert writes(sim, since) == [("PUT", "/ovh/1.0/service/10001007", put)]
+    rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
+    assert (rows[OVH_UNMARKED]["fleet"], rows[OVH_UNMARKED]["state"]) == ("kura-ovh", "free")
+
+    again = ops("mark", "-s", "dev", f"ovh:{OVH_UNMARKED}")
+    assert "already carries fleet kura-ovh's marker" in again.stderr
+    assert len(writes(sim, since)) == 1
+
+    assert ops("unmark", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
+    back = {"resource": {"displayName": OVH_UNMARKED, "name": OVH_UNMARKED}}
+    assert writes(sim, since)[1:] == [("PUT", "/ovh/1.0/service/10001007", back)]
+
+
+def test_mark_a_dedibox_box_adds_the_fleet_tag(sim: Sim, ops: Ops) -> None:
+    since = sim.last_audit_id()
+    assert ops("mark", "-s", "dev", "dedibox:fr-par-2/200107").exit_code == 0
+    assert writes(sim, since) == [
+        ("POST", "/dedibox/dedibox/v1/zones/fr-par-2/servers/200107/tags", {"tags": ["tuist-kura-dev"]})
+    ]
+    assert ops("unmark", "-s", "dev", "dedibox:fr-par-2/200107").exit_code == 0
+    assert writes(sim, since)[1:] == [
+        ("POST", "/dedibox/dedibox/v1/zones/fr-par-2/servers/200107/tags", {"tags": []})
+    ]
+
+
+def test_mark_a_robot_box_names_it_after_the_marker(sim: Sim, ops: Ops) -> None:
+    since = sim.last_audit_id()
+    assert ops("mark", "-s", "dev", "robot:2345607").exit_code == 0
+    assert writes(sim, since) == [("POST", "/robot/server/2345607", {"server_name": "tuist-bm-dev-2345607"})]
+
+
+def test_mark_and_unmark_refuse_claimed_and_foreign_boxes(sim: Sim, ops: Ops) -> None:
+    since = sim.last_audit_id()
+    assert error_line(ops("unmark", "-s", "dev", "ns1004.ip-203-0-113.net")) == (
+        "error: refusing to unmark ovh:ns1004.ip-203-0-113.net: it is claimed by unknown (a1ce00000001)"
+    )
+    assert error_line(ops("mark", "-s", "dev", "dedibox:fr-par-2/200106")) == (
+        "error: refusing to mark dedibox:fr-par-2/200106: it belongs to another environment "
+        "(carries stack production's marker 'tuist-kura-production')"
+    )
+    assert writes(sim, since) == []
+
+
+# --- hostkey ----------------------------------------------------------------------------------------------
+
+
+def test_hostkey_compares_the_key_the_box_answers_with_against_the_pin_in_state(sim: Sim, ops: Ops) -> None:
+    from ops.stack import MACHINE_TYPE
+
+    seen = sim.box(f"ovh-{OVH_FREE}")["host_key_fingerprint"]
+    machine = {"urn": "urn:pulumi:dev::tuist-infra::x::kura-ovh-0", "type": MACHINE_TYPE}
+    ops.state = [{**machine, "outputs": {"box_id": OVH_FREE, "host_key_fingerprint": seen}}]
+    ok = ops("hostkey", "-s", "dev", f"ovh:{OVH_FREE}")
+    assert ok.exit_code == 0, ok.output
+    assert f"kura-ovh-0 pins {seen}: matches" in ok.stdout
+
+    ops.state = [{**machine, "outputs": {"box_id": OVH_FREE, "host_key_fingerprint": "SHA256:not-this-one"}}]
+    bad = ops("hostkey", "-s", "dev", f"ovh:{OVH_FREE}")
+    assert "kura-ovh-0 pins SHA256:not-this-one: MISMATCH" in bad.stdout
+    assert error_line(bad) == (
+        f"error: ovh:{OVH_FREE}: the box's host key is not the one state pins; do not accept it until you "
+        "know why (docs/runbook.md: host-key mismatch)"
+    )
+
+
+def test_ctrl_c_during_the_reinstall_wait_loses_nothing_and_a_rerun_finishes(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while prep waits for the vendor's reinstall: one line saying how to resume, the install
+    runs on at the vendor, and the same command again ends with the box ready, never a second install."""
+    import time
+    from types import SimpleNamespace
+
+    import ops.waiting as waiting
+
+    key = new_fleet_key()
+    ops = Ops(sim, key=key)
+    since = sim.last_audit_id()
+
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        # Only the wait's own clock: the SSH and HTTP layers keep theirs.
+        patch.setattr(waiting, "time", SimpleNamespace(sleep=interrupted, monotonic=time.monotonic))
+        line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}"))
+    assert line == (
+        f"error: reinstall ovh:{OVH_UNMARKED}: interrupted; nothing is half-written, the vendor carries on: "
+        f"rerun `tuist-ops prep -s dev ovh:{OVH_UNMARKED}` to follow it"
+    )
+
+    result = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")
+
+    assert result.exit_code == 0, result.output
+    assert [w[1] for w in writes(sim, since)] == [f"/ovh/1.0/dedicated/server/{OVH_UNMARKED}/reinstall"]
+    assert " ".join(key.public.split()[:2]) in authorized_keys(sim, f"ovh-{OVH_UNMARKED}")

@@ -1,0 +1,165 @@
+"""`tuist-ops inventory` and `failover` with the stack's cluster: Node names and Ready from the real
+control plane of the session (tests/support/cluster.py), eligibility by the watcher's own rule, and an
+unreachable cluster said as such ("unknown"), never waited on."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from ops.cli import Context, app
+from ops.stack import StaticStack
+from tests.ops.conftest import FAST, Ops, claim_resource, dev_config, error_line
+from tests.providers.test_machine_support import PROJECT, REPO, Sim, claim_props
+from tests.support.cluster import KubeCluster, wait_until
+
+IP = "198.51.100.10"
+
+
+class ClusterOps(Ops):
+    """Ops whose stack has the session's cluster: api_server and its admin kubeconfig secret."""
+
+    overrides: dict[str, Any]
+
+    def __call__(self, *args: str) -> Any:
+        from typer.testing import CliRunner
+
+        values = dev_config(self.sim, self.key)
+        values.update(self.overrides)
+        context = Context(
+            source=lambda name: StaticStack(name, values, self.state),
+            timing=FAST,
+            project_dir=REPO,
+            width=240,
+        )
+        return CliRunner().invoke(app, list(args), obj=context)
+
+
+def with_cluster(ops: ClusterOps, cluster: KubeCluster, api_server: str, pool: str, namespace: str) -> None:
+    values = dev_config(ops.sim)
+    cfg = dict(values[f"{PROJECT}:cluster"])
+    cfg.pop("render_dir", None)
+    fleets = [dict(f) for f in values[f"{PROJECT}:fleets"]]
+    for fleet in fleets:
+        if fleet["name"] == "kura-ovh":
+            fleet["node_pool"] = pool  # the session's cluster is shared: this test's pool is its own
+    kura = {**values[f"{PROJECT}:kura"], "namespace": namespace}
+    ops.overrides = {
+        f"{PROJECT}:cluster": {**cfg, "api_server": api_server},
+        f"{PROJECT}:fleets": fleets,
+        f"{PROJECT}:kura": kura,
+        f"{PROJECT}:kubeconfig": cluster.kubeconfig.read_text(),
+    }
+
+
+@pytest.fixture
+def nodes(kube_cluster: KubeCluster) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    for name in made:
+        kube_cluster.core.delete_node(name)
+
+
+def make_node(cluster: KubeCluster, name: str, box: str, pool: str, *, cordoned: bool) -> None:
+    core = cluster.core
+    core.create_node(
+        k8s.V1Node(
+            metadata=k8s.V1ObjectMeta(name=name, labels={"node.cluster.x-k8s.io/pool": pool}),
+            spec=k8s.V1NodeSpec(provider_id=f"ovh://bhs6/{box}", unschedulable=cordoned),
+        )
+    )
+    core.patch_node_status(
+        name, {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+    )
+
+
+def make_demux(cluster: KubeCluster, namespace: str, node: str, region: str) -> None:
+    core = cluster.core
+    name = f"peer-demux-{node}"[:63]
+    # The namespace's default ServiceAccount comes from the controller manager, a moment after it.
+    wait_until("the default ServiceAccount", lambda: _service_account(core, namespace))
+    core.create_namespaced_pod(
+        namespace,
+        k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(
+                name=name,
+                labels={"app.kubernetes.io/component": "peer-demux", "app.kubernetes.io/instance": region},
+            ),
+            spec=k8s.V1PodSpec(node_name=node, containers=[k8s.V1Container(name="nginx", image="nginx")]),
+        ),
+    )
+    core.patch_namespaced_pod_status(
+        name, namespace, {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    )
+
+
+def test_nodes_and_the_watchers_eligibility_come_from_the_cluster(
+    sim: Sim, kube_cluster: KubeCluster, namespace: str, nodes: list[str]
+) -> None:
+    pool = f"ops-{uuid.uuid4().hex[:8]}"
+    ops = ClusterOps(sim)
+    with_cluster(ops, kube_cluster, kube_cluster.api_server, pool, namespace)
+    boxes = []
+    for index in range(2):
+        outs = sim.claims().create(claim_props("kura-ovh", index)).outs
+        assert outs
+        ops.state.append(
+            claim_resource(f"kura-ovh-{index}", "kura-ovh", "ovh", outs["box_id"], outs["claim_token"])
+        )
+        boxes.append(outs["box_id"])
+    names = [f"{pool}-{i}" for i in range(2)]
+    for name, box, cordoned in zip(names, boxes, (False, True), strict=True):
+        make_node(kube_cluster, name, box, pool, cordoned=cordoned)
+        nodes.append(name)
+        make_demux(kube_cluster, namespace, name, "ca-east")
+
+    doc = ops.json("inventory", "-s", "dev", "--vendor", "ovh")
+    rows = {r["box"]: r for r in doc["boxes"]}
+    assert doc["cluster"] == "ok"
+    assert [(rows[b]["node"], rows[b]["node_ready"]) for b in boxes] == [(names[0], "yes"), (names[1], "yes")]
+    assert rows["ns1007.ip-203-0-113.net"]["node_ready"] == "-"
+
+    (route,) = ops.json("failover", "status", "-s", "dev", "ca-east")["regions"]
+    assert route["source"] == "cluster"
+    assert [(c["box"], c["node"], c["eligible"], c["why_not"]) for c in route["candidates"]] == [
+        (boxes[0], names[0], True, None),
+        (boxes[1], names[1], False, "cordoned"),
+    ]
+    since = sim.last_audit_id()
+    assert error_line(ops("failover", "move", "-s", "dev", "ca-east", boxes[1])) == (
+        f"error: refusing to move {IP} to {boxes[1]}: not eligible (cordoned); --force moves it anyway"
+    )
+    assert sim.audit(since) == []
+    forced = ops("failover", "move", "-s", "dev", "ca-east", boxes[1], "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "(not eligible: cordoned; --force)" in forced.stderr
+    assert [(e["method"], e["path"]) for e in sim.audit(since)] == [("POST", f"/ovh/1.0/ip/{IP}%2F32/move")]
+
+
+def test_an_unreachable_cluster_reads_unknown_and_nothing_waits(sim: Sim, kube_cluster: KubeCluster) -> None:
+    ops = ClusterOps(sim)
+    # The session's admin kubeconfig, aimed at a port nothing listens on.
+    with_cluster(ops, kube_cluster, "https://127.0.0.1:1", "kura-ovh", "kura")
+    text = kube_cluster.kubeconfig.read_text().replace(kube_cluster.api_server, "https://127.0.0.1:1")
+    ops.overrides[f"{PROJECT}:kubeconfig"] = text
+    result = ops("inventory", "-s", "dev", "--vendor", "ovh", "--json")
+    assert result.exit_code == 0, result.output
+    assert "warning: cluster unreachable" in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["cluster"].startswith("unreachable: ")
+    assert {r["node_ready"] for r in doc["boxes"]} == {"unknown"}
+    (route,) = ops.json("failover", "status", "-s", "dev", "ca-east")["regions"]
+    assert route["source"].startswith("state (cluster unreachable: ")
+
+
+def _service_account(core: k8s.CoreV1Api, namespace: str) -> bool | None:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+    except k8s.ApiException:
+        return None
+    return True

@@ -1,0 +1,69 @@
+"""`tuist-ops failover` against vendorsim: where each region's IP routes, which boxes may carry it, and a
+manual move through the program's own mover (providers.failover.route), refusing ineligible targets.
+
+These run with no cluster (the dev stack rendered): eligibility is then the deploy-time rule (a box the
+fleet adopted, per state). The watcher's rule against a real cluster: tests/e2e/test_runbook.py."""
+
+from __future__ import annotations
+
+from tests.ops.conftest import Ops, claim_resource, error_line
+from tests.providers.test_machine_support import Sim, claim_props
+
+IP = "198.51.100.10"
+
+
+def adopted(sim: Sim, ops: Ops, count: int) -> list[str]:
+    boxes = []
+    for index in range(count):
+        outs = sim.claims().create(claim_props("kura-ovh", index)).outs
+        assert outs
+        ops.state.append(
+            claim_resource(f"kura-ovh-{index}", "kura-ovh", "ovh", outs["box_id"], outs["claim_token"])
+        )
+        boxes.append(outs["box_id"])
+    return boxes
+
+
+def test_status_names_the_route_and_each_adopted_box(sim: Sim, ops: Ops) -> None:
+    boxes = adopted(sim, ops, 2)
+    regions = {r["region"]: r for r in ops.json("failover", "status", "-s", "dev")["regions"]}
+    ca = regions["ca-east"]
+    assert (ca["address"], ca["vendor"], ca["routed_to"], ca["placement"]) == (IP, "ovh", boxes[0], boxes[0])
+    assert [(c["box"], c["eligible"]) for c in ca["candidates"]] == [(boxes[0], True), (boxes[1], True)]
+    assert ca["source"].startswith("state (cluster none")
+    eu = regions["eu-central"]
+    # No dedibox machine in state: nothing may carry the IP, and it stays where it is.
+    assert (eu["routed_to"], eu["candidates"], eu["placement"]) == ("fr-par-2/200101", [], None)
+    table = ops("failover", "status", "-s", "dev", "eu-central")
+    assert "no eligible box: the IP stays where it is" in table.stdout
+
+
+def test_move_routes_the_ip_with_the_programs_mover_and_is_idempotent(sim: Sim, ops: Ops) -> None:
+    boxes = adopted(sim, ops, 2)
+    since = sim.last_audit_id()
+    dry = ops("failover", "move", "-s", "dev", "ca-east", boxes[1], "--dry-run")
+    assert dry.exit_code == 0 and sim.audit(since) == []
+
+    result = ops("failover", "move", "-s", "dev", "ca-east", boxes[1])
+
+    assert result.exit_code == 0, result.output
+    assert f"region ca-east: {IP} now routes to {boxes[1]}" in result.stderr
+    assert [(e["method"], e["path"], e["body"]) for e in sim.audit(since)] == [
+        ("POST", f"/ovh/1.0/ip/{IP}%2F32/move", {"to": boxes[1]})
+    ]
+    again = ops("failover", "move", "-s", "dev", "ca-east", boxes[1])
+    assert "already routes to" in again.stderr
+    assert len(sim.audit(since)) == 1
+
+
+def test_move_refuses_a_box_outside_the_fleet_and_an_unknown_region(sim: Sim, ops: Ops) -> None:
+    boxes = adopted(sim, ops, 1)
+    since = sim.last_audit_id()
+    assert error_line(ops("failover", "move", "-s", "dev", "ca-east", "ns1005.ip-203-0-113.net")) == (
+        f"error: refusing to move {IP} to ns1005.ip-203-0-113.net: it is not a box of fleet kura-ovh "
+        f"(its boxes: {boxes[0]})"
+    )
+    assert error_line(ops("failover", "move", "-s", "dev", "us-west", boxes[0])) == (
+        "error: stack dev has no region 'us-west' with a failover IP (regions: eu-central, ca-east)"
+    )
+    assert sim.audit(since) == []

@@ -1,0 +1,160 @@
+"""`tuist-ops orphans` and the `unclaim` it prescribes, against vendorsim: each disagreement between the
+vendors' claims and the stack's state, with its exact fix, and the fix carried out."""
+
+from __future__ import annotations
+
+from providers.claims import claim_token
+from tests.ops.conftest import Ops, claim_resource, error_line
+from tests.providers.test_machine_support import PROJECT, Sim, claim_props
+
+
+def token(slot: str) -> str:
+    return claim_token(PROJECT, "dev", slot)
+
+
+def test_each_orphan_with_the_command_that_fixes_it(sim: Sim, ops: Ops) -> None:
+    claims = sim.claims()
+    # kura-ovh-0: claimed and in state (no finding). kura-ovh-1: claimed, the state write lost (a crash).
+    # kura-ovh-7: a slot past the fleet's size, claimed and not in state (the fleet shrank by hand).
+    held = claims.create(claim_props("kura-ovh", 0)).outs
+    lost = claims.create(claim_props("kura-ovh", 1)).outs
+    gone = claims.create(claim_props("kura-ovh", 7)).outs
+    assert held and lost and gone
+    # kura-dedibox-0 is in state, but its box no longer carries its claim.
+    ops.state = [
+        claim_resource("kura-ovh-0", "kura-ovh", "ovh", held["box_id"], held["claim_token"]),
+        claim_resource(
+            "kura-dedibox-0", "kura-dedibox", "dedibox", "fr-par-2/200103", token("kura-dedibox-0")
+        ),
+    ]
+
+    findings = ops.json("orphans", "-s", "dev")["findings"]
+
+    urn = ops.state[1]["urn"]
+    assert sorted((f["kind"], f["box"], f["fix"]) for f in findings) == sorted(
+        [
+            ("claim-without-state", f"ovh:{lost['box_id']}", "pulumi up -s dev"),
+            (
+                "claim-without-state",
+                f"ovh:{gone['box_id']}",
+                f"tuist-ops unclaim -s dev ovh:{gone['box_id']}",
+            ),
+            (
+                "state-without-claim",
+                "dedibox:fr-par-2/200103",
+                f"pulumi refresh -s dev --yes --target '{urn}'",
+            ),
+            # The simulator's decoys: claims whose tokens no stack file of the project derives.
+            (
+                "unknown-claim",
+                "ovh:ns1004.ip-203-0-113.net",
+                "tuist-ops unclaim -s dev ovh:ns1004.ip-203-0-113.net --force",
+            ),
+            (
+                "unknown-claim",
+                "dedibox:fr-par-2/200104",
+                "tuist-ops unclaim -s dev dedibox:fr-par-2/200104 --force",
+            ),
+            ("unknown-claim", "robot:2345604", "tuist-ops unclaim -s dev robot:2345604 --force"),
+        ]
+    )
+    details = {f["box"]: f["detail"] for f in findings}
+    assert details[f"ovh:{lost['box_id']}"] == (
+        "claimed by dev/kura-ovh-1, not in state; slot kura-ovh-1 is in the config: its create finds "
+        "this claim and resumes"
+    )
+    assert details["dedibox:fr-par-2/200103"] == (
+        f"kura-dedibox-0-claim holds it in state with claim {token('kura-dedibox-0')}, "
+        "but the box is unclaimed"
+    )
+
+
+def test_unclaim_returns_an_orphaned_box_to_the_pool_by_reinstalling_it(sim: Sim, ops: Ops) -> None:
+    gone = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert gone
+    box = gone["box_id"]
+    since = sim.last_audit_id()
+    dry = ops("unclaim", "-s", "dev", f"ovh:{box}", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert sim.audit(since) == []
+
+    result = ops("unclaim", "-s", "dev", f"ovh:{box}")
+
+    assert result.exit_code == 0, result.output
+    base = "tuist-kura-dev-ovh-1"
+    assert [(e["method"], e["path"], e["body"]) for e in sim.audit(since) if e["method"] == "PUT"] == [
+        (
+            "PUT",
+            "/ovh/1.0/service/10001001",
+            {"resource": {"displayName": f"{base}--r-{token('kura-ovh-7')}", "name": box}},
+        ),
+        ("PUT", "/ovh/1.0/service/10001001", {"resource": {"displayName": base, "name": box}}),
+    ]
+    assert [e["path"] for e in sim.audit(since) if e["method"] == "POST"] == [
+        f"/ovh/1.0/dedicated/server/{box}/reinstall"
+    ]
+    assert ops.json("orphans", "-s", "dev")["findings"] == [
+        f for f in ops.json("orphans", "-s", "dev")["findings"] if f["kind"] == "unknown-claim"
+    ]
+
+
+def test_unclaim_refuses_a_claim_the_state_holds_and_another_stacks_claim(sim: Sim, ops: Ops) -> None:
+    held = sim.claims().create(claim_props("kura-ovh", 0)).outs
+    assert held
+    ops.state = [claim_resource("kura-ovh-0", "kura-ovh", "ovh", held["box_id"], held["claim_token"])]
+    staging = (
+        sim.claims().create(claim_props("kura-ovh", 2, stack="staging", resource_name="kura-ca-east-0")).outs
+    )
+    assert staging
+    since = sim.last_audit_id()
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{held['box_id']}")) == (
+        f"error: refusing to unclaim ovh:{held['box_id']}: its holder dev/kura-ovh-0 is in stack dev's state "
+        "(kura-ovh-0-claim); `pulumi up`/`pulumi destroy` releases it (or --force)"
+    )
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{staging['box_id']}")) == (
+        f"error: refusing to unclaim ovh:{staging['box_id']}: it is held by stack staging (kura-ca-east-0); "
+        "run this against -s staging"
+    )
+    assert error_line(ops("unclaim", "-s", "dev", "ovh:ns1004.ip-203-0-113.net")).startswith(
+        "error: refusing to unclaim ovh:ns1004.ip-203-0-113.net: its claim token a1ce00000001 names no slot"
+    )
+    assert error_line(ops("unclaim", "-s", "dev", "ovh:ns1007.ip-203-0-113.net")) == (
+        "error: ovh:ns1007.ip-203-0-113.net: carries no claim; nothing to unclaim"
+    )
+    assert sim.audit(since) == []
+
+
+def test_a_stuck_release_is_finished_by_unclaim(sim: Sim, ops: Ops) -> None:
+    """A release that died after marking the box releasing (the claim is `--r-`, the slot gone from
+    state): unclaim carries on from there and leaves the box free."""
+    from providers.vendor import Claim
+
+    claims = sim.claims()
+    outs = claims.create(claim_props("kura-ovh", 5)).outs
+    assert outs
+    client = claims._config().vendor_client(__import__("providers.vendor", fromlist=["Vendor"]).Vendor.OVH)
+    client.set_claim(outs["box_id"], Claim(outs["claim_token"], releasing=True))
+    rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
+    assert rows[outs["box_id"]]["state"] == "releasing"
+
+    assert ops("unclaim", "-s", "dev", f"ovh:{outs['box_id']}").exit_code == 0
+
+    rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
+    assert (rows[outs["box_id"]]["state"], rows[outs["box_id"]]["holder"]) == ("free", None)
+
+
+def test_urn_names_the_claim_that_holds_a_box(ops: Ops) -> None:
+    ops.state = [
+        claim_resource("kura-ovh-0", "kura-ovh", "ovh", "ns1001.ip-203-0-113.net", token("kura-ovh-0"))
+    ]
+    result = ops("urn", "-s", "dev", "ovh:ns1001.ip-203-0-113.net")
+    assert (result.exit_code, result.stdout) == (0, ops.state[0]["urn"] + "\n")
+    assert error_line(ops("urn", "-s", "dev", "ovh:ns1002.ip-203-0-113.net")) == (
+        "error: ovh:ns1002.ip-203-0-113.net: no MachineClaim in stack dev's state holds it"
+    )
+    from ops.stack import MACHINE_TYPE
+
+    machine = {"urn": "urn:pulumi:dev::tuist-infra::x::kura-ovh-0", "type": MACHINE_TYPE}
+    ops.state.append({**machine, "outputs": {"box_id": "ns1001.ip-203-0-113.net", "vendor": "ovh"}})
+    result = ops("urn", "-s", "dev", "ovh:ns1001.ip-203-0-113.net", "--machine")
+    assert (result.exit_code, result.stdout) == (0, machine["urn"] + "\n")

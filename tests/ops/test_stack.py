@@ -1,0 +1,62 @@
+"""ops.stack.PulumiStack reads a stack's config through the real Pulumi CLI (`pulumi config --json
+--show-secrets`), values typed as the program's loader reads them, and fails in one line without it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ops.stack import OpsError, PulumiStack, open_stack
+from tests.providers.test_machine_support import REPO
+
+PULUMI = REPO / ".toolchain" / "bin" / "pulumi"
+
+
+def test_the_dev_stack_file_reads_as_the_program_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not PULUMI.exists():
+        pytest.fail("the Pulumi CLI is not built: run `bash scripts/bootstrap.sh`")
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
+        (project / name).write_text((REPO / name).read_text())
+    # A bare boolean comes back from `pulumi config --json` as text: it must reach the loader as a bool.
+    text = (
+        (project / "Pulumi.dev.yaml")
+        .read_text()
+        .replace(
+            "  tuist-infra:environment: dev\n",
+            "  tuist-infra:environment: dev\n  tuist-infra:allow_production_release: false\n",
+        )
+    )
+    (project / "Pulumi.dev.yaml").write_text(text)
+    (tmp_path / "state").mkdir()
+    env = {
+        "PATH": f"{PULUMI.parent}:{os.environ['PATH']}",
+        "PULUMI_HOME": str(tmp_path / "home"),
+        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
+        "PULUMI_CONFIG_PASSPHRASE": "tuist-dev-only-passphrase",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    subprocess.run(
+        ["pulumi", "stack", "init", "dev", "--non-interactive"], cwd=project, check=True, capture_output=True
+    )
+
+    stack = open_stack(PulumiStack("dev", cwd=project), project_dir=project)
+
+    assert stack.cfg.environment.value == "dev"
+    assert stack.cfg.allow_production_release is False
+    assert [f.name for f in stack.cfg.fleets] == ["kura-ovh", "kura-dedibox", "runners-linux"]
+    assert stack.settings.secret("robotPassword", why="test") == "dev-robot-password"
+    assert "dev-robot-password" not in repr(stack)
+    assert stack.scrub("robot says dev-robot-password") == "robot says ***"
+
+    with pytest.raises(OpsError) as missing:
+        PulumiStack("nope", cwd=project).config()
+    assert str(missing.value).startswith("pulumi config -s nope failed: error: ")
