@@ -11,6 +11,10 @@ including its overhead): the RunnerPool default size, 900m / 3744Mi plus 50m / 3
 = 950m / 4064Mi, gives the seed's numbers: 16 per AX42-U (16 threads, 64 GiB) and 64 per AX162-R
 (96 threads, 256 GiB). Money stays Decimal end to end and leaves as a string with two decimals, so
 stack outputs never carry float rounding.
+
+On a Mac a slot is one macOS VM of the standard macOS runner (the RunnerPool CRD's defaults, 8000m /
+14336 MB: config.models.DARWIN_POD_DEFAULTS), and never more than two per Mac: Apple's macOS licence
+allows two virtualised copies of macOS on each Mac it runs on, whatever the hardware would hold.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from config.models import Fleet, Hardware, RunnerOS, RunnerPool, StackConfig
 
 # The kubelet's default hard eviction threshold (memory.available<100Mi) comes off allocatable.
 KUBELET_EVICTION_MEMORY_MIB = 100
+# Apple's macOS software licence: at most two additional copies of macOS in VMs on each Mac.
+MACOS_VMS_PER_HOST = 2
 
 # The RunnerPool CRD defaults (components/runners.py renders them into the schema);
 # capacity reports what the controller will actually use when config leaves a field unset.
@@ -58,24 +64,33 @@ def pod_footprint(pool: RunnerPool) -> Allocatable:
 
 def pods_per_host(hardware: Hardware, pool: RunnerPool) -> int:
     room, pod = allocatable(hardware), pod_footprint(pool)
-    return min(room.cpu_milli // pod.cpu_milli, room.memory_mib // pod.memory_mib)
+    fits = min(room.cpu_milli // pod.cpu_milli, room.memory_mib // pod.memory_mib)
+    return min(fits, MACOS_VMS_PER_HOST) if pool.os is RunnerOS.DARWIN else fits
 
 
-# The standard runner pod: a Linux pool at the RunnerPool defaults.
+# The standard runner pods: a Linux and a macOS pool at the RunnerPool defaults.
 STANDARD_POOL = RunnerPool(
     name="slot", os=RunnerOS.LINUX, fleet="slot", dispatch_label="slot", image="slot@sha256:" + "0" * 64
 )
+STANDARD_MACOS_POOL = RunnerPool(
+    name="slot", os=RunnerOS.DARWIN, fleet="slot", dispatch_label="slot", image="slot@sha256:" + "0" * 64
+)
 
 
-def slots_per_host(hardware: Hardware) -> int:
-    return pods_per_host(hardware, STANDARD_POOL)
+def fleet_os(fleet: Fleet) -> RunnerOS:
+    """What runs on the fleet's boxes: macOS on Apple silicon, Linux everywhere else."""
+    return RunnerOS.DARWIN if fleet.is_macos else RunnerOS.LINUX
+
+
+def slots_per_host(hardware: Hardware, os: RunnerOS = RunnerOS.LINUX) -> int:
+    return pods_per_host(hardware, STANDARD_MACOS_POOL if os is RunnerOS.DARWIN else STANDARD_POOL)
 
 
 def fleet_slots(fleet: Fleet) -> int:
     """Slots the fleet offers right now: a parked fleet adopts nothing, so it offers none."""
     if not fleet.enabled:
         return 0
-    return slots_per_host(fleet.hardware) * fleet.size
+    return slots_per_host(fleet.hardware, fleet_os(fleet)) * fleet.size
 
 
 def pool_slots(pool: RunnerPool, fleet: Fleet) -> int:
@@ -112,7 +127,9 @@ def effective_scale_down_cooldown_seconds(pool: RunnerPool) -> int:
 
 
 def _fleet_shape(fleet: Fleet) -> str:
-    shape = f"{fleet.size} x {fleet.hardware.offer}, {slots_per_host(fleet.hardware)} slots each"
+    shape = (
+        f"{fleet.size} x {fleet.hardware.offer}, {slots_per_host(fleet.hardware, fleet_os(fleet))} slots each"
+    )
     return shape if fleet.enabled else f"parked, {shape}"
 
 
@@ -159,7 +176,8 @@ def capacity_outputs(cfg: StackConfig) -> dict[str, Any]:
         cost = fleet_cost(fleet)
         fleets[fleet.name] = {
             "hosts": fleet.size,
-            "slots_per_host": slots_per_host(fleet.hardware),
+            "os": fleet_os(fleet).value,
+            "slots_per_host": slots_per_host(fleet.hardware, fleet_os(fleet)),
             "slots": fleet_slots(fleet),
             "monthly_eur": _money(cost.monthly_eur),
             "setup_eur": _money(cost.setup_eur),
@@ -174,13 +192,19 @@ def capacity_outputs(cfg: StackConfig) -> dict[str, Any]:
         pool_fleet = by_name.get(pool.fleet)
         runner_pools[pool.name] = {
             "fleet": pool.fleet,
+            "os": pool.os.value,
             # The fleet's slots (the outputs contract); capacity_problems checks the pool's own size.
             "slots": 0 if pool_fleet is None else fleet_slots(pool_fleet),
+            # The pool's own pods one box holds (its pod size; a Mac holds at most two macOS VMs).
+            "pods_per_host": 0 if pool_fleet is None else pods_per_host(pool_fleet.hardware, pool),
             "min_warm_pool_floor": effective_min_warm_pool_floor(pool),
             "max_replicas": pool.autoscaling.max_replicas,
         }
         if pool_fleet is not None:
             runner_fleets.add(pool_fleet.name)
+    by_os = {os.value: 0 for os in RunnerOS}
+    for name in sorted(runner_fleets):
+        by_os[fleet_os(by_name[name]).value] += fleet_slots(by_name[name])
 
     return {
         "fleets": fleets,
@@ -189,5 +213,6 @@ def capacity_outputs(cfg: StackConfig) -> dict[str, Any]:
             "monthly_eur": _money(monthly_total),
             "setup_eur": _money(setup_total),
             "runner_slots": sum(fleet_slots(by_name[name]) for name in sorted(runner_fleets)),
+            "runner_slots_by_os": by_os,
         },
     }

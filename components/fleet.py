@@ -103,6 +103,10 @@ def machine_props(args: BareMetalFleetArgs, *, project: str, stack: str) -> dict
         "cluster_dns": str(args.cluster.dns_service_ip),
         "cluster_domain": args.cluster.domain,
         "install_artifacts": _pins(fleet),
+        # Elastic Metal: the Private Network each box brings up as VLAN pn0 (None: no network).
+        "private_network": fleet.private_network.id if fleet.private_network else None,
+        # Apple silicon: the node agent each Mac runs under launchd (a Mac never self-joins).
+        "node_agent": fleet.node_agent.model_dump() if fleet.node_agent else None,
     }
 
 

@@ -4,6 +4,9 @@ hostNetwork (bare metal): the controller binds :80/:443 on the box NIC, so there
 load balancer to prepend a PROXY header (use-proxy-protocol "false"), the Service is
 ClusterIP, and the controller reports the node's InternalIP for external-dns.
 load_balancer (legacy cloud VM): a LoadBalancer Service with PROXY protocol on.
+node_port (a private region, the reference's `data_plane: :node_port`): a NodePort Service on every
+box of the pool, and a NetworkPolicy that admits the region's client_cidrs (its runners' Private
+Network) and nothing else to the controller's ports.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ __all__ = [
 ]
 
 GATEWAY_SERVICE_ACCOUNT = "kura-gateway-ingress-nginx"
+# On a node_port region's gateway objects: the policy pack's bare-metal gateway rule reads it.
+DATA_PLANE_LABEL = "tuist.dev/data-plane"
+NODE_PORT_DATA_PLANE = "node-port"
 
 # Shared with the platform chart's ingress-nginx values (anchor 4.3); only
 # use-proxy-protocol depends on the mode.
@@ -151,6 +157,8 @@ class Gateway(pulumi.ComponentResource):
         host_network = region.gateway is GatewayMode.HOST_NETWORK
         gw = gateway_name(region.id)
         labels = region_labels(name="kura-gateway", component="gateway", region=region.id)
+        if region.gateway is GatewayMode.NODE_PORT:
+            labels = {**labels, DATA_PLANE_LABEL: NODE_PORT_DATA_PLANE}
         child = child_options(self, opts)
         # One ServiceAccount name per region: several regions share the namespace.
         sa_name = f"{GATEWAY_SERVICE_ACCOUNT}-{region.id}"
@@ -191,11 +199,12 @@ class Gateway(pulumi.ComponentResource):
             k8s.core.v1.ServicePortArgs(name="http", port=80, target_port="http", protocol="TCP"),
             k8s.core.v1.ServicePortArgs(name="https", port=443, target_port="https", protocol="TCP"),
         ]
+        node_port = region.gateway is GatewayMode.NODE_PORT
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             metadata=metadata(gw, ns, labels),
             spec=k8s.core.v1.ServiceSpecArgs(
-                type="ClusterIP" if host_network else "LoadBalancer",
+                type="ClusterIP" if host_network else "NodePort" if node_port else "LoadBalancer",
                 # Local keeps the client address and skips the second hop through kube-proxy.
                 external_traffic_policy=None if host_network else "Local",
                 selector=labels,
@@ -203,6 +212,33 @@ class Gateway(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        self.network_policy: k8s.networking.v1.NetworkPolicy | None = None
+        if node_port:
+            # Local traffic policy keeps the client's address, so the policy sees the runner, not a
+            # node that forwarded it.
+            self.network_policy = k8s.networking.v1.NetworkPolicy(
+                f"{name}-clients",
+                metadata=metadata(f"{gw}-clients", ns, labels),
+                spec=k8s.networking.v1.NetworkPolicySpecArgs(
+                    pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                    policy_types=["Ingress"],
+                    ingress=[
+                        k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                            from_=[
+                                k8s.networking.v1.NetworkPolicyPeerArgs(
+                                    ip_block=k8s.networking.v1.IPBlockArgs(cidr=cidr)
+                                )
+                                for cidr in region.client_cidrs
+                            ],
+                            ports=[
+                                k8s.networking.v1.NetworkPolicyPortArgs(port="http", protocol="TCP"),
+                                k8s.networking.v1.NetworkPolicyPortArgs(port="https", protocol="TCP"),
+                            ],
+                        )
+                    ],
+                ),
+                opts=child,
+            )
         self.ingress_class = k8s.networking.v1.IngressClass(
             f"{name}-ingressclass",
             metadata=metadata(region.ingress_class, None, labels),
@@ -305,6 +341,6 @@ class Gateway(pulumi.ComponentResource):
                 "name": gw,
                 "ingress_class": region.ingress_class,
                 "mode": region.gateway.value,
-                "load_balancer": "host-network" if host_network else "pending",
+                "load_balancer": "host-network" if host_network else "node-port" if node_port else "pending",
             }
         )

@@ -76,7 +76,21 @@ def _region_settings(p: RegionPlacement, kura: Kura, environment: Environment) -
         | ({"value": t.value} if t.value else {})
         for t in fleet.taints
     ]
+    private = (
+        {
+            # A private region (the reference's scw-fr-par-runners): never offered to accounts, reached
+            # on its node port from client_cidrs only, serving the named runner platforms. Public
+            # regions' settings stay as they were (no roll of the controller for them).
+            "private": True,
+            "data_plane": region.gateway.value,
+            "client_cidrs": list(region.client_cidrs),
+            "runner_platforms": [platform.value for platform in region.runner_platforms],
+        }
+        if region.private
+        else {}
+    )
     return {
+        **private,
         "cluster_id": region.cluster_id,
         "host": region.host,
         "gateway": region.gateway.value,

@@ -72,6 +72,7 @@ class KuraRegion(pulumi.ComponentResource):
     node_pool: pulumi.Output[str]
     exposed: pulumi.Output[bool]
     gateway_mode: pulumi.Output[str]
+    private: pulumi.Output[bool]
 
     def __init__(self, name: str, args: KuraRegionArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tuist:kura_region:KuraRegion", name, None, opts)
@@ -98,17 +99,20 @@ class KuraRegion(pulumi.ComponentResource):
             ),
             child,
         )
-        self.dns = DnsRecords(
-            f"{name}-dns",
-            DnsRecordsArgs(
-                region_id=region.id,
-                host=region.host,
-                namespace=ns,
-                failover_address=address,
-                public_ipv4s=args.public_ipv4s,
-            ),
-            child,
-        )
+        # A private region has no public entry: its clients reach it over their Private Network.
+        self.dns: DnsRecords | None = None
+        if not region.private:
+            self.dns = DnsRecords(
+                f"{name}-dns",
+                DnsRecordsArgs(
+                    region_id=region.id,
+                    host=region.host,
+                    namespace=ns,
+                    failover_address=address,
+                    public_ipv4s=args.public_ipv4s,
+                ),
+                child,
+            )
         self.volumes = LocalVolumes(
             f"{name}-volumes", LocalVolumesArgs(region=region, node_names=args.node_names), child
         )
@@ -141,6 +145,7 @@ class KuraRegion(pulumi.ComponentResource):
         self.node_pool = pulumi.Output.from_input(fleet.node_pool)
         self.exposed = pulumi.Output.from_input(exposed)
         self.gateway_mode = pulumi.Output.from_input(region.gateway.value)
+        self.private = pulumi.Output.from_input(region.private)
         self.register_outputs(
             {
                 "id": region.id,
@@ -151,5 +156,6 @@ class KuraRegion(pulumi.ComponentResource):
                 "node_pool": fleet.node_pool,
                 "exposed": exposed,
                 "gateway_mode": region.gateway.value,
+                "private": region.private,
             }
         )

@@ -35,6 +35,7 @@ def _region(region: KuraRegion, failover: FailoverIP | None) -> dict[str, Any]:
         "node_pool": region.node_pool,
         "exposed": region.exposed,
         "gateway_mode": region.gateway_mode,
+        "private": region.private,
     }
 
 
@@ -50,7 +51,10 @@ def stack_outputs(
         "outputs_version": OUTPUTS_VERSION,
         "environment": cfg.environment.value,
         "regions": {rid: _region(region, failover.get(rid)) for rid, region in regions.items()},
-        "available_regions": sorted(region.id for region in cfg.regions if region.exposed),
+        # Private regions serve this stack's runners only: never offered to accounts.
+        "available_regions": sorted(
+            region.id for region in cfg.regions if region.exposed and not region.private
+        ),
         "fleets": {
             name: {
                 "vendor": cfg.fleet(name).vendor.value,

@@ -39,6 +39,7 @@ from providers.constants import (
     OVH_CONSUMER_KEY,
     PROJECT,
     ROBOT_PASSWORD,
+    SCALEWAY_SECRET_KEY,
     SECRET_KEYS,
     TUIST_SERVER_TOKEN,
 )
@@ -70,6 +71,7 @@ class Secrets:
     ovh_consumer_key: pulumi.Output[str] | None = None
     dedibox_secret_key: pulumi.Output[str] | None = None
     robot_password: pulumi.Output[str] | None = None
+    scaleway_secret_key: pulumi.Output[str] | None = None
     fleet_ssh_private_key: pulumi.Output[str] | None = None
     fleet_sudo_password: pulumi.Output[str] | None = None
     kubeconfig: pulumi.Output[str] | None = None
@@ -83,6 +85,7 @@ _SECRET_FIELDS = {
     OVH_CONSUMER_KEY: "ovh_consumer_key",
     DEDIBOX_SECRET_KEY: "dedibox_secret_key",
     ROBOT_PASSWORD: "robot_password",
+    SCALEWAY_SECRET_KEY: "scaleway_secret_key",
     FLEET_SSH_PRIVATE_KEY: "fleet_ssh_private_key",
     FLEET_SUDO_PASSWORD: "fleet_sudo_password",
     KUBECONFIG: "kubeconfig",
@@ -151,6 +154,8 @@ def _secrets_needed(
         needed.add(DEDIBOX_SECRET_KEY)
     if Vendor.ROBOT in vendors:
         needed.add(ROBOT_PASSWORD)
+    if vendors & {Vendor.SCALEWAY_EM, Vendor.APPLESILICON}:
+        needed.add(SCALEWAY_SECRET_KEY)
     if any(f.enabled for f in fleets):
         needed |= {FLEET_SSH_PRIVATE_KEY, FLEET_SUDO_PASSWORD}
     if api_server is not None:
@@ -167,7 +172,8 @@ def _secrets_needed(
 def required_secret_keys(cfg: StackConfig) -> list[str]:
     """Which `pulumi config set --secret` keys this stack needs, in SECRET_KEYS order.
 
-    OVH keys when any fleet or failover IP is on OVH (likewise Dedibox, Robot); the fleet
+    OVH keys when any fleet or failover IP is on OVH (likewise Dedibox, Robot; the one Scaleway key
+    when any is on Elastic Metal or Apple silicon); the fleet
     SSH key and sudo password once any fleet is enabled; kubeconfig once api_server is set; the
     Tuist server token once a runner pool exists; the Cloudflare token when external-dns publishes
     to Cloudflare; the Hetzner Cloud token once the control plane's firewall is on.

@@ -11,7 +11,7 @@ import ipaddress
 import re
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,7 @@ from pydantic import (
     StrictBool,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from config.text import quote
@@ -88,7 +89,16 @@ def _digest_image(v: str) -> str:
     return v
 
 
+def _ipv4_cidr(v: str) -> str:
+    try:
+        network = ipaddress.IPv4Network(v, strict=True)
+    except ValueError:
+        raise ValueError(f"{quote(v)} is not an IPv4 network (e.g. 172.16.0.0/22, no host bits)") from None
+    return str(network)
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+IPv4Cidr = Annotated[str, AfterValidator(_ipv4_cidr)]
 # A fleet marker: its longest form per vendor is a cross-field rule (providers/vendor.py MARKER_LIMITS).
 Marker = Annotated[
     str,
@@ -152,6 +162,9 @@ class Environment(StrEnum):
 
 class GatewayMode(StrEnum):
     HOST_NETWORK = "host_network"
+    # A private region's data plane (the reference's `data_plane: :node_port`): the gateway answers on
+    # a NodePort of every box, to the region's client_cidrs only (its runners, over the Private Network).
+    NODE_PORT = "node_port"
     # Kept only for a region still on a cloud VM behind a load balancer.
     LOAD_BALANCER = "load_balancer"
 
@@ -206,6 +219,15 @@ class ScalewayAccount(Strict):
     # Not a secret (the key's public identifier), but the SDK refuses to run without it.
     access_key: str = Field(pattern=r"^SCW[A-Z0-9]{17}$")
     project_id: str = Field(pattern=_UUID)
+
+
+def _uuid(v: str) -> str:
+    if not re.match(_UUID, v):
+        raise ValueError(f"{quote(v)} is not a UUID (8-4-4-4-12 lowercase hex digits)")
+    return v
+
+
+Uuid = Annotated[str, AfterValidator(_uuid)]
 
 
 class ElasticMetalAccount(ScalewayAccount):
@@ -290,6 +312,31 @@ class InstallArtifacts(Strict):
     kata_static_sha256: Sha256 | None = None
 
 
+class PrivateNetwork(Strict):
+    """A VPC Private Network the operator created in the fleet's region. Each Elastic Metal box of
+    the fleet is attached to it (its Private Network option enabled first) and brings it up as the
+    tagged VLAN `pn0` (providers/ssh/scripts/pn-vlan.sh), addressed by the network's DHCP."""
+
+    id: Uuid
+
+
+class NodeAgent(Strict):
+    """The Mac's node agent (the reference's tart-kubelet: a kubelet for macOS that runs each pod as
+    a Tart VM). The bootstrap downloads it, checks its sha256, and runs it under launchd.
+
+    `registers_node`: the agent registers the Mac as a Node with a bootstrap token, and adoption
+    waits for that Node to be Ready. Only the dev stack turns it off: vendorsim's Macs keep launchd
+    jobs without running them (vendorsim/sandbox/macos/README.md), so no Node would ever come."""
+
+    url: ArtifactUrl
+    sha256: Sha256
+    registers_node: StrictBool = True
+
+
+# What a fleet on these vendors defaults to where Linux defaults would be wrong.
+_MAC_DEFAULTS = {"os": "macos-tahoe", "ssh_user": "m1"}
+
+
 class Fleet(Strict):
     name: DnsLabel
     vendor: Vendor
@@ -307,6 +354,7 @@ class Fleet(Strict):
     datacenter: Datacenter | None = None  # OVH prefix match (bhs matches bhs6), Dedibox DC name
     os: OsLabel = "ubuntu_24.04"
     ssh_user: LoginName = "ubuntu"
+    # Apple silicon fleets default to macos-tahoe (a family: its newest image) and Scaleway's m1.
     # Where every box of the fleet answers SSH on its public IPv4 (vendorsim's boxes: 2222).
     ssh_port: int = Field(default=22, ge=1, le=65535)
     # Releasing a box reinstalls it. Production Kura fleets may never allow it.
@@ -314,10 +362,25 @@ class Fleet(Strict):
     egress_budget_mbps: int | None = Field(default=None, gt=0)
     # Robot fleets only (their boxes are installed by the program); None: the defaults.
     install_artifacts: InstallArtifacts | None = None
+    # Elastic Metal fleets only: the Private Network every box joins as VLAN pn0.
+    private_network: PrivateNetwork | None = None
+    # Apple silicon fleets only (required there): the node agent each Mac runs under launchd.
+    node_agent: NodeAgent | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vendor_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("vendor") == Vendor.APPLESILICON.value:
+            return {**_MAC_DEFAULTS, **data}
+        return data
 
     @property
     def artifacts(self) -> InstallArtifacts:
         return self.install_artifacts or InstallArtifacts()
+
+    @property
+    def is_macos(self) -> bool:
+        return self.vendor is Vendor.APPLESILICON
 
 
 # --- failover IPs -------------------------------------------------------------
@@ -357,6 +420,14 @@ class Region(Strict):
     host: DnsName
     failover_ip: str | None = None  # name of a failover_ips entry
     exposed: StrictBool = True
+    # A private region (the reference's scw-fr-par-runners) serves the runners of this stack only:
+    # Kura never offers it to accounts, and no public DNS record points at it.
+    private: StrictBool = False
+    # node_port regions: the networks the gateway admits (the runners' Private Network range).
+    client_cidrs: list[IPv4Cidr] = Field(default_factory=list)
+    # Which runners the region's cache serves (the reference's runner_platforms); informational for
+    # kura-controller, empty for public regions.
+    runner_platforms: list[RunnerOS] = Field(default_factory=list)
 
 
 class Kura(Strict):
@@ -400,6 +471,11 @@ class Autoscaling(Strict):
     scale_down_cooldown_seconds: int | None = Field(default=None, ge=0)
 
 
+# A macOS runner pod is a Tart VM of the reference's standard size: the RunnerPool CRD's own defaults
+# (tuist-anchor.md section 6.1), which a darwin pool takes where config leaves them out.
+DARWIN_POD_DEFAULTS = {"pod_cpu_milli": 8000, "pod_memory_mb": 14336}
+
+
 class RunnerPool(Strict):
     name: DnsLabel
     os: RunnerOS
@@ -409,9 +485,17 @@ class RunnerPool(Strict):
     # What each runner pod requests. The defaults fill one slot of seed 003 (1 vCPU / 4 GiB)
     # with the kata-qemu pod overhead on top: 16 pods on an AX42-U, 64 on an AX162-R
     # (components/capacity.py).
+    # A darwin pool defaults to DARWIN_POD_DEFAULTS instead (one macOS VM, at most two per Mac).
     pod_cpu_milli: int = Field(default=900, gt=0)
     pod_memory_mb: int = Field(default=3744, gt=0)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _os_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("os") == RunnerOS.DARWIN.value:
+            return {**DARWIN_POD_DEFAULTS, **data}
+        return data
 
 
 # --- cluster ------------------------------------------------------------------

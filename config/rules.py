@@ -24,9 +24,11 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, StrictBool, TypeAdapter, ValidationError
 
 from config.models import (
+    AppleSiliconAccount,
     Cluster,
     ControlPlaneFirewallConfig,
     DediboxAccount,
+    ElasticMetalAccount,
     Environment,
     FailoverIP,
     Fleet,
@@ -121,6 +123,8 @@ def build_view(raw: Mapping[str, Any]) -> View:
             Vendor.OVH: OvhAccount,
             Vendor.DEDIBOX: DediboxAccount,
             Vendor.ROBOT: RobotAccount,
+            Vendor.SCALEWAY_EM: ElasticMetalAccount,
+            Vendor.APPLESILICON: AppleSiliconAccount,
         }
         for vendor, model in account_models.items():
             if vendors.get(vendor.value) is None:
@@ -247,11 +251,19 @@ def vendor_rules(view: View) -> Iterator[Problem]:
             elif not endpoint.rstrip("/").endswith("/1.0"):
                 yield Problem(loc, f"{quote(endpoint)} must end in /1.0 (the OVH API version)")
     for vendor, account in view.accounts.items():
-        if isinstance(account, DediboxAccount | RobotAccount):
-            what = "Scaleway Dedibox API" if vendor is Vendor.DEDIBOX else "Hetzner Robot API"
+        if isinstance(account, DediboxAccount | RobotAccount | ElasticMetalAccount | AppleSiliconAccount):
+            what = _API_NAMES[vendor]
             problem = _vendor_url_problem(account.api_url, env, what)
             if problem:
                 yield Problem(("vendors", vendor.value, "api_url"), problem)
+
+
+_API_NAMES = {
+    Vendor.DEDIBOX: "Scaleway Dedibox API",
+    Vendor.ROBOT: "Hetzner Robot API",
+    Vendor.SCALEWAY_EM: "Scaleway API",
+    Vendor.APPLESILICON: "Scaleway API",
+}
 
 
 def fleet_rules(view: View) -> Iterator[Problem]:
@@ -323,6 +335,68 @@ def fleet_rules(view: View) -> Iterator[Problem]:
     yield from _ovh_datacenter_rules(view)
     yield from _release_rules(view)
     yield from _install_artifact_rules(view)
+    yield from _scaleway_fleet_rules(view)
+
+
+# macOS families Scaleway publishes images of; an Apple silicon fleet's `os` names one (or an image).
+MACOS_FAMILIES = ("tahoe", "sequoia", "sonoma", "ventura")
+
+
+def _is_macos_label(label: str) -> bool:
+    return label.startswith("macos") or label in MACOS_FAMILIES
+
+
+def _scaleway_fleet_rules(view: View) -> Iterator[Problem]:
+    """Private Networks (Elastic Metal) and the macOS node agent (Apple silicon): each only where its
+    vendor has it; a Mac's OS is macOS and a Linux box's is not."""
+    env = view.environment
+    for i, fleet in view.fleets:
+        if fleet.private_network is not None and fleet.vendor is not Vendor.SCALEWAY_EM:
+            yield Problem(
+                ("fleets", i, "private_network"),
+                "only scaleway_em fleets bring up a Private Network VLAN on their boxes, "
+                f"not {fleet.vendor.value}",
+            )
+        if fleet.vendor is not Vendor.APPLESILICON:
+            if fleet.node_agent is not None:
+                yield Problem(
+                    ("fleets", i, "node_agent"),
+                    "only applesilicon fleets run the macOS node agent; "
+                    f"{fleet.vendor.value} boxes self-join as Linux nodes",
+                )
+            if _is_macos_label(fleet.os):
+                yield Problem(
+                    ("fleets", i, "os"),
+                    f"{quote(fleet.os)} is macOS; {fleet.vendor.value} boxes run Linux (e.g. ubuntu_24.04)",
+                )
+            continue
+        if not _is_macos_label(fleet.os):
+            yield Problem(
+                ("fleets", i, "os"),
+                f"{quote(fleet.os)} is not a macOS image or family; a released Mac is reinstalled with it "
+                f"(e.g. macos-tahoe, or an image such as macos-tahoe-26.0)",
+            )
+        agent = fleet.node_agent
+        if agent is None:
+            if fleet.enabled:
+                yield Problem(
+                    ("fleets", i, "node_agent"),
+                    "required for an applesilicon fleet: the macOS node agent (url and sha256) each Mac "
+                    "runs under launchd",
+                )
+            continue
+        if env not in (None, Environment.DEV):
+            if not agent.url.startswith("https://"):
+                yield Problem(
+                    ("fleets", i, "node_agent", "url"),
+                    f"{quote(agent.url)} must be an https:// URL outside dev",
+                )
+            if not agent.registers_node:
+                yield Problem(
+                    ("fleets", i, "node_agent", "registers_node"),
+                    f"must be true in {env.value}: a Mac that registers no Node runs no runner; only the "
+                    "dev stack's simulated Macs run without one",
+                )
 
 
 def _install_artifact_rules(view: View) -> Iterator[Problem]:
@@ -465,11 +539,19 @@ def region_rules(view: View) -> Iterator[Problem]:
     for i, region in regions:
         raw = view.raw_regions[i] if i < len(view.raw_regions) else {}
         m = _CLUSTER_ID.match(region.cluster_id)
-        if m is None or m.group("region") != region.id:
+        # A private region is named after what it serves on its cluster (scw-fr-par-runners on scw-fr-par).
+        private_name = region.private and region.id.startswith(f"{region.cluster_id}-")
+        if (m is None or m.group("region") != region.id) and not private_name:
             yield Problem(
                 ("regions", i, "cluster_id"),
-                f"{quote(region.cluster_id)} should be the region id and a number, e.g. '{region.id}-1'",
+                f"{quote(region.cluster_id)} should be the region id and a number, e.g. '{region.id}-1'"
+                + (
+                    " (a private region may also be named <cluster_id>-<what it serves>)"
+                    if region.private
+                    else ""
+                ),
             )
+        yield from _private_region_rules(i, region, raw)
         fleet = view.fleet(region.fleet)
         if fleet is None and region.fleet not in view.fleet_names:
             yield Problem(
@@ -492,7 +574,7 @@ def region_rules(view: View) -> Iterator[Problem]:
                     "required for a host_network region "
                     "(name a failover_ips entry, or null to run without one)",
                 )
-        elif region.failover_ip is not None:
+        elif region.failover_ip is not None and region.gateway is GatewayMode.LOAD_BALANCER:
             yield Problem(
                 ("regions", i, "failover_ip"),
                 "a load_balancer region is reached through its load balancer; "
@@ -550,6 +632,32 @@ def region_rules(view: View) -> Iterator[Problem]:
             )
 
 
+def _private_region_rules(i: int, region: Region, raw: Any) -> Iterator[Problem]:
+    """node_port regions admit their client networks only; private regions have no public entry."""
+    if region.gateway is GatewayMode.NODE_PORT:
+        if not region.client_cidrs:
+            yield Problem(
+                ("regions", i, "client_cidrs"),
+                "required for a node_port region: the networks its gateway admits (e.g. the runners' "
+                "Private Network, 172.16.0.0/22)",
+            )
+        if not region.private:
+            yield Problem(
+                ("regions", i, "private"),
+                "a node_port region is reached over its client networks only; set private: true",
+            )
+    elif region.client_cidrs:
+        yield Problem(
+            ("regions", i, "client_cidrs"),
+            f"only node_port regions admit by client network; a {region.gateway.value} region is public",
+        )
+    if region.private and region.failover_ip is not None:
+        yield Problem(
+            ("regions", i, "failover_ip"),
+            "a private region has no public entry point; remove it (or set it to null)",
+        )
+
+
 def runner_pool_rules(view: View) -> Iterator[Problem]:
     pools = view.runner_pools
     for i, name, j in _duplicates(pools, lambda p: p.name):
@@ -576,6 +684,12 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
                 yield Problem(
                     ("runner_pools", i, "fleet"),
                     f"linux pools run Kata microVMs on Hetzner Robot boxes, but fleet {quote(fleet.name)} "
+                    f"is on {fleet.vendor.value}",
+                )
+            if pool.os is RunnerOS.DARWIN and fleet.vendor is not Vendor.APPLESILICON:
+                yield Problem(
+                    ("runner_pools", i, "fleet"),
+                    f"darwin pools run macOS VMs on Apple silicon Macs, but fleet {quote(fleet.name)} "
                     f"is on {fleet.vendor.value}",
                 )
             served = [r.id for _, r in view.regions if r.fleet == fleet.name]
@@ -646,7 +760,9 @@ def cluster_rules(view: View) -> Iterator[Problem]:
                 f"{quote(url)} is a loopback URL; {env.value} needs its real cluster",
             )
         elif urlsplit(url).scheme != "https" or not urlsplit(url).hostname:
-            yield Problem(("cluster", "api_server"), f"{quote(url)} must be an https:// URL (https://host:6443)")
+            yield Problem(
+                ("cluster", "api_server"), f"{quote(url)} must be an https:// URL (https://host:6443)"
+            )
     elif env is not Environment.DEV:
         yield Problem(("cluster", "api_server"), f"required in {env.value} (the cluster the fleets join)")
     if cluster.render_dir is not None:

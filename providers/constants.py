@@ -23,6 +23,8 @@ OVH_APPLICATION_SECRET = "ovhApplicationSecret"
 OVH_CONSUMER_KEY = "ovhConsumerKey"
 DEDIBOX_SECRET_KEY = "dediboxSecretKey"
 ROBOT_PASSWORD = "robotPassword"
+# One Scaleway IAM API key for Elastic Metal and Apple silicon (providers/clients.py).
+SCALEWAY_SECRET_KEY = "scalewaySecretKey"
 FLEET_SSH_PRIVATE_KEY = "fleetSshPrivateKey"
 FLEET_SUDO_PASSWORD = "fleetSudoPassword"
 KUBECONFIG = "kubeconfig"
@@ -34,6 +36,7 @@ SECRET_KEYS = (
     OVH_CONSUMER_KEY,
     DEDIBOX_SECRET_KEY,
     ROBOT_PASSWORD,
+    SCALEWAY_SECRET_KEY,
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
     KUBECONFIG,

@@ -56,6 +56,8 @@ class ProgramMocks(ManifestRecorder):
                 Vendor.OVH: (f"ns10{n:02d}.ip-203-0-113.net", "bhs6"),
                 Vendor.DEDIBOX: (f"fr-par-2/2001{n:02d}", "DC5"),
                 Vendor.ROBOT: (f"23456{n:02d}", "FSN1-DC14"),
+                Vendor.SCALEWAY_EM: (f"fr-par-2/e1000000-0000-4000-8000-0000000000{n:02d}", "fr-par-2"),
+                Vendor.APPLESILICON: (f"fr-par-3/a5000000-0000-4000-8000-0000000000{n:02d}", "fr-par-3"),
             }[vendor]
             outs = {
                 **inputs,

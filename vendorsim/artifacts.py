@@ -22,7 +22,9 @@ ARTIFACTS_DIR = Path(__file__).resolve().parent / "artifacts"
 RUNC = "runc.amd64"
 CONTAINERD = "containerd-2.2.3-linux-amd64.tar.gz"
 KATA_STATIC = "kata-static-3.30.0-amd64.tar.zst"
-FILES = (RUNC, CONTAINERD, KATA_STATIC)
+# The Mac's node agent (the reference's tart-kubelet), which macos-bootstrap.sh runs under launchd.
+NODE_AGENT = "tart-kubelet-darwin-arm64"
+FILES = (RUNC, CONTAINERD, KATA_STATIC, NODE_AGENT)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -73,6 +75,8 @@ def build(directory: Path) -> None:
         b'[hypervisor.qemu]\npath = "/opt/kata/bin/qemu-system-x86_64"\n',
         0o644,
     )
+    # A stand-in: the simulated Mac's launchd keeps the job without running it (sandbox/macos/README.md).
+    (directory / NODE_AGENT).write_bytes(_script("tart-kubelet (simulated; darwin/arm64)"))
     zstd = subprocess.run(["zstd", "-q", "-19", "-c"], input=_tar(kata), capture_output=True, check=True)
     (directory / KATA_STATIC).write_bytes(zstd.stdout)
 

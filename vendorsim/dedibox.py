@@ -735,8 +735,10 @@ def create_ssh_key(sim: Sim, call: Call) -> Any:
     if not isinstance(public_key, str) or not _PUBLIC_KEY.match(public_key.strip()):
         raise invalid_argument("public_key", "public_key must be an OpenSSH public key", reason="syntax")
     public_key = public_key.strip()
+    # A key is unique within its project: the same key may be registered in every project of the
+    # organization (terraform-provider-scaleway#3084 does so per project; #713 shows the 409 within one).
     for existing in sim.store.all("iam_ssh_key"):
-        if existing["public_key"].split()[:2] == public_key.split()[:2]:
+        if existing["project_id"] == project and existing["public_key"].split()[:2] == public_key.split()[:2]:
             raise VendorError(
                 409,
                 {

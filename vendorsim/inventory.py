@@ -413,11 +413,31 @@ class Inventory(_Strict):
 
 
 def box_hardware(inventory: Inventory) -> dict[str, BoxHardware]:
-    """Box key (as the vendor modules name boxes) -> its threads and memory, for every OVH, Dedibox
-    and Robot box. Elastic Metal and Mac boxes show the host's /proc."""
+    """Box key (as the vendor modules name boxes) -> its threads and memory, for every box.
+
+    Elastic Metal boxes have their offer's: two threads per core (every offer's CPU runs SMT) and its
+    memory. Macs have their server type's: Apple silicon has no SMT, so one thread per core."""
     found = {f"ovh-{s.service_name}": s.box_hardware for s in inventory.ovh.servers}
     found.update({f"dedibox-{s.id}": s.box_hardware for s in inventory.dedibox.servers})
     found.update({f"robot-{s.number}": s.box_hardware for s in inventory.robot.servers})
+    if inventory.scaleway_em is not None:
+        offers = {o.name: o for o in inventory.scaleway_em.offers}
+        found.update(
+            {
+                f"em-{s.id}": BoxHardware(
+                    threads=offers[s.offer].cores * 2, memory_gib=offers[s.offer].memory_gb
+                )
+                for s in inventory.scaleway_em.servers
+            }
+        )
+    if inventory.applesilicon is not None:
+        types = {t.name: t for t in inventory.applesilicon.server_types}
+        found.update(
+            {
+                f"mac-{s.id}": BoxHardware(threads=types[s.type].cores, memory_gib=types[s.type].memory_gb)
+                for s in inventory.applesilicon.servers
+            }
+        )
     return found
 
 

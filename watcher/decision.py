@@ -36,6 +36,10 @@ _PROVIDER_ID = {
     "dedibox": re.compile(r"^dedibox://(?P<box>[a-z0-9-]+/[0-9]+)$"),
     # hrobot://<server number>
     "hrobot": re.compile(r"^hrobot://(?P<box>[0-9]+)$"),
+    # scaleway://<zone>/<server uuid> (Elastic Metal), applesilicon://<zone>/<server uuid>: box ids
+    # of vendors that route no failover IP, read back all the same so a Node of theirs is named.
+    "scaleway": re.compile(r"^scaleway://(?P<box>[a-z]{2}-[a-z]{3}-[1-9]/[0-9a-f-]{36})$"),
+    "applesilicon": re.compile(r"^applesilicon://(?P<box>[a-z]{2}-[a-z]{3}-[1-9]/[0-9a-f-]{36})$"),
 }
 
 
@@ -45,7 +49,8 @@ def box_id_from_provider_id(provider_id: str) -> str:
     pattern = _PROVIDER_ID.get(scheme)
     if pattern is None:
         raise ValueError(
-            f"providerID '{provider_id}' has scheme '{scheme}'; expected ovh://, dedibox:// or hrobot://"
+            f"providerID '{provider_id}' has scheme '{scheme}'; expected ovh://, dedibox://, hrobot://, "
+            "scaleway:// or applesilicon://"
         )
     m = pattern.match(provider_id)
     if m is None:

@@ -51,6 +51,10 @@ AUTOSCALING_FIELDS = ("minWarmPoolFloor", "maxReplicas", "scaleDownCooldownSecon
 # Vendors whose API routes a failover IP to one of the account's boxes: OVH POST /ip/{ip}/move,
 # Dedibox POST failover-ips/attach, Robot POST /failover/{ip} (reference/vendor-apis.md).
 ROUTABLE_VENDORS = ("ovh", "dedibox", "robot")
+# The label the program puts on a private region's node_port gateway (components/gateway.py; the pack
+# imports nothing of the program, so tests/policy holds the two together).
+DATA_PLANE_LABEL = "tuist.dev/data-plane"
+NODE_PORT_DATA_PLANE = "node-port"
 
 
 def is_production_machine(args: ResourceValidationArgs) -> bool:
@@ -166,6 +170,11 @@ def _gateway_no_proxy_protocol(args: ResourceValidationArgs, report: Report) -> 
     spec = pod_spec(obj)
     controllers = [c for c in containers(spec) if c is not UNKNOWN and _is_ingress_nginx(c)]
     if not controllers:
+        return
+    if obj.labels.get(DATA_PLANE_LABEL) == NODE_PORT_DATA_PLANE:
+        # A private region's gateway (the reference's scw-fr-par-runners): its clients are the runners
+        # on the Private Network, reaching it on a NodePort the program fences with a NetworkPolicy;
+        # no public address is published for it. Only the PROXY-protocol rule above applies.
         return
     host_network = get(spec, "hostNetwork")
     if host_network is not UNKNOWN and host_network is not True:

@@ -18,6 +18,7 @@ from providers.constants import (
     CLAIM_VERSION,
     MANAGED_BY,
 )
+from providers.vendor import Vendor
 
 
 def _string(description: str, **extra: Any) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def claim_crd_manifest() -> dict[str, Any]:
         "type": "object",
         "required": ["vendor", "boxId", "fleet", "holder"],
         "properties": {
-            "vendor": _string("Vendor of the box.", enum=["ovh", "dedibox", "robot"]),
+            "vendor": _string("Vendor of the box.", enum=[v.value for v in Vendor]),
             "boxId": _string("The vendor's id of the box.", minLength=1),
             "fleet": _string("The fleet the box is held for.", minLength=1),
             "holder": holder,

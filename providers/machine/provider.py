@@ -46,7 +46,15 @@ from providers.machine.spec import (
     rejoin_needed,
     resource_id,
 )
-from providers.machine.states import PIN, REGISTERED, adopt_start, adopt_table, leave_table, rejoin_table
+from providers.machine.states import (
+    PIN,
+    REGISTERED,
+    adopt_start,
+    adopt_table,
+    join_start,
+    leave_table,
+    rejoin_table,
+)
 from providers.ssh.robot_install import ArtifactPins
 from providers.ssh.runner import SshTarget
 from providers.vendor import Box
@@ -360,9 +368,10 @@ class MachineProvider(_Stateless):
             extra["client"] = settings.vendor_client(spec.vendor)
         record = settings.claim_record(spec.api_server)
         progress = self._progress(record, spec)
-        table = adopt_table(spec.vendor)
+        network = bool(spec.private_network)
+        table = adopt_table(spec.vendor, network)
         resume = progress.phase == Phase.ADOPTING and progress.state in table
-        start = progress.state if resume else adopt_start(spec.vendor)
+        start = progress.state if resume else adopt_start(spec.vendor, network)
         run = self._machine_run(spec, props, **extra)
         if resume:
             run.log(
@@ -397,7 +406,9 @@ class MachineProvider(_Stateless):
         )
         run = self._machine_run(spec, news)
         run.log(f"{spec.resource_name}: {', '.join(changed)} changed: joining again")
-        done = Runner(rejoin_table(), run, record, progress, Phase.ADOPTING).start("JOINING")
+        network = bool(spec.private_network)
+        table = rejoin_table(spec.vendor, network)
+        done = Runner(table, run, record, progress, Phase.ADOPTING).start(join_start(spec.vendor, network))
         record.save(replace(done, phase=Phase.READY, state="READY"))
         outs.update(host_key_fingerprint=run.facts[PIN], node_registered=run.facts.get(REGISTERED) == "true")
         return dyn.UpdateResult(outs=outs)
@@ -420,7 +431,12 @@ class MachineProvider(_Stateless):
                 warning=True,
             )
             return dyn.ReadResult(id_="", outs={})
-        if spec.api_server and not kube.node_exists(settings.kube_api(), spec.node_name):
+        # A Mac whose agent registers no Node (the dev stack's) has none to find.
+        if (
+            spec.api_server
+            and spec.registers_node
+            and not kube.node_exists(settings.kube_api(), spec.node_name)
+        ):
             engine_link.progress(
                 f"{spec.resource_name}: Node {spec.node_name} is not registered",
                 spec.urn,
@@ -436,6 +452,10 @@ class MachineProvider(_Stateless):
         spec = parse_machine(props)
         if not spec.api_server:
             engine_link.progress(f"{spec.resource_name}: no cluster to leave", spec.urn)
+            return
+        if props.get("node_registered") is False and not spec.registers_node:
+            # A Mac whose agent registers no Node (the dev stack's): nothing of it is in the cluster.
+            engine_link.progress(f"{spec.resource_name}: registered no Node; no cluster to leave", spec.urn)
             return
         settings = self._config()
         record = settings.claim_record(spec.api_server)

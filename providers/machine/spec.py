@@ -47,7 +47,10 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "installimage": 2700,
     "reboot": 300,
     "wait_new_host_key": 1800,
+    "pn_attaching": 600,  # enabling Elastic Metal's Private Network option, then the attachment
+    "pn_vlan": 120,
     "joining": 300,  # the anchor's 5 min cap on the self-join
+    "mac_bootstrap": 300,  # the agent's download, launchd and pf: the self-join's cap
     "node_ready": 300,  # the kubelet's TLS bootstrap, registration and first Ready status
     "cordoning": 60,
     "draining": 600,
@@ -130,6 +133,12 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     ),
     "cluster_domain": InputRule(
         Change.REJOIN, "the kubelet's clusterDomain: pods' resolv.conf search it; the kubelet restarts"
+    ),
+    "private_network": InputRule(
+        Change.REJOIN, "Elastic Metal: the box is attached to the network and brings its VLAN up as pn0"
+    ),
+    "node_agent": InputRule(
+        Change.REJOIN, "Apple silicon: the bootstrap installs the pinned agent and restarts its launchd job"
     ),
     "ssh_user": InputRule(Change.RECORD, "the next SSH session logs in as it"),
     "ssh_port": InputRule(Change.RECORD, "the next SSH session dials it"),
@@ -301,6 +310,22 @@ class MachineSpec:
     # The Node's name when the state says so: an imported box that was already a node keeps the name it
     # registered with. A machine this program joined is <fleet>-<box id>.
     registered_name: str | None = None
+    # Elastic Metal: the Private Network the box is attached to and brings up as VLAN pn0.
+    private_network: str | None = None
+    # Apple silicon: the node agent's pin {url, sha256, registers_node}.
+    node_agent: Mapping[str, Any] | None = None
+
+    @property
+    def is_macos(self) -> bool:
+        return self.vendor is Vendor.APPLESILICON
+
+    @property
+    def registers_node(self) -> bool:
+        """Whether a Node comes of the join: every Linux box's kubelet registers one, a Mac's agent
+        unless its pin says it does not (the dev stack's simulated Macs)."""
+        if not self.is_macos:
+            return True
+        return bool((self.node_agent or {}).get("registers_node", True))
 
     @property
     def login(self) -> str:
@@ -350,6 +375,14 @@ def provider_id_for(vendor: Vendor, box_id: str, datacenter: str) -> str:
         return f"ovh://{datacenter.lower()}/{box_id}"
     if vendor is Vendor.DEDIBOX:
         return f"dedibox://{box_id}"  # box id is <zone>/<server id>
+    if vendor is Vendor.SCALEWAY_EM:
+        from providers.scaleway_em.models import provider_id as em_provider_id
+
+        return em_provider_id(box_id)  # scaleway://<zone>/<server id>
+    if vendor is Vendor.APPLESILICON:
+        from providers.applesilicon.models import provider_id as mac_provider_id
+
+        return mac_provider_id(box_id)  # applesilicon://<zone>/<server id>
     return f"hrobot://{box_id}"
 
 
@@ -485,6 +518,41 @@ def machine_input_problems(props: Mapping[str, Any]) -> Problems:
                 problems.append((f"taints[{i}]", "must be {key, value, effect} with a string key"))
             elif taint.get("effect") not in TAINT_EFFECTS:
                 problems.append((f"taints[{i}].effect", f"must be {', '.join(TAINT_EFFECTS)}"))
+    problems += _scaleway_problems(props)
+    return problems
+
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _scaleway_problems(props: Mapping[str, Any]) -> Problems:
+    """The Private Network (Elastic Metal only) and the node agent (Apple silicon, required)."""
+    problems: Problems = []
+    vendor = props.get("vendor")
+    network = props.get("private_network")
+    if network is not None and not unknown(network):
+        if vendor != Vendor.SCALEWAY_EM.value:
+            problems.append(
+                ("private_network", f"only scaleway_em boxes join a Private Network, not {vendor}")
+            )
+        elif not isinstance(network, str) or not _UUID.match(network):
+            problems.append(("private_network", f"{_short(network)} is not a Private Network id (a UUID)"))
+    agent = props.get("node_agent")
+    if unknown(agent):
+        return problems
+    if vendor == Vendor.APPLESILICON.value:
+        if not isinstance(agent, Mapping):
+            problems.append(("node_agent", "required on applesilicon: {url, sha256, registers_node}"))
+        else:
+            if not isinstance(agent.get("url"), str) or not re.match(r"^https?://\S+$", agent["url"]):
+                problems.append(("node_agent.url", f"{_short(agent.get('url'))} is not an http(s) URL"))
+            if not isinstance(agent.get("sha256"), str) or not _SHA256.match(agent["sha256"]):
+                problems.append(("node_agent.sha256", "must be 64 lowercase hex digits"))
+            if not isinstance(agent.get("registers_node", True), bool):
+                problems.append(("node_agent.registers_node", "must be true or false"))
+    elif agent is not None:
+        problems.append(("node_agent", f"only applesilicon boxes run the macOS node agent, not {vendor}"))
     return problems
 
 
@@ -549,6 +617,8 @@ def parse_machine(props: Mapping[str, Any]) -> MachineSpec:
         cluster_dns=props.get("cluster_dns"),
         cluster_domain=props.get("cluster_domain") or DEFAULT_CLUSTER_DOMAIN,
         registered_name=props.get("node_name") if isinstance(props.get("node_name"), str) else None,
+        private_network=props.get("private_network"),
+        node_agent=dict(props["node_agent"]) if isinstance(props.get("node_agent"), Mapping) else None,
     )
 
 

@@ -1,8 +1,10 @@
 """The flows of a machine as state tables, and the join and leave handlers.
 
-adopt   (AdoptedMachine create)   Robot: RESCUE_BOOT .. WAIT_NEW_HOST_KEY, then JOINING; others: JOINING;
-                                  then NODE_READY
-rejoin  (AdoptedMachine update)   JOINING, with the pinned host key, then NODE_READY
+adopt   (AdoptedMachine create)   Robot: RESCUE_BOOT .. WAIT_NEW_HOST_KEY, then JOINING; Elastic Metal
+                                  with a Private Network: PN_ATTACHING, PN_VLAN, then JOINING; Apple
+                                  silicon: MAC_BOOTSTRAP instead of JOINING (never the Linux
+                                  self-join); others: JOINING; then NODE_READY
+rejoin  (AdoptedMachine update)   the same without the Robot install, with the pinned host key
 leave   (AdoptedMachine delete)   CORDONING, DRAINING, DELETING_NODE, DELETING_LOCAL_PVCS (with a cluster)
 release (MachineClaim delete)     providers/machine/release.py
 
@@ -20,11 +22,19 @@ from providers.machine.release import release_table
 from providers.machine.robot_install import INSTALLED, install_rows
 from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
 from providers.machine.spec import MachineSpec, Vendor
+from providers.ssh.macos import (
+    MacBootstrapParams,
+    NodeAgentPin,
+    macos_bootstrap_secrets,
+    render_macos_bootstrap_script,
+)
+from providers.ssh.privnet import PrivateNetworkParams, pn_vlan_secrets, render_pn_vlan_script
 from providers.ssh.runner import run_script
 from providers.ssh.selfjoin import NodeTaint, SelfJoinParams, render_self_join_script, self_join_secrets
 
 PIN = "pin"  # the host key the join saw (and pinned), a fact of the record and the host_key_fingerprint
 REGISTERED = "node_registered"
+PN_VLAN = "pn_vlan"  # the 802.1Q tag of the box's Private Network attachment (Elastic Metal)
 
 
 def _spec(run: Run) -> MachineSpec:
@@ -78,12 +88,108 @@ def joining(run: Run) -> Result:
     return Complete({PIN: result.host_key_fingerprint, REGISTERED: "true" if registered else "false"})
 
 
+# --- Elastic Metal: the Private Network ------------------------------------------------------------------
+
+
+def pn_attaching(run: Run) -> Result:
+    """Attach the server to the fleet's Private Network (its Private Network option enabled first),
+    until Scaleway reports the attachment with its VLAN."""
+    spec, settings = _spec(run), run.get("settings")
+    attachment = settings.vendor_client(spec.vendor).attach_private_network(spec.box_id, spec.private_network)
+    if attachment.status == "error":
+        return Failed(
+            "PrivateNetworkError", f"the attachment of {run.box_label} to {spec.private_network} failed"
+        )
+    if not attachment.ready:
+        return Continue(run.timeout("poll_interval"), f"the Private Network attachment ({attachment.status})")
+    return Complete({PN_VLAN: str(attachment.vlan)})
+
+
+def pn_vlan(run: Run) -> Result:
+    """Bring the attachment's VLAN up on the box as pn0 (scripts/pn-vlan.sh), over SSH."""
+    spec, settings = _spec(run), run.get("settings")
+    vlan = run.facts.get(PN_VLAN, "")
+    if not vlan.isdigit():
+        return Failed("NoVlanRecorded", f"no Private Network VLAN of {run.box_label} is recorded")
+    target = run.get("target")
+    result = run_script(
+        target,
+        render_pn_vlan_script(PrivateNetworkParams(vlan=int(vlan))),
+        private_key=settings.fleet_private_key,
+        env_secrets=pn_vlan_secrets(sudo_password=settings.sudo_password if target.user != "root" else None),
+        expected_host_key=run.facts.get(PIN) or None,
+        handshake_timeout=spec.timeout("ssh_handshake"),
+        step_timeout=spec.timeout("pn_vlan"),
+        retries=1,
+        step="pn-vlan",
+    )
+    return Complete({PIN: result.host_key_fingerprint})
+
+
+# --- Apple silicon: the macOS bootstrap -------------------------------------------------------------------
+
+
+def mac_bootstrap(run: Run) -> Result:
+    """Run macos-bootstrap.sh on the Mac over SSH: the node agent under launchd, the pf guard of sshd.
+    The sudo password is the one Scaleway set at the Mac's last install, read from the API; when the
+    agent registers a Node, a one-hour bootstrap token is written first, as for a Linux join."""
+    spec, settings = _spec(run), run.get("settings")
+    login = settings.vendor_client(spec.vendor).login(spec.box_id)
+    run.secrets.append(login.sudo_password)
+    target = run.get("target")
+    if login.user != target.user:
+        return Failed(
+            "WrongLogin",
+            f"{run.box_label} logs in as {login.user!r}, not the fleet's ssh_user {target.user!r}",
+        )
+    agent = dict(spec.node_agent or {})
+    pin = NodeAgentPin(
+        url=str(agent.get("url")), sha256=str(agent.get("sha256")), registers_node=spec.registers_node
+    )
+    token: kube.BootstrapToken | None = None
+    ca_pem: str | None = None
+    registered = False
+    if spec.api_server and spec.registers_node:
+        kubeconfig = settings.secret("kubeconfig", why="the Mac's node agent joins a cluster")
+        token = kube.BootstrapToken.generate()
+        kube.create_bootstrap_token(settings.kube_api(), token, fleet=spec.fleet, node_name=spec.node_name)
+        ca_pem, registered = kube.cluster_ca_pem(kubeconfig), True
+    params = MacBootstrapParams(
+        node_name=spec.node_name,
+        node_ip=spec.public_ipv4,
+        provider_id=spec.provider_id,
+        labels=spec.node_labels(),
+        agent=pin,
+        ssh_port=spec.ssh_port,
+        taints=tuple(NodeTaint(**t) for t in spec.node_taints()),
+        api_server=spec.api_server if registered else None,
+        ca_bundle_pem=ca_pem,
+        cluster_dns=spec.cluster_dns,
+        cluster_domain=spec.cluster_domain,
+    )
+    result = run_script(
+        target,
+        render_macos_bootstrap_script(params),
+        private_key=settings.fleet_private_key,
+        env_secrets=macos_bootstrap_secrets(
+            sudo_password=login.sudo_password, bootstrap_token=token.value if token else None
+        ),
+        expected_host_key=run.facts.get(PIN) or None,
+        handshake_timeout=spec.timeout("ssh_handshake"),
+        step_timeout=spec.timeout("mac_bootstrap"),
+        retries=1,
+        step="macos-bootstrap",
+    )
+    return Complete({PIN: result.host_key_fingerprint, REGISTERED: "true" if registered else "false"})
+
+
 def node_ready(run: Run) -> Result:
     """With a cluster, the machine is ready when its Node is, as the anchor's is: the kubelet finished
     its TLS bootstrap, registered the Node with this box's providerID and reports Ready. Without one
-    (the dev stack rendering manifests) there is no Node to wait for."""
+    (the dev stack rendering manifests), or for a Mac whose agent registers none, there is no Node to
+    wait for."""
     spec, settings = _spec(run), run.get("settings")
-    if not spec.api_server:
+    if not spec.api_server or not spec.registers_node:
         return Complete()
     status = kube.node_status(settings.kube_api(), spec.node_name)
     poll = run.poll_delay("node")
@@ -129,29 +235,52 @@ def deleting_local_pvcs(run: Run) -> Result:
 # --- tables -----------------------------------------------------------------------------------------------
 
 
-def _join_rows() -> dict[str, Row]:
+def _join_rows(vendor: Vendor = Vendor.OVH, private_network: bool = False) -> dict[str, Row]:
     # Connection trouble is retried in place; a script that ran and failed is not (it prints why).
     # A Node that is not Ready within its budget fails the create naming what it waited for (a retried
     # create resumes the wait; the box's kubelet log says why).
-    return {
-        "JOINING": Row("JOINING", joining, "joining", "NODE_READY", "JOINING", FAILED, retries=3),
-        "NODE_READY": Row("NODE_READY", node_ready, "node_ready", DONE, "NODE_READY", FAILED, retries=3),
-    }
+    ready = Row("NODE_READY", node_ready, "node_ready", DONE, "NODE_READY", FAILED, retries=3)
+    if vendor is Vendor.APPLESILICON:
+        # A Mac never runs the Linux self-join.
+        return {
+            "MAC_BOOTSTRAP": Row(
+                "MAC_BOOTSTRAP", mac_bootstrap, "mac_bootstrap", "NODE_READY", "MAC_BOOTSTRAP", FAILED
+            ),
+            "NODE_READY": ready,
+        }
+    rows = {"JOINING": Row("JOINING", joining, "joining", "NODE_READY", "JOINING", FAILED, retries=3)}
+    if private_network:
+        # The network first: the node registers with its Private Network address already up.
+        rows = {
+            "PN_ATTACHING": Row(
+                "PN_ATTACHING", pn_attaching, "pn_attaching", "PN_VLAN", "PN_ATTACHING", FAILED
+            ),
+            "PN_VLAN": Row("PN_VLAN", pn_vlan, "pn_vlan", "JOINING", "PN_VLAN", FAILED),
+            **rows,
+        }
+    return {**rows, "NODE_READY": ready}
 
 
-def adopt_table(vendor: Vendor) -> dict[str, Row]:
-    rows = _join_rows()
+def join_start(vendor: Vendor, private_network: bool = False) -> str:
+    """The first state of the join (adopt after any install, and rejoin)."""
+    if vendor is Vendor.APPLESILICON:
+        return "MAC_BOOTSTRAP"
+    return "PN_ATTACHING" if private_network else "JOINING"
+
+
+def adopt_table(vendor: Vendor, private_network: bool = False) -> dict[str, Row]:
+    rows = _join_rows(vendor, private_network)
     if vendor is Vendor.ROBOT:
         rows.update(install_rows(then="JOINING"))
     return rows
 
 
-def adopt_start(vendor: Vendor) -> str:
-    return "RESCUE_BOOT" if vendor is Vendor.ROBOT else "JOINING"
+def adopt_start(vendor: Vendor, private_network: bool = False) -> str:
+    return "RESCUE_BOOT" if vendor is Vendor.ROBOT else join_start(vendor, private_network)
 
 
-def rejoin_table() -> dict[str, Row]:
-    return _join_rows()
+def rejoin_table(vendor: Vendor = Vendor.OVH, private_network: bool = False) -> dict[str, Row]:
+    return _join_rows(vendor, private_network)
 
 
 def leave_table() -> dict[str, Row]:
@@ -171,10 +300,22 @@ def table_rows() -> list[tuple[str, str, Row]]:
     """(flow, vendors, row) of every flow, in the order the rows run."""
     rows: list[tuple[str, str, Row]] = []
     joins = _join_rows()
+    em = _join_rows(Vendor.SCALEWAY_EM, private_network=True)
+    mac = _join_rows(Vendor.APPLESILICON)
     rows += [("adopt", "robot", r) for r in adopt_table(Vendor.ROBOT).values() if r.state not in joins]
-    rows += [("adopt, rejoin", "all", row) for row in joins.values()]
-    rows += [("leave", "all, with a cluster", r) for r in leave_table().values()]
-    for vendors, vendor in (("ovh, dedibox", Vendor.OVH), ("robot", Vendor.ROBOT)):
+    rows += [
+        ("adopt, rejoin", "scaleway_em with a private_network", r)
+        for r in em.values()
+        if r.state not in joins
+    ]
+    rows += [("adopt, rejoin", "linux (all but applesilicon)", joins["JOINING"])]
+    rows += [("adopt, rejoin", "applesilicon", mac["MAC_BOOTSTRAP"])]
+    rows += [("adopt, rejoin", "all", joins["NODE_READY"])]
+    rows += [("leave", "all, with a registered Node", r) for r in leave_table().values()]
+    for vendors, vendor in (
+        ("ovh, dedibox, scaleway_em, applesilicon", Vendor.OVH),
+        ("robot", Vendor.ROBOT),
+    ):
         table = release_table(vendor)
         order = ["RELEASE_MARKING", *(s for s in table if s not in ("RELEASE_MARKING", "RELEASE_CLEARING"))]
         rows += [("release", vendors, table[state]) for state in [*order, "RELEASE_CLEARING"]]

@@ -24,7 +24,7 @@ _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_PROVIDER_ID = re.compile(r"^(ovh|dedibox|hrobot|scaleway)://[A-Za-z0-9._/-]+$")
+_PROVIDER_ID = re.compile(r"^(ovh|dedibox|hrobot|scaleway|applesilicon)://[A-Za-z0-9._/-]+$")
 _MINOR = re.compile(r"^v1\.[0-9]{2}$")
 _API_SERVER = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
 _DOMAIN = re.compile(
@@ -75,6 +75,11 @@ class SelfJoinParams:
     containerd_source: Literal["apt", "preinstalled"] = "apt"
 
 
+def check_node_identity(params: SelfJoinParams) -> None:
+    """The checks every node's parameters pass, Linux or macOS (macos.py reuses them)."""
+    _check(params)
+
+
 def _check(params: SelfJoinParams) -> None:
     if not _NODE_NAME.match(params.node_name):
         raise SelfJoinInputError(f"node_name {params.node_name!r} is not a DNS subdomain")
@@ -84,7 +89,7 @@ def _check(params: SelfJoinParams) -> None:
         raise SelfJoinInputError(f"node_ip {params.node_ip!r} is not an IPv4 address") from None
     if not _PROVIDER_ID.match(params.provider_id):
         raise SelfJoinInputError(
-            f"provider_id {params.provider_id!r} is not <ovh|dedibox|hrobot|scaleway>://<path>"
+            f"provider_id {params.provider_id!r} is not <ovh|dedibox|hrobot|scaleway|applesilicon>://<path>"
         )
     if not params.labels:
         raise SelfJoinInputError("labels is empty: a node needs at least its pool label")

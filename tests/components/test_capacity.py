@@ -181,6 +181,7 @@ def test_capacity_outputs_shape_and_money_strings() -> None:
         "fleets": {
             "runners-linux": {
                 "hosts": 2,
+                "os": "linux",
                 "slots_per_host": 64,
                 "slots": 128,
                 "monthly_eur": "790.00",
@@ -188,6 +189,7 @@ def test_capacity_outputs_shape_and_money_strings() -> None:
             },
             "kura-eu": {
                 "hosts": 1,
+                "os": "linux",
                 "slots_per_host": 16,
                 "slots": 16,
                 "monthly_eur": None,
@@ -195,9 +197,21 @@ def test_capacity_outputs_shape_and_money_strings() -> None:
             },
         },
         "runner_pools": {
-            "linux": {"fleet": "runners-linux", "slots": 128, "min_warm_pool_floor": 0, "max_replicas": 120}
+            "linux": {
+                "fleet": "runners-linux",
+                "os": "linux",
+                "slots": 128,
+                "pods_per_host": 64,
+                "min_warm_pool_floor": 0,
+                "max_replicas": 120,
+            }
         },
-        "total": {"monthly_eur": "790.00", "setup_eur": "590.00", "runner_slots": 128},
+        "total": {
+            "monthly_eur": "790.00",
+            "setup_eur": "590.00",
+            "runner_slots": 128,
+            "runner_slots_by_os": {"linux": 128, "darwin": 0},
+        },
     }
 
 
@@ -205,7 +219,9 @@ def test_unset_floor_reports_the_crd_default_and_unset_max_reports_null() -> Non
     out = capacity_outputs(stack([robot_fleet()], [pool()]))
     assert out["runner_pools"]["linux"] == {
         "fleet": "runners-linux",
+        "os": "linux",
         "slots": 128,
+        "pods_per_host": 64,
         "min_warm_pool_floor": 1,
         "max_replicas": None,
     }
@@ -219,6 +235,87 @@ def test_cooldown_defaults_to_300_and_keeps_an_explicit_zero() -> None:
 def test_runner_slots_count_a_shared_fleet_once() -> None:
     out = capacity_outputs(stack([robot_fleet()], [pool("a"), pool("b")]))
     assert out["total"]["runner_slots"] == 128
+
+
+# --- macOS on Apple silicon ----------------------------------------------------------------
+
+M2_L = Hardware(offer="M2-L", threads=12, memory_gib=32)
+M4_PRO = Hardware(offer="M4-PRO", threads=14, memory_gib=64)
+
+
+def mac_fleet(hardware: Hardware = M2_L, size: int = 3) -> Fleet:
+    return Fleet(
+        name="runners-macos",
+        vendor=Vendor.APPLESILICON,
+        marker="tuist-macos-production",
+        size=size,
+        node_pool="runners-macos",
+        hardware=hardware,
+        pricing=Pricing(monthly_eur=Decimal("149.99")),
+    )
+
+
+def mac_pool(**fields: Any) -> RunnerPool:
+    return RunnerPool(
+        name="macos",
+        os=RunnerOS.DARWIN,
+        fleet="runners-macos",
+        dispatch_label="tuist-macos",
+        image="ghcr.io/tuist/macos-runner@sha256:" + "d" * 64,
+        **fields,
+    )
+
+
+def test_a_darwin_pool_defaults_to_the_crds_macos_runner_size() -> None:
+    assert (mac_pool().pod_cpu_milli, mac_pool().pod_memory_mb) == (8000, 14336)
+    assert mac_pool(pod_cpu_milli=4000).pod_cpu_milli == 4000
+
+
+@pytest.mark.parametrize(
+    ("hardware", "pod", "per_host"),
+    [
+        # 12 threads hold one 8-core VM; no Tart overhead is charged (no RuntimeClass).
+        (M2_L, {}, 1),
+        # Room for three 4-core / 8 GB VMs, but Apple's licence stops at two per Mac.
+        (M4_PRO, {"pod_cpu_milli": 4000, "pod_memory_mb": 8192}, 2),
+        # Memory binds first: 32 GiB less eviction holds one 16 GiB VM... and a bit.
+        (M2_L, {"pod_cpu_milli": 2000, "pod_memory_mb": 20000}, 1),
+    ],
+)
+def test_a_mac_holds_what_fits_and_never_more_than_two_macos_vms(
+    hardware: Hardware, pod: dict[str, int], per_host: int
+) -> None:
+    assert pods_per_host(hardware, mac_pool(**pod)) == per_host
+
+
+def test_a_mac_fleet_reports_its_own_slots_pods_and_cost() -> None:
+    cfg = stack([robot_fleet(), mac_fleet()], [pool(), mac_pool(autoscaling=Autoscaling(max_replicas=3))])
+    out = capacity_outputs(cfg)
+    assert out["fleets"]["runners-macos"] == {
+        "hosts": 3,
+        "os": "darwin",
+        "slots_per_host": 1,
+        "slots": 3,
+        "monthly_eur": "449.97",
+        "setup_eur": "0.00",
+    }
+    assert out["runner_pools"]["macos"] == {
+        "fleet": "runners-macos",
+        "os": "darwin",
+        "slots": 3,
+        "pods_per_host": 1,
+        "min_warm_pool_floor": 1,
+        "max_replicas": 3,
+    }
+    assert out["total"]["runner_slots_by_os"] == {"linux": 128, "darwin": 3}
+    assert out["total"]["runner_slots"] == 131
+    assert out["total"]["monthly_eur"] == "1239.97"
+    assert capacity_problems(cfg) == []
+    over = stack([mac_fleet()], [mac_pool(autoscaling=Autoscaling(max_replicas=4))])
+    assert capacity_problems(over) == [
+        "runner_pools[0].autoscaling.max_replicas: 4 exceeds the 3 pods of fleet 'runners-macos' "
+        "(3 x M2-L, 1 slots each; 1 of this pool's pods of 8000m / 14336Mi with overhead fit a host)"
+    ]
 
 
 # --- seed 003's numbers from the real stack files -------------------------------------------
@@ -250,6 +347,7 @@ def test_staging_runs_one_ax42_u_with_16_slots_at_57_a_month() -> None:
     out = capacity_outputs(cfg)
     assert out["fleets"][runner_fleet(cfg)] == {
         "hosts": 1,
+        "os": "linux",
         "slots_per_host": 16,
         "slots": 16,
         "monthly_eur": "57.00",
@@ -262,6 +360,7 @@ def test_canary_runs_one_ax42_u_with_floor_2_and_max_14() -> None:
     out = capacity_outputs(cfg)
     assert out["fleets"][runner_fleet(cfg)] == {
         "hosts": 1,
+        "os": "linux",
         "slots_per_host": 16,
         "slots": 16,
         "monthly_eur": "57.00",
@@ -276,6 +375,7 @@ def test_production_runs_two_ax162_r_with_128_slots_floor_30_and_max_120() -> No
     out = capacity_outputs(cfg)
     assert out["fleets"][runner_fleet(cfg)] == {
         "hosts": 2,
+        "os": "linux",
         "slots_per_host": 64,
         "slots": 128,
         "monthly_eur": "790.00",

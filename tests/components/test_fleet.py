@@ -10,7 +10,18 @@ import pulumi
 import pytest
 
 from components.fleet import BareMetalFleet, BareMetalFleetArgs, claim_props
-from config.models import Cluster, Environment, Fleet, Hardware, InstallArtifacts, Taint, TaintEffect, Vendor
+from config.models import (
+    Cluster,
+    Environment,
+    Fleet,
+    Hardware,
+    InstallArtifacts,
+    NodeAgent,
+    PrivateNetwork,
+    Taint,
+    TaintEffect,
+    Vendor,
+)
 from providers.machine.spec import claim_input_problems, machine_input_problems
 
 CLAIM = "pulumi-python:dynamic/machine:MachineClaim"
@@ -175,6 +186,40 @@ def test_robot_claims_and_machines_carry_the_install_pins() -> None:
     assert recorder.inputs[LABELS]["runners-0-labels"]["taints"] == [
         {"key": "tuist.dev/runner-tier", "value": "bare-metal", "effect": "NoSchedule"}
     ]
+
+
+def test_elastic_metal_machines_carry_the_private_network_and_macs_their_node_agent() -> None:
+    em = fleet(
+        name="kura-scw",
+        vendor=Vendor.SCALEWAY_EM,
+        marker="tuist-kura-scw-staging",
+        node_pool="kura-scw-fr-par",
+        datacenter="fr-par",
+        private_network=PrivateNetwork(id="9e700000-0000-4000-8000-000000000001"),
+    )
+    recorder, _, _ = build(BareMetalFleetArgs(fleet=em, environment=Environment.STAGING, cluster=CLUSTER))
+    machine = recorder.inputs[MACHINE]["kura-scw-0"]
+    assert (machine["private_network"], machine.get("node_agent")) == (
+        "9e700000-0000-4000-8000-000000000001",
+        None,
+    )
+    agent = NodeAgent(url="https://releases.example/tart-kubelet", sha256="a" * 64)
+    mac = fleet(
+        name="runners-macos",
+        vendor=Vendor.APPLESILICON,
+        marker="tuist-macos-staging",
+        node_pool="runners-macos",
+        labels={},
+        taints=[],
+        datacenter=None,
+        node_agent=agent,
+    )
+    recorder, _, _ = build(BareMetalFleetArgs(fleet=mac, environment=Environment.STAGING, cluster=CLUSTER))
+    machine = recorder.inputs[MACHINE]["runners-macos-0"]
+    claim = recorder.inputs[CLAIM]["runners-macos-0-claim"]
+    assert machine["node_agent"] == {"url": agent.url, "sha256": "a" * 64, "registers_node": True}
+    # A Mac's fleet defaults: reinstalled with the newest Tahoe, logged into as Scaleway's m1.
+    assert (claim["os"], claim["ssh_user"], machine["ssh_user"]) == ("macos-tahoe", "m1", "m1")
 
 
 def test_a_parked_fleet_adopts_nothing() -> None:

@@ -181,27 +181,69 @@ def test_region_with_the_wrong_fleet_is_refused(
 def test_every_region_object_is_schema_valid(
     region: Region, fleet: Fleet, failover_ip: FailoverIP, kura: Kura, cluster: Cluster, mode: GatewayMode
 ) -> None:
-    recorded = render(
-        region_args(region.model_copy(update={"gateway": mode}), fleet, failover_ip, kura, cluster)
-    )
+    node_port = mode is GatewayMode.NODE_PORT
+    # A node_port region is private (config requires it): its clients come from client_cidrs.
+    update: dict[str, object] = {"gateway": mode}
+    if node_port:
+        update.update(private=True, client_cidrs=["172.16.0.0/22"])
+    recorded = render(region_args(region.model_copy(update=update), fleet, failover_ip, kura, cluster))
     kinds = sorted({m["kind"] for m in recorded.manifests})
-    assert kinds == [
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "ConfigMap",
-        "DNSEndpoint",
-        "DaemonSet",
-        "Deployment",
-        "IngressClass",
-        "PersistentVolume",
-        "Role",
-        "RoleBinding",
-        "Secret",
-        "Service",
-        "ServiceAccount",
-    ]
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "Deployment",
+            "IngressClass",
+            "PersistentVolume",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+            # A private region publishes no DNS record; it admits its client networks only.
+            *(["NetworkPolicy"] if node_port else ["DNSEndpoint"]),
+        ]
+    )
     for manifest in recorded.manifests:
         validate_manifest(manifest)
+
+
+def test_a_node_port_region_admits_its_client_networks_only_and_publishes_no_record(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    private = region.model_copy(
+        update={
+            "gateway": GatewayMode.NODE_PORT,
+            "private": True,
+            "client_cidrs": ["172.16.0.0/22"],
+            "failover_ip": None,
+        }
+    )
+    recorded = render(region_args(private, fleet, None, kura, cluster))
+    (service,) = [
+        m
+        for m in recorded.manifests
+        if m["kind"] == "Service" and m["metadata"]["name"].startswith("kura-gateway")
+    ]
+    assert (service["spec"]["type"], service["spec"]["externalTrafficPolicy"]) == ("NodePort", "Local")
+    (policy,) = [m for m in recorded.manifests if m["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    assert policy["spec"]["ingress"] == [
+        {
+            "from": [{"ipBlock": {"cidr": "172.16.0.0/22"}}],
+            "ports": [{"port": "http", "protocol": "TCP"}, {"port": "https", "protocol": "TCP"}],
+        }
+    ]
+    assert not [m for m in recorded.manifests if m["kind"] == "DNSEndpoint"]
+    (deployment,) = [
+        m
+        for m in recorded.manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"].startswith("kura-gateway")
+    ]
+    assert not deployment["spec"]["template"]["spec"].get("hostNetwork")
 
 
 def test_component_tree(

@@ -148,7 +148,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     inventory_file.write_text(yaml.safe_dump(inventory, sort_keys=False))
     stack_file = project / "Pulumi.dev.yaml"
     stack_text = stack_file.read_text()
-    assert stack_text.count("      ssh_port: 2222\n") == 3, "Pulumi.dev.yaml: expected 3 fleets on port 2222"
+    assert stack_text.count("      ssh_port: 2222\n") == 5, "Pulumi.dev.yaml: expected 5 fleets on port 2222"
     stack_text = stack_text.replace("      ssh_port: 2222\n", f"      ssh_port: {ssh_port}\n")
     stack_file.write_text(stack_text.replace("127.0.0.1:8710", f"127.0.0.1:{port}"))
 

@@ -1,7 +1,10 @@
 """The dev stack's whole life through the real engine on a real control plane (issue 10 point 7).
 
-`pulumi up -s dev` adopts nine boxes from vendorsim; each box's own kubelet TLS-bootstraps and
-registers its Node; every object is applied and awaited by the Kubernetes provider (no skipAwait).
+`pulumi up -s dev` adopts eleven boxes from vendorsim: three per OVH, Dedibox and Robot fleet, one
+Elastic Metal box (on its Private Network as pn0) and one Mac mini (bootstrapped the macOS way; its
+simulated launchd runs no agent, so it registers no Node: docs/machines.md). Each Linux box's own
+kubelet TLS-bootstraps and registers its Node; every object is applied and awaited by the Kubernetes
+provider (no skipAwait).
 Then, one step per test, on the one deployed stack of the session (the module fixture): every Node
 is Ready with its providerID, every workload is Ready and every Service has its endpoints, the
 outputs are read through a StackReference and a second preview changes nothing, a region's failover
@@ -31,18 +34,33 @@ from tests.support.cluster import KubeCluster, unready_marker, wait_until
 
 # vendorsim/inventory.dev.yaml: the three dev-marked boxes per vendor the dev fleets adopt, and the
 # decoys (claimed by another stack, staging, production, unmarked) nothing may ever write to.
+EM = "em-e1000000-0000-4000-8000-00000000000{}"
+MAC = "mac-a5000000-0000-4000-8000-00000000000{}"
 DEV_BOXES = {
     "ovh": ("ovh-ns1001.ip-203-0-113.net", "ovh-ns1002.ip-203-0-113.net", "ovh-ns1003.ip-203-0-113.net"),
     "dedibox": ("dedibox-200101", "dedibox-200102", "dedibox-200103"),
     "robot": ("robot-2345601", "robot-2345602", "robot-2345603"),
+    "scaleway_em": (EM.format(1),),
+    "applesilicon": (MAC.format(1),),
 }
 DECOYS = (
     *(f"ovh-ns100{n}.ip-203-0-113.net" for n in (4, 5, 6, 7)),
     *(f"dedibox-20010{n}" for n in (4, 5, 6, 7)),
     *(f"robot-234560{n}" for n in (4, 5, 6, 7)),
+    *(EM.format(n) for n in (4, 5, 6, 7)),
+    *(MAC.format(n) for n in (4, 5, 6, 7)),
 )
 # What each box's /proc shows the kubelet (the dev inventory's offers): threads, memory.
-HARDWARE = {"ovh": ("12", "32Gi"), "dedibox": ("8", "16Gi"), "robot": ("16", "64Gi")}
+HARDWARE = {
+    "ovh": ("12", "32Gi"),
+    "dedibox": ("8", "16Gi"),
+    "robot": ("16", "64Gi"),
+    "scaleway_em": ("12", "64Gi"),
+}
+# vendorsim's box key prefix per vendor (vendorsim/scaleway_em.py, applesilicon.py).
+BOX_PREFIX = {"scaleway_em": "em", "applesilicon": "mac"}
+# The private Elastic Metal region: served on a node port, to its client networks only.
+PRIVATE_REGION = "scw-fr-par-runners"
 # A write whose path is one of these starts a reinstall of its box.
 REINSTALL = re.compile(r"/reinstall$|/install$|/boot/\d+/rescue$")
 NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
@@ -61,6 +79,8 @@ def _marker_fields(state: dict[str, Any]) -> dict[str, str]:
     fields = {s["box"]: s["displayName"] for s in state["ovh"]["servers"]}
     fields.update({s["box"]: " ".join(s.get("tags") or []) for s in state["dedibox"]["servers"]})
     fields.update({s["box"]: s["server_name"] for s in state["robot"]["servers"]})
+    fields.update({s["box"]: " ".join(s.get("tags") or []) for s in state["scaleway_em"]["servers"]})
+    fields.update({s["box"]: s["name"] for s in state["applesilicon"]["servers"]})
     return fields
 
 
@@ -71,7 +91,8 @@ def _secret_values(engine: Engine) -> list[str]:
 
 def box_key(machine: dict[str, Any]) -> str:
     """vendorsim's key of a machine's box (its disk is <state>/boxes/<key>)."""
-    return f"{machine['vendor']}-{machine['box_id'].rsplit('/', 1)[-1]}"
+    prefix = BOX_PREFIX.get(machine["vendor"], machine["vendor"])
+    return f"{prefix}-{machine['box_id'].rsplit('/', 1)[-1]}"
 
 
 CONSUMER = """\
@@ -146,21 +167,47 @@ def test_the_first_preview_plans_every_slot_and_the_up_makes_them(deployed: Depl
         deployed.first_preview,
     )
     slots = [f"{fleet}-{i}" for fleet in ("kura-ovh", "kura-dedibox", "runners-linux") for i in range(3)]
+    slots += ["kura-scw-0", "runners-macos-0"]
     assert sorted(planned) == sorted(slots), deployed.first_preview
     assert not re.search(r"^\s*[~+-]{1,2} \d+ to (update|replace|delete)", deployed.first_preview, re.M)
     outputs = deployed.outputs
-    assert len(deployed.machines) == 9, deployed.machines
+    assert len(deployed.machines) == 11, deployed.machines
     adopted = {box_key(m) for m in deployed.machines}
     assert adopted == {box for boxes in DEV_BOXES.values() for box in boxes}, adopted
     assert (outputs["outputs_version"], outputs["environment"]) == (1, "dev")
-    assert set(outputs["regions"]) == {"eu-central", "ca-east"}
+    assert set(outputs["regions"]) == {"eu-central", "ca-east", PRIVATE_REGION}
     assert outputs["regions"]["eu-central"]["node_pool"] == "kura-dedibox"
+    private = outputs["regions"][PRIVATE_REGION]
+    assert (private["node_pool"], private["gateway_mode"], private["private"]) == (
+        "kura-scw-fr-par",
+        "node_port",
+        True,
+    )
+    assert PRIVATE_REGION not in outputs["available_regions"]
+    # The Mac fleet's own sizing: one M2-L holds one macOS VM of the standard macOS runner.
+    capacity = outputs["capacity"]
+    assert capacity["fleets"]["runners-macos"]["os"] == "darwin"
+    assert capacity["runner_pools"]["macos"]["pods_per_host"] == 1
+    assert capacity["total"]["runner_slots_by_os"] == {"linux": 48, "darwin": 1}
+    (em,) = outputs["fleets"]["kura-scw"]["machines"]
+    (mac,) = outputs["fleets"]["runners-macos"]["machines"]
+    assert em["provider_id"] == "scaleway://" + em["box_id"]
+    assert mac["provider_id"] == "applesilicon://" + mac["box_id"]
 
 
 def test_every_machine_is_a_ready_node_of_its_box(deployed: Deployed) -> None:
     core = deployed.cluster.core
     nodes = {n.metadata.name: n for n in core.list_node().items}
     for machine in deployed.machines:
+        if machine["vendor"] == "applesilicon":
+            # The simulated Mac's launchd keeps the agent's job without running it: no Node, as the
+            # dev stack says (node_agent.registers_node: false). The bootstrap itself is on its disk.
+            assert machine["node_name"] not in nodes, machine["name"]
+            assert deployed.engine.sim_state is not None
+            disk = deployed.engine.sim_state / "boxes" / box_key(machine) / "system" / "root"
+            assert (disk / "Library/LaunchDaemons/dev.tuist.node-agent.plist").exists()
+            assert (disk / "var/lib/sim/pf/anchors/com.apple%tuist.sshguard.rules").exists()
+            continue
         node = nodes.get(machine["node_name"])
         assert node is not None, f"{machine['name']}: no Node {machine['node_name']}"
         ready = {c.type: c.status for c in node.status.conditions}["Ready"]
@@ -199,13 +246,25 @@ def test_every_workload_is_ready_and_every_gateway_service_has_its_boxes(deploye
     assert sorted(ds.metadata.name for ds in daemon_sets) == [
         "kura-peer-demux-ca-east",
         "kura-peer-demux-eu-central",
+        f"kura-peer-demux-{PRIVATE_REGION}",
     ]
     for ds in daemon_sets:
-        assert ds.status.desired_number_scheduled == 3 == ds.status.number_ready, ds.metadata.name
+        boxes = 1 if ds.metadata.name.endswith(PRIVATE_REGION) else 3
+        assert ds.status.desired_number_scheduled == boxes == ds.status.number_ready, ds.metadata.name
     # The host-network gateways answer on their boxes' addresses: the Service's endpoints are exactly
     # the region's boxes (the apiserver takes them: they are not loopback addresses).
     discovery = k8s.DiscoveryV1Api(deployed.cluster.api)
     for region in deployed.outputs["regions"].values():
+        if region["private"]:
+            # A node_port gateway: a NodePort Service whose endpoint is its pod, and a NetworkPolicy
+            # admitting the runners' Private Network only.
+            service = deployed.cluster.core.read_namespaced_service(f"kura-gateway-{region['id']}", KURA)
+            assert service.spec.type == "NodePort" and all(p.node_port for p in service.spec.ports)
+            policy = k8s.NetworkingV1Api(deployed.cluster.api).read_namespaced_network_policy(
+                f"kura-gateway-{region['id']}-clients", KURA
+            )
+            assert [b.ip_block.cidr for r in policy.spec.ingress for b in r._from] == ["172.16.0.0/22"]
+            continue
         fleet = region["node_pool"]
         boxes = {m["public_ipv4"] for m in deployed.outputs["fleets"][fleet]["machines"]}
         slices = discovery.list_namespaced_endpoint_slice(
@@ -238,7 +297,12 @@ def test_the_outputs_are_read_through_a_stack_reference_and_a_second_preview_cha
     deployed: Deployed,
 ) -> None:
     consumed = _read_through_stack_reference(deployed.engine)
-    assert consumed["regions"] == deployed.outputs["regions"]
+    # A StackReference hands a consumer the outputs without their null values (the private region's
+    # failover_ip and failover_routed_to): a consumer reads them with .get().
+    assert consumed["regions"] == {
+        rid: {k: v for k, v in region.items() if v is not None}
+        for rid, region in deployed.outputs["regions"].items()
+    }
     assert consumed["runner_slots"] == deployed.outputs["capacity"]["total"]["runner_slots"]
     preview = deployed.engine.run("preview", "-s", "dev", "--expect-no-changes", "--diff")
     assert re.search(r"^\s+\d+ unchanged$", preview.stdout, re.M), preview.stdout[-3000:]
@@ -418,6 +482,12 @@ def test_destroy_drains_and_deletes_every_node_and_returns_every_box(deployed: D
     assert not touched, f"writes to decoy boxes: {touched}"
     never = [(e["method"], e["path"]) for e in audit if NEVER.search(e["path"])]
     assert not never, f"cancel/terminate routes called: {never}"
+    # Elastic Metal and Macs are released by reinstall, never deleted (a Mac's 24 hours or not).
+    deleted = [e["path"] for e in audit if e["method"] == "DELETE" and "/servers/" in e["path"]]
+    assert not deleted, f"server delete routes called: {deleted}"
+    # The Elastic Metal box was attached to the runners' Private Network before it joined.
+    em_writes = [(e["method"], e["path"]) for e in audit if e["box"] == EM.format(1)]
+    assert any(p.endswith("/private-networks") for _, p in em_writes), em_writes
 
 
 def _crd_exists(cluster: KubeCluster) -> bool:

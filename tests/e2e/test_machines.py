@@ -33,6 +33,12 @@ def write_stack(
     dev-stack lifecycle on a cluster is test_dev_stack.py's."""
     dev = yaml.safe_load((engine.project / "Pulumi.dev.yaml").read_text())
     dev["config"] = render_only(dev["config"])
+    # The fleets a test does not size (Elastic Metal, the Macs) are left out, with what runs on them:
+    # test_dev_stack.py adopts and releases them; here they would only add time.
+    config = dev["config"]
+    config["tuist-infra:fleets"] = [f for f in config["tuist-infra:fleets"] if f["name"] in sizes]
+    for key in ("tuist-infra:regions", "tuist-infra:runner_pools"):
+        config[key] = [item for item in config[key] if item["fleet"] in sizes]
     for fleet in dev["config"]["tuist-infra:fleets"]:
         fleet["size"] = sizes[fleet["name"]]
         if labels and fleet["name"] == "kura-ovh":

@@ -169,6 +169,27 @@ def test_the_bare_metal_gateway_passes() -> None:
     assert not check_resource(mandatory.gateway_no_proxy_protocol, CONFIG_MAP, config)
 
 
+def test_a_private_regions_node_port_gateway_passes_and_only_it() -> None:
+    from components.gateway import DATA_PLANE_LABEL, NODE_PORT_DATA_PLANE
+
+    assert (DATA_PLANE_LABEL, NODE_PORT_DATA_PLANE) == (
+        mandatory.DATA_PLANE_LABEL,
+        mandatory.NODE_PORT_DATA_PLANE,
+    )
+    args = ["/nginx-ingress-controller", "--publish-service=kura/kura-gateway-scw-fr-par-runners"]
+    container = {
+        "name": "controller",
+        "image": "registry.k8s.io/ingress-nginx/controller:v1.11.3",
+        "args": args,
+    }
+    spec = {"containers": [container]}
+    labels = {DATA_PLANE_LABEL: NODE_PORT_DATA_PLANE}
+    node_port = deployment("kura-gateway-scw-fr-par-runners", spec, labels)
+    assert not check_resource(mandatory.gateway_no_proxy_protocol, DEPLOYMENT, node_port)
+    public = deployment("kura-gateway-scw-fr-par-runners", spec)
+    assert check_resource(mandatory.gateway_no_proxy_protocol, DEPLOYMENT, public)
+
+
 def test_proxy_protocol_on_is_refused() -> None:
     config = {"metadata": {"name": "kura-gateway-eu-central"}, "data": {"use-proxy-protocol": "true"}}
     found = check_resource(mandatory.gateway_no_proxy_protocol, CONFIG_MAP, config)

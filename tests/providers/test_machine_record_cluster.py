@@ -57,6 +57,23 @@ def test_one_holder_per_box_and_the_holder_resumes(record: KubeClaimRecord) -> N
     assert found is not None and found.box_id == "fr-par-2/200101"
 
 
+def test_elastic_metal_and_mac_boxes_are_recorded_under_names_the_apiserver_takes(
+    record: KubeClaimRecord,
+) -> None:
+    em = record.acquire(
+        Progress(
+            "scaleway_em", "fr-par-2/e1000000-0000-4000-8000-000000000001", "kura-scw", A, state="CLAIMED"
+        )
+    )
+    mac = record.acquire(
+        Progress("applesilicon", "fr-par-3/a5000000-0000-4000-8000-000000000001", "runners-macos", A)
+    )
+    assert em.name == "scaleway-em-fr-par-2-e1000000-0000-4000-8000-000000000001"
+    assert mac.name == "applesilicon-fr-par-3-a5000000-0000-4000-8000-000000000001"
+    assert record.held("scaleway_em") == {"fr-par-2/e1000000-0000-4000-8000-000000000001": A}
+    assert record.held("applesilicon") == {"fr-par-3/a5000000-0000-4000-8000-000000000001": A}
+
+
 def test_status_moves_by_compare_and_set_and_the_spec_never_changes(
     record: KubeClaimRecord, crd: KubeCluster
 ) -> None:
@@ -268,8 +285,10 @@ def test_the_providers_do_their_whole_job_with_exactly_the_roles_the_program_def
     user = f"system:serviceaccount:{namespace}:deployer"
     wait_until(
         "the authorizer to see the bindings",
-        lambda: can(crd, user, "list", "machineclaims", group=CLAIM_GROUP)
-        and can(crd, user, "create", "secrets", namespace="kube-system"),
+        lambda: (
+            can(crd, user, "list", "machineclaims", group=CLAIM_GROUP)
+            and can(crd, user, "create", "secrets", namespace="kube-system")
+        ),
     )
     kubeconfig = service_account_kubeconfig(crd, namespace, "deployer")
     try:

@@ -69,6 +69,16 @@ MACHINE_TABLE: dict[str, tuple[str, Any, str]] = {
     "api_server": ("rejoin", "https://cp.dev.invalid:6443", "the kubelet's bootstrap kubeconfig"),
     "cluster_dns": ("rejoin", "10.96.0.53", "the kubelet hands pods another nameserver"),
     "cluster_domain": ("rejoin", "cluster.example", "the kubelet hands pods other search domains"),
+    "private_network": (
+        "rejoin",
+        "9e700000-0000-4000-8000-000000000001",
+        "Elastic Metal: the box is attached and brings pn0 up again",
+    ),
+    "node_agent": (
+        "rejoin",
+        {"url": "https://example.invalid/tart-kubelet", "sha256": "1" * 64, "registers_node": True},
+        "Apple silicon: the agent is installed again and its launchd job restarted",
+    ),
     "ssh_user": ("update", "debian", "the next SSH session logs in as it"),
     "ssh_port": ("update", 2200, "the next SSH session dials it"),
     "timeouts": ("update", {"draining": 10}, "leaving the cluster's budgets"),
@@ -118,9 +128,7 @@ def test_the_tables_name_every_input_the_code_compares() -> None:
     assert set(fleet_claim_props(args, project="p", stack="s", slot="x")) | {"urn"} <= set(CLAIM_INPUTS)
     from_claim = {"box_id", "box_name", "datacenter", "public_ipv4", "provider_id", "claim_token", "urn"}
     extra = {"resource_name", "timeouts"}  # the resource's own name; budgets (tests shorten them)
-    assert set(fleet_machine_props(args, project="p", stack="s")) | from_claim | extra == set(
-        MACHINE_INPUTS
-    )
+    assert set(fleet_machine_props(args, project="p", stack="s")) | from_claim | extra == set(MACHINE_INPUTS)
 
 
 @pytest.mark.parametrize("key", list(CLAIM_TABLE))
@@ -247,6 +255,11 @@ def test_node_names_provider_ids_and_resource_ids() -> None:
     assert provider_id_for(Vendor.OVH, "ns1", "BHS6") == "ovh://bhs6/ns1"
     assert provider_id_for(Vendor.DEDIBOX, "fr-par-2/200101", "DC5") == "dedibox://fr-par-2/200101"
     assert provider_id_for(Vendor.ROBOT, "2345601", "FSN1") == "hrobot://2345601"
+    em = "fr-par-2/e1000000-0000-4000-8000-000000000001"
+    mac = "fr-par-3/a5000000-0000-4000-8000-000000000001"
+    assert provider_id_for(Vendor.SCALEWAY_EM, em, "fr-par-2") == f"scaleway://{em}"
+    assert provider_id_for(Vendor.APPLESILICON, mac, "fr-par-3") == f"applesilicon://{mac}"
+    assert parse_resource_id(f"applesilicon:{mac}") == (Vendor.APPLESILICON, mac)
     assert parse_resource_id("dedibox:fr-par-2/200101") == (Vendor.DEDIBOX, "fr-par-2/200101")
     with pytest.raises(Exception, match="is not <vendor>:<box id>"):
         parse_resource_id("hetzner:1")
@@ -276,3 +289,43 @@ def test_docs_print_the_tables_the_code_uses() -> None:
     for table in (CLAIM_INPUTS, MACHINE_INPUTS, NODE_LABELS_INPUTS):
         assert diff_table_markdown(table) in text
     assert markdown_table() in text
+
+
+# --- Elastic Metal and Apple silicon inputs ----------------------------------------------------------------
+
+AGENT = {"url": "https://releases.example/tart-kubelet", "sha256": "a" * 64, "registers_node": True}
+
+
+def test_a_mac_machine_needs_its_node_agent_and_a_linux_one_may_not_have_one() -> None:
+    mac = {**joined(), "vendor": "applesilicon", "node_agent": None}
+    assert (
+        "node_agent",
+        "required on applesilicon: {url, sha256, registers_node}",
+    ) in machine_input_problems(mac)
+    bad = {**mac, "node_agent": {**AGENT, "sha256": "x", "url": "ftp://x", "registers_node": "yes"}}
+    assert [p for p in machine_input_problems(bad) if p[0].startswith("node_agent")] == [
+        ("node_agent.url", "'ftp://x' is not an http(s) URL"),
+        ("node_agent.sha256", "must be 64 lowercase hex digits"),
+        ("node_agent.registers_node", "must be true or false"),
+    ]
+    assert (
+        "node_agent",
+        "only applesilicon boxes run the macOS node agent, not ovh",
+    ) in machine_input_problems({**joined(), "node_agent": AGENT})
+    spec = parse_machine({**mac, "node_agent": {**AGENT, "registers_node": False}})
+    assert (spec.is_macos, spec.registers_node) == (True, False)
+    assert parse_machine(joined()).registers_node is True  # every Linux kubelet registers its Node
+
+
+def test_a_private_network_is_an_elastic_metal_uuid() -> None:
+    em = {**joined(), "vendor": "scaleway_em"}
+    assert parse_machine(
+        {**em, "private_network": "9e700000-0000-4000-8000-000000000001"}
+    ).private_network == ("9e700000-0000-4000-8000-000000000001")
+    assert ("private_network", "'pn0' is not a Private Network id (a UUID)") in machine_input_problems(
+        {**em, "private_network": "pn0"}
+    )
+    assert (
+        "private_network",
+        "only scaleway_em boxes join a Private Network, not ovh",
+    ) in machine_input_problems({**joined(), "private_network": "9e700000-0000-4000-8000-000000000001"})

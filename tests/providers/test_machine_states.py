@@ -330,7 +330,10 @@ def test_classify_maps_vendor_trouble() -> None:
 TABLES = {
     "adopt robot": adopt_table(Vendor.ROBOT),
     "adopt ovh": adopt_table(Vendor.OVH),
+    "adopt scaleway_em on a private network": adopt_table(Vendor.SCALEWAY_EM, private_network=True),
+    "adopt applesilicon": adopt_table(Vendor.APPLESILICON),
     "rejoin": rejoin_table(),
+    "rejoin applesilicon": rejoin_table(Vendor.APPLESILICON),
     "leave": leave_table(),
     "release ovh": release_table(Vendor.OVH),
     "release robot": release_table(Vendor.ROBOT),
@@ -664,3 +667,166 @@ def test_where_a_release_resumes() -> None:
     # A record without a ticket (written before tickets were recorded): find the running install again.
     assert resume_state(table, True, "RELEASE_WAIT_INSTALL", {}) == "RELEASE_REINSTALL"
     assert resume_state(table, True, "RELEASE_CLEARING", {}) == "RELEASE_CLEARING"
+
+
+# --- Elastic Metal's Private Network and the Mac's bootstrap ----------------------------------------------
+
+
+def test_the_join_starts_where_each_kind_needs() -> None:
+    from providers.machine.states import adopt_start, join_start
+
+    assert list(adopt_table(Vendor.SCALEWAY_EM, private_network=True)) == [
+        "PN_ATTACHING",
+        "PN_VLAN",
+        "JOINING",
+        "NODE_READY",
+    ]
+    assert list(adopt_table(Vendor.SCALEWAY_EM)) == ["JOINING", "NODE_READY"]
+    # A Mac never has the Linux self-join in its tables.
+    assert list(adopt_table(Vendor.APPLESILICON)) == ["MAC_BOOTSTRAP", "NODE_READY"]
+    assert "JOINING" not in rejoin_table(Vendor.APPLESILICON)
+    assert (adopt_start(Vendor.APPLESILICON), join_start(Vendor.SCALEWAY_EM, True)) == (
+        "MAC_BOOTSTRAP",
+        "PN_ATTACHING",
+    )
+
+
+@dataclass
+class FakeScaleway:
+    """An Elastic Metal / Apple silicon client: attachments answered in turn, one Mac login."""
+
+    attachments: list[Any] = field(default_factory=list)
+    user: str = "m1"
+    calls: list[str] = field(default_factory=list)
+
+    def attach_private_network(self, box_id: str, network: str) -> Any:
+        from providers.scaleway_sdk import Attachment
+
+        self.calls.append(f"attach {box_id} {network}")
+        status, vlan = self.attachments.pop(0)
+        return Attachment(network, status, vlan)
+
+    def login(self, box_id: str) -> Any:
+        from providers.applesilicon.models import MacLogin
+
+        return MacLogin(user=self.user, sudo_password="scaleway-chose-this")
+
+
+class ScalewaySettings:
+    fleet_private_key = "not used: run_script is replaced"
+    sudo_password = SECRET
+
+    def __init__(self, client: FakeScaleway) -> None:
+        self.client = client
+
+    def vendor_client(self, vendor: Vendor) -> FakeScaleway:
+        return self.client
+
+    def secret(self, key: str, why: str) -> str:
+        return "kubeconfig-text"
+
+    def kube_api(self) -> str:
+        return "api"
+
+
+def _machine(vendor: str, **overrides: Any) -> Any:
+    from providers.machine.spec import parse_machine
+    from tests.providers.test_machine_spec import joined
+
+    box = "fr-par-3/a5000000-0000-4000-8000-000000000001"
+    return parse_machine(
+        {
+            **joined(),
+            "vendor": vendor,
+            "box_id": box,
+            "provider_id": f"applesilicon://{box}",
+            "fleet": "runners-macos",
+            "ssh_user": "m1",
+            **overrides,
+        }
+    )
+
+
+@pytest.fixture
+def scripts(world: World, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    from providers.machine import states
+
+    ran: list[tuple[str, dict[str, Any]]] = []
+
+    def run_script(_target: SshTarget, script: str, **kwargs: Any) -> Any:
+        ran.append((script, kwargs))
+        return type("R", (), {"host_key_fingerprint": "SHA256:box"})()
+
+    monkeypatch.setattr(states, "run_script", run_script)
+    monkeypatch.setattr(states.kube, "create_bootstrap_token", lambda *a, **k: None)
+    monkeypatch.setattr(states.kube, "cluster_ca_pem", lambda kubeconfig: "-----BEGIN CERTIFICATE-----\nx\n")
+    world.run.timeout = Timeouts({"poll_interval": 3})
+    return ran
+
+
+def test_the_vlan_comes_up_once_the_attachment_names_it(
+    world: World, scripts: list[tuple[str, dict[str, Any]]]
+) -> None:
+    client = FakeScaleway(attachments=[("option_enabling", None), ("attaching", None), ("attached", 212)])
+    world.run.extra.update(
+        settings=ScalewaySettings(client),
+        spec=_machine("scaleway_em", private_network="9e700000-0000-4000-8000-000000000001"),
+        target=SshTarget("127.0.0.1", 22, "ubuntu"),
+    )
+    table = adopt_table(Vendor.SCALEWAY_EM, private_network=True)
+    rows = {k: table[k] for k in ("PN_ATTACHING", "PN_VLAN")}
+    rows["PN_VLAN"] = Row("PN_VLAN", table["PN_VLAN"].handler, "pn_vlan", DONE, "PN_VLAN")
+    done = start(world, rows, "PN_ATTACHING")
+    assert done.facts["pn_vlan"] == "212"
+    assert world.clock.sleeps == [3, 3]  # polled until the attachment had its VLAN
+    ((script, kwargs),) = scripts
+    assert "PN_VLAN=212\nPN_INTERFACE=pn0\n" in script
+    assert kwargs["env_secrets"] == {"SUDO_PASSWORD": SECRET}
+
+
+def test_a_failed_attachment_fails_the_join(world: World, scripts: list[tuple[str, dict[str, Any]]]) -> None:
+    from providers.machine.states import pn_attaching
+
+    world.run.extra.update(
+        settings=ScalewaySettings(FakeScaleway(attachments=[("error", None)])),
+        spec=_machine("scaleway_em", private_network="9e700000-0000-4000-8000-000000000001"),
+    )
+    result = pn_attaching(world.run)
+    assert isinstance(result, Failed) and result.error_type == "PrivateNetworkError"
+
+
+def test_a_registering_mac_gets_a_bootstrap_token_and_scaleways_sudo_password_on_stdin(
+    world: World, scripts: list[tuple[str, dict[str, Any]]]
+) -> None:
+    from providers.machine.states import mac_bootstrap
+
+    agent = {"url": "https://releases.example/tart-kubelet", "sha256": "a" * 64, "registers_node": True}
+    world.run.extra.update(
+        settings=ScalewaySettings(FakeScaleway()),
+        spec=_machine("applesilicon", node_agent=agent, api_server="https://cp.example:6443"),
+        target=SshTarget("127.0.0.1", 22, "m1"),
+    )
+    result = mac_bootstrap(world.run)
+    assert result == Complete({"pin": "SHA256:box", "node_registered": "true"})
+    ((script, kwargs),) = scripts
+    assert "REGISTERS_NODE=true\nAPI_SERVER=https://cp.example:6443\n" in script
+    assert kwargs["env_secrets"]["SUDO_PASSWORD"] == "scaleway-chose-this"
+    assert len(kwargs["env_secrets"]["BOOTSTRAP_TOKEN"]) == 23
+    assert "scaleway-chose-this" in world.run.secrets  # scrubbed from whatever a failure says
+    assert kwargs["step"] == "macos-bootstrap" and "apt-get" not in script
+
+
+def test_a_mac_that_logs_in_as_another_user_is_refused(
+    world: World, scripts: list[tuple[str, dict[str, Any]]]
+) -> None:
+    from providers.machine.states import mac_bootstrap
+
+    agent = {"url": "https://releases.example/tart-kubelet", "sha256": "a" * 64, "registers_node": False}
+    world.run.extra.update(
+        settings=ScalewaySettings(FakeScaleway(user="admin")),
+        spec=_machine("applesilicon", node_agent=agent),
+        target=SshTarget("127.0.0.1", 22, "m1"),
+    )
+    result = mac_bootstrap(world.run)
+    assert isinstance(result, Failed) and result.error_type == "WrongLogin"
+    assert scripts == []

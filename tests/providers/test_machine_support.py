@@ -57,7 +57,25 @@ FLEETS: dict[str, dict[str, Any]] = {
         "node_pool": "runners-linux",
         "taints": [],
     },
+    "kura-scw": {
+        "vendor": "scaleway_em",
+        "marker": "tuist-kura-scw-dev",
+        "node_pool": "kura-scw-fr-par",
+        "taints": [{"key": "tuist.dev/runner-cache", "value": "", "effect": "NoSchedule"}],
+        "datacenter_prefix": "fr-par",
+    },
+    "runners-macos": {
+        "vendor": "applesilicon",
+        "marker": "tuist-macos-dev",
+        "node_pool": "runners-macos",
+        "taints": [],
+        "os": "macos-tahoe",
+        "ssh_user": "m1",
+    },
 }
+
+# The Elastic Metal dev fleet's Private Network (vendorsim/inventory.dev.yaml).
+PRIVATE_NETWORK = "9e700000-0000-4000-8000-000000000001"
 
 FAST_TIMEOUTS = {
     "ssh_retry_delay": 0.2,
@@ -178,6 +196,18 @@ class Sim:
                 "zones": ["fr-par-2"],
             },
             "robot": {"api_url": f"{self.url}/robot", "username": creds["robot"]["username"]},
+            "scaleway_em": {
+                "api_url": f"{self.url}/scaleway",
+                "access_key": creds["scaleway"]["access_key"],
+                "project_id": creds["scaleway"]["project_id"],
+                "zones": ["fr-par-1", "fr-par-2", "nl-ams-1"],
+            },
+            "applesilicon": {
+                "api_url": f"{self.url}/scaleway",
+                "access_key": creds["scaleway"]["access_key"],
+                "project_id": creds["scaleway"]["project_id"],
+                "zones": ["fr-par-1", "fr-par-3"],
+            },
         }
         return {
             f"{PROJECT}:environment": "dev",
@@ -187,6 +217,7 @@ class Sim:
             f"{PROJECT}:ovhConsumerKey": creds["ovh"]["consumer_key"],
             f"{PROJECT}:dediboxSecretKey": creds["dedibox"]["secret_key"],
             f"{PROJECT}:robotPassword": creds["robot"]["password"],
+            f"{PROJECT}:scalewaySecretKey": creds["scaleway"]["secret_key"],
             f"{PROJECT}:fleetSshPrivateKey": self.key.private,
             f"{PROJECT}:fleetSudoPassword": self.sudo_password,
         }
@@ -198,6 +229,7 @@ class Sim:
             creds["ovh"]["consumer_key"],
             creds["dedibox"]["secret_key"],
             creds["robot"]["password"],
+            creds["scaleway"]["secret_key"],
             self.key.private,
             # A key's body is secret too: any long line of it in an output would be a leak.
             *[line for line in self.key.private.splitlines() if len(line) > 20 and "-----" not in line],
@@ -358,8 +390,8 @@ def claim_props(
         "vendor": spec["vendor"],
         "marker": spec["marker"],
         "datacenter_prefix": spec.get("datacenter_prefix"),
-        "os": "ubuntu_24.04",
-        "ssh_user": "ubuntu",
+        "os": spec.get("os", "ubuntu_24.04"),
+        "ssh_user": spec.get("ssh_user", "ubuntu"),
         "ssh_port": SIM_SSH_PORT,
         "api_server": None,
         "allow_release": False,
@@ -384,7 +416,7 @@ def machine_props(fleet: str, index: int, claim_outs: dict[str, Any], **override
         "node_pool": spec["node_pool"],
         "labels": {},
         "taints": list(spec["taints"]),
-        "ssh_user": "ubuntu",
+        "ssh_user": spec.get("ssh_user", "ubuntu"),
         "ssh_port": SIM_SSH_PORT,
         "kubernetes_minor": "v1.34",
         "api_server": claim_outs.get("api_server"),
@@ -417,4 +449,8 @@ def claims_in_state(state: dict[str, Any]) -> dict[str, str]:
         fields[f"{server['zone']}/{server['id']}"] = ",".join(server.get("tags") or [])
     for server in state["robot"]["servers"]:
         fields[str(server["number"])] = str(server["server_name"])
+    for server in state["scaleway_em"]["servers"]:
+        fields[f"{server['zone']}/{server['id']}"] = ",".join(server.get("tags") or [])
+    for server in state["applesilicon"]["servers"]:
+        fields[f"{server['zone']}/{server['id']}"] = str(server["name"])
     return fields

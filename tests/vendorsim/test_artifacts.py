@@ -39,6 +39,14 @@ def test_each_artifact_is_served_with_the_sha256_the_dev_stack_pins(served: Serv
         "kata_static_url": f"http://127.0.0.1:8710/artifacts/{artifacts.KATA_STATIC}",
         "kata_static_sha256": served_sums[artifacts.KATA_STATIC],
     }
+    # The Mac fleet's node agent, pinned the same way.
+    doc = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    (mac_fleet,) = [f for f in doc["config"]["tuist-infra:fleets"] if f["vendor"] == "applesilicon"]
+    assert mac_fleet["node_agent"] == {
+        "url": f"http://127.0.0.1:8710/artifacts/{artifacts.NODE_AGENT}",
+        "sha256": served_sums[artifacts.NODE_AGENT],
+        "registers_node": False,
+    }
 
 
 def test_rebuilding_the_artifacts_gives_the_same_bytes(tmp_path: Path) -> None:
@@ -56,7 +64,8 @@ def test_anything_else_is_404_naming_what_is_served(served: Served, name: str) -
     r = requests.get(f"{served.url}/artifacts/{name}", timeout=5)
     assert r.status_code == 404
     assert r.json()["message"].endswith(
-        "; vendorsim serves runc.amd64, containerd-2.2.3-linux-amd64.tar.gz, kata-static-3.30.0-amd64.tar.zst"
+        "; vendorsim serves runc.amd64, containerd-2.2.3-linux-amd64.tar.gz, "
+        "kata-static-3.30.0-amd64.tar.zst, tart-kubelet-darwin-arm64"
     )
 
 
@@ -72,6 +81,6 @@ def test_unknown_artifact_message_names_the_file(served: Served) -> None:
         404,
         {
             "message": "no artifact 'kata-static-3.31.0-amd64.tar.zst'; vendorsim serves runc.amd64, "
-            "containerd-2.2.3-linux-amd64.tar.gz, kata-static-3.30.0-amd64.tar.zst"
+            "containerd-2.2.3-linux-amd64.tar.gz, kata-static-3.30.0-amd64.tar.zst, tart-kubelet-darwin-arm64"
         },
     )

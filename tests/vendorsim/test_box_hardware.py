@@ -20,6 +20,11 @@ def test_each_dev_box_has_its_offers_threads_and_memory() -> None:
     assert shown["robot-2345606"] == (96, 256)  # AX162-R: EPYC 9454P, 256 GB
     assert shown["ovh-ns1001.ip-203-0-113.net"] == (12, 32)  # Advance-1 2024: EPYC 4244P, 32 GB
     assert shown["dedibox-200101"] == (8, 16)  # Start-1-M-SSD: Atom C2750, 16 GB
+    # Elastic Metal: the offer's cores with SMT and its memory; a Mac: its server type's cores, no SMT.
+    assert shown["em-e1000000-0000-4000-8000-000000000001"] == (12, 64)  # EM-A610R-NVME: Ryzen PRO 3600
+    assert shown["em-e1000000-0000-4000-8000-000000000003"] == (16, 64)  # EM-B220E-NVME: Xeon E-2288G
+    assert shown["mac-a5000000-0000-4000-8000-000000000001"] == (10, 32)  # M2-L: M2 Pro
+    assert shown["mac-a5000000-0000-4000-8000-000000000007"] == (10, 16)  # M4-S: M4
 
 
 def test_a_servers_own_hardware_wins_and_an_unknown_offer_must_list_it(tmp_path: Path) -> None:

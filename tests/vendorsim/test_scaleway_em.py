@@ -396,6 +396,14 @@ def test_iam_keys_are_one_store_with_dedibox_and_kept_per_project(served: Served
     assert [k["id"] for k in keys["ssh_keys"]] == [kid]
     other = served.inventory.credentials.dedibox.project_id
     assert scw(served, "GET", "/iam/v1alpha1/ssh-keys", params={"project_id": other}).json()["ssh_keys"] == []
+    # The same key registers in another project of the organization (a key is unique per project only:
+    # terraform-provider-scaleway#3084 registers one key in every project), under an id of its own.
+    body = {"name": "fleet", "public_key": KEY, "project_id": other}
+    r = scw(served, "POST", "/iam/v1alpha1/ssh-keys", body)
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] != kid and r.json()["project_id"] == other
+    again = scw(served, "POST", "/iam/v1alpha1/ssh-keys", body)
+    assert (again.status_code, again.json()["resource_id"]) == (409, r.json()["id"])
 
 
 @pytest.mark.parametrize("bad", ["tuist-claim:0123456789ab", "t" * 65])

@@ -200,12 +200,20 @@ def test_box_id_from_provider_id(provider_id: str, box: str) -> None:
     [
         (
             "hcloud://123",
-            "providerID 'hcloud://123' has scheme 'hcloud'; expected ovh://, dedibox:// or hrobot://",
+            "providerID 'hcloud://123' has scheme 'hcloud'; expected ovh://, dedibox://, hrobot://, "
+            "scaleway:// or applesilicon://",
         ),
         ("ovh://bhs", "providerID 'ovh://bhs' is not a well-formed ovh:// id"),
         ("dedibox://fr-par-2/abc", "providerID 'dedibox://fr-par-2/abc' is not a well-formed dedibox:// id"),
         ("hrobot://12/34", "providerID 'hrobot://12/34' is not a well-formed hrobot:// id"),
-        ("", "providerID '' has scheme ''; expected ovh://, dedibox:// or hrobot://"),
+        (
+            "",
+            "providerID '' has scheme ''; expected ovh://, dedibox://, hrobot://, scaleway:// or applesilicon://",
+        ),
+        (
+            "scaleway://fr-par-2/e1",
+            "providerID 'scaleway://fr-par-2/e1' is not a well-formed scaleway:// id",
+        ),
     ],
 )
 def test_bad_provider_ids_are_named(provider_id: str, message: str) -> None:

@@ -361,6 +361,7 @@ def test_every_shipped_shell_script_is_shellcheck_clean() -> None:
     scripts = sorted(
         [
             *(REPO / "providers/ssh/scripts").glob("*.sh"),
+            *(REPO / "providers/ssh/scripts/macos").glob("*.sh"),
             REPO / "vendorsim/sandbox/login.sh",
             *(p for p in (REPO / "vendorsim/sandbox/shims").iterdir() if not p.is_symlink()),
         ]

@@ -309,7 +309,7 @@ def test_the_sysctl_shim_fails_on_a_stale_cilium_drop_in_as_a_box_does(
         ({"node_name": "Kura_1"}, "node_name 'Kura_1' is not a DNS subdomain"),
         (
             {"provider_id": "hcloud://1"},
-            "provider_id 'hcloud://1' is not <ovh|dedibox|hrobot|scaleway>://<path>",
+            "provider_id 'hcloud://1' is not <ovh|dedibox|hrobot|scaleway|applesilicon>://<path>",
         ),
         (
             {"labels": {"node-role.kubernetes.io/worker": ""}},

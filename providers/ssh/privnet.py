@@ -1,0 +1,31 @@
+"""Inputs of scripts/pn-vlan.sh (an Elastic Metal box's Private Network as VLAN pn0), checked, and
+the script rendered with them as a header. The sudo password travels on stdin (runner.run_script)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from providers.ssh.selfjoin import SCRIPTS_DIR, SelfJoinInputError
+
+PN_VLAN_SCRIPT = SCRIPTS_DIR / "pn-vlan.sh"
+PN_INTERFACE = "pn0"  # the reference's name for the Private Network's VLAN interface
+
+
+@dataclass(frozen=True)
+class PrivateNetworkParams:
+    vlan: int  # the 802.1Q tag Scaleway gave the server's attachment
+    interface: str = PN_INTERFACE
+
+
+def render_pn_vlan_script(params: PrivateNetworkParams) -> str:
+    if isinstance(params.vlan, bool) or not isinstance(params.vlan, int) or not 1 <= params.vlan <= 4094:
+        raise SelfJoinInputError(f"private network VLAN {params.vlan!r} is not a VLAN id (1-4094)")
+    if not params.interface.isalnum() or len(params.interface) > 15:
+        raise SelfJoinInputError(f"interface {params.interface!r} is not an interface name")
+    header = f"PN_VLAN={params.vlan}\nPN_INTERFACE={shlex.quote(params.interface)}\n"
+    return "# parameters, rendered by providers/ssh/privnet.py\n" + header + PN_VLAN_SCRIPT.read_text()
+
+
+def pn_vlan_secrets(*, sudo_password: str | None) -> dict[str, str]:
+    return {"SUDO_PASSWORD": sudo_password or ""}
