@@ -49,7 +49,7 @@ def region_table(outputs: dict[str, Any]) -> Table:
             rid,
             str(region.get("host") or ""),
             "yes" if region.get("exposed") else "no",
-            str(region.get("failover_ip") or "parked"),
+            str(region.get("failover_ip") or ("none (private)" if region.get("private") else "parked")),
             str(region.get("failover_routed_to") or "-"),
             str(region.get("node_pool") or ""),
         )
