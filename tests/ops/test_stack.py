@@ -52,7 +52,13 @@ def test_the_dev_stack_file_reads_as_the_program_reads_it(
 
     assert stack.cfg.environment.value == "dev"
     assert stack.cfg.allow_production_release is False
-    assert [f.name for f in stack.cfg.fleets] == ["kura-ovh", "kura-dedibox", "runners-linux"]
+    assert [f.name for f in stack.cfg.fleets] == [
+        "kura-ovh",
+        "kura-dedibox",
+        "runners-linux",
+        "kura-scw",
+        "runners-macos",
+    ]
     assert stack.settings.secret("robotPassword", why="test") == "dev-robot-password"
     assert "dev-robot-password" not in repr(stack)
     assert stack.scrub("robot says dev-robot-password") == "robot says ***"
