@@ -92,7 +92,8 @@ def test_the_runbook_procedures_run_as_written(engine: Engine) -> None:
     dev["config"] = render_only(dev["config"])
     fleets = dev["config"][f"{PROJECT}:fleets"]
     for fleet in fleets:
-        fleet["size"] = {"kura-ovh": 1, "kura-dedibox": 1, "runners-linux": 0}[fleet["name"]]
+        sizes = {"kura-ovh": 1, "kura-dedibox": 1, "runners-linux": 0, "kura-scw": 0, "runners-macos": 0}
+        fleet["size"] = sizes[fleet["name"]]
     # No runner box: no runner pool either (its replicas must fit the fleet).
     dev["config"].pop(f"{PROJECT}:runner_pools")
     (engine.project / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(dev, sort_keys=False))

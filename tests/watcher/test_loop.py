@@ -321,7 +321,8 @@ def test_a_node_with_a_foreign_provider_id_is_logged_and_never_a_target(
     assert decision is not None and decision.action is Action.STAY
     assert (
         "node watch-cloud: providerID 'hcloud://99' has scheme 'hcloud'; "
-        "expected ovh://, dedibox:// or hrobot://; it cannot carry the failover IP"
+        "expected ovh://, dedibox://, hrobot://, scaleway:// or applesilicon://; "
+        "it cannot carry the failover IP"
     ) in [r.getMessage() for r in caplog.records]
 
 
