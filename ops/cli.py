@@ -398,7 +398,14 @@ def failover_move(
             return
         # The client waits for the vendor's move task itself (OVH task, Dedibox attach) and reads the
         # route back; Ctrl-C here leaves the move to the vendor, and a rerun reads the route first.
-        with spinner(err, f"moving {r.address} to {plan.target}"):
+        # The line shows where the vendor routes the IP now, read with a client of its own.
+        address, reader = r.address, stack.client(Vendor(r.vendor))
+        assert address is not None  # plan_move refuses a region without a failover IP
+
+        def vendor_route() -> str:
+            return f"the vendor routes it to {reader.failover_target(address) or 'nothing'}"
+
+        with spinner(err, f"moving {r.address} to {plan.target}", state=vendor_route):
             routed = failover_ops.run_move(stack, plan)
         _say(err)(f"region {region}: {r.address} now routes to {routed}")
 

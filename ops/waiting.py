@@ -8,6 +8,7 @@ start_reinstall return the install that already runs; a failover move reads the 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,9 +80,31 @@ def _progress(console: Console) -> Iterator[Progress]:
 
 
 @contextmanager
-def spinner(console: Console, what: str) -> Iterator[None]:
-    """A progress line for a call that waits inside the vendor client (its own polls)."""
+def spinner(
+    console: Console, what: str, state: Callable[[], str] | None = None, every: float = 2.0
+) -> Iterator[None]:
+    """A progress line for a call that waits inside the vendor client (its own polls). `state`, when
+    given, is read from the vendor every `every` seconds on a thread of its own and shown on the line
+    (a read that fails shows as unknown: it must never break the call being watched)."""
     with _progress(console) as progress:
         task = progress.add_task(what, total=None)
-        yield
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(every):
+                try:
+                    seen = state() if state is not None else ""
+                except Exception:  # the watched call reports its own errors
+                    seen = "vendor state unknown"
+                progress.update(task, description=f"{what}: {seen}")
+
+        watcher = threading.Thread(target=watch, daemon=True) if state is not None else None
+        if watcher is not None:
+            watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join()
         progress.update(task, description=f"{what}: done")
