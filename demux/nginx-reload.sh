@@ -46,13 +46,14 @@ install_routes() {
     rm -f "$ROUTES_FILE.good" "$ROUTES_FILE.rejected"
     return 0
   fi
-  log "refusing new routes, nginx -t says: $output"
   cp "$candidate" "$ROUTES_FILE.rejected"
   if [ -f "$ROUTES_FILE.good" ]; then
     mv -f "$ROUTES_FILE.good" "$ROUTES_FILE"
   else
     : >"$ROUTES_FILE"
   fi
+  # Said once the running routes are back: whoever reads this line sees the old routes in place.
+  log "refusing new routes, nginx -t says: $output"
   return 1
 }
 
