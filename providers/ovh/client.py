@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -157,28 +157,19 @@ class OvhClient(MarkerFiltering):
 
     def set_claim(self, box_id: str, claim: Claim | None) -> None:
         """Write the claim into the displayName. A PUT of the whole value: safe to repeat."""
-        svc = check_service_name(box_id)
-        service_id = self._service_id(svc)
-        current = self._display_name(svc, service_id)
-        base, _ = parse_display_name(current)
-        wanted = display_name(base, claim)
-        if wanted == current:
-            return
-        self._call(
-            "PUT",
-            "/service/{serviceId}",
-            f"/service/{service_id}",
-            body={"resource": {"displayName": wanted, "name": svc}},
-            subject=svc,
-        )
+        self._rewrite_display_name(box_id, lambda base, _claim: display_name(base, claim))
 
     def set_marker_field(self, box_id: str, value: str) -> None:
         """Write the displayName's fleet marker part, keeping the claim suffix. Safe to repeat."""
+        self._rewrite_display_name(box_id, lambda _base, kept: display_name(value, kept))
+
+    def _rewrite_display_name(self, box_id: str, wanted_from: Callable[[str, Claim | None], str]) -> None:
+        """Read the displayName, split into marker and claim; PUT what `wanted_from` makes of them,
+        unless it is already there."""
         svc = check_service_name(box_id)
         service_id = self._service_id(svc)
         current = self._display_name(svc, service_id)
-        _, claim = parse_display_name(current)
-        wanted = display_name(value, claim)
+        wanted = wanted_from(*parse_display_name(current))
         if wanted == current:
             return
         self._call(

@@ -149,27 +149,18 @@ class RobotClient(MarkerFiltering):
 
     def set_claim(self, box_id: str, claim: Claim | None) -> None:
         """Write the claim into the server_name. Sets a whole value: safe to repeat."""
-        number = check_server_number(box_id)
-        current = str(self._server(number).get("server_name") or "")
-        base, _ = parse_server_name(current)
-        wanted = server_name(base, claim)
-        if wanted == current:
-            return
-        self._call(
-            "POST",
-            "/server/{server-number}",
-            f"/server/{number}",
-            form=[("server_name", wanted)],
-            subject=number,
-            idempotent=True,
-        )
+        self._rewrite_server_name(box_id, lambda base, _claim: server_name(base, claim))
 
     def set_marker_field(self, box_id: str, value: str) -> None:
         """Write the server_name's fleet marker part, keeping the claim suffix. Safe to repeat."""
+        self._rewrite_server_name(box_id, lambda _base, kept: server_name(value, kept))
+
+    def _rewrite_server_name(self, box_id: str, wanted_from: Callable[[str, Claim | None], str]) -> None:
+        """Read the server_name, split into marker and claim; POST what `wanted_from` makes of them,
+        unless it is already there."""
         number = check_server_number(box_id)
         current = str(self._server(number).get("server_name") or "")
-        _, claim = parse_server_name(current)
-        wanted = server_name(value, claim)
+        wanted = wanted_from(*parse_server_name(current))
         if wanted == current:
             return
         self._call(
