@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,25 +49,14 @@ from typing import Any
 
 import yaml
 
+from bench.project import copy_project
+
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "bench" / "probe"
 DEV_PASSPHRASE = "tuist-dev-only-passphrase"
 VENDORS = ("dedibox", "ovh")
 FLEETS = {"dedibox": "kura-dedibox", "ovh": "kura-ovh"}  # the dev stack's fleet at each vendor
 MARKERS = {"dedibox": "tuist-kura-dev", "ovh": "tuist-kura-dev-ovh"}
-IGNORED = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    ".toolchain",
-    ".pulumi-state",
-    "build",
-    "rendered",
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    "*.egg-info",
-)
 # Real figures (../shared/reference: a self-join of 2-5 minutes, an install of about 30 minutes).
 REAL_APT_INSTALL_S = 60.0
 REAL_REINSTALL_S = 1800.0
@@ -402,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-adoption-") as tmp:
         root = args.keep.resolve() if args.keep is not None else Path(tmp)
         project = root / "project"
-        shutil.copytree(source, project, ignore=IGNORED)
+        copy_project(source, project)
         (project / ".venv").symlink_to(REPO / ".venv")
         (project / ".toolchain").symlink_to(REPO / ".toolchain")
         (root / "state").mkdir()

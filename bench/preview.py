@@ -29,7 +29,6 @@ import math
 import os
 import re
 import runpy
-import shutil
 import socket
 import statistics
 import subprocess
@@ -45,6 +44,8 @@ from typing import Any
 
 import boto3
 import yaml
+
+from bench.project import copy_project
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "tuist-infra"
@@ -139,19 +140,6 @@ def evaluate(args: argparse.Namespace) -> None:
 
 # --- the program through the engine ---------------------------------------------------------------
 
-_IGNORED = (
-    ".git",
-    ".venv",
-    ".toolchain",
-    ".pulumi-state",
-    "build",
-    "rendered",
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    "*.egg-info",
-)
 PASSPHRASE = "bench-only-passphrase"
 
 
@@ -202,7 +190,7 @@ class Project:
 
 def project(tmp: Path, backend_url: str, extra_env: dict[str, str]) -> Project:
     root = tmp / "project"
-    shutil.copytree(REPO, root, ignore=shutil.ignore_patterns(*_IGNORED))
+    copy_project(REPO, root)
     (root / ".venv").symlink_to(REPO / ".venv")
     return Project(root, {**project_env(tmp, backend_url), **extra_env})
 

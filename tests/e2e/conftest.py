@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -32,25 +31,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.project import copy_project
 from tests.providers.test_machine_support import fresh_box_range, move_boxes
 from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
 from vendorsim.boxes import reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
 DEV_PASSPHRASE = "tuist-dev-only-passphrase"
-_IGNORED = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    ".toolchain",
-    ".pulumi-state",
-    "build",
-    "rendered",
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    "*.egg-info",
-)
 
 
 def free_port() -> int:
@@ -133,7 +120,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         pytest.fail("the Pulumi CLI is not built: run `bash scripts/bootstrap.sh` (scripts/test.sh does)")
     root = tmp_path_factory.mktemp("e2e")
     project = root / "project"
-    shutil.copytree(REPO, project, ignore=_IGNORED)
+    copy_project(REPO, project)
     (project / ".venv").symlink_to(REPO / ".venv")
     # The boxes' kubelet is the stand-in of the toolchain (vendorsim/sandbox/login.sh finds it there).
     (project / ".toolchain").symlink_to(REPO / ".toolchain")

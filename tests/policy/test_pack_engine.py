@@ -26,26 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.project import copy_project
 from policy.tuist_policy.mandatory import MANDATORY
 from tests.e2e.conftest import DEV_PASSPHRASE, render_only_text
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PULUMI = REPO / ".toolchain" / "bin" / "pulumi"
-_IGNORED = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    ".toolchain",
-    ".pulumi-state",
-    "build",
-    "rendered",
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    "*.egg-info",
-    "tests",
-)
 
 
 @dataclass
@@ -105,7 +92,7 @@ def preview(project: Path, env: dict[str, str], stack: str, *extra: str) -> Prev
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("policy-engine")
     copy = root / "project"
-    shutil.copytree(REPO, copy, ignore=_IGNORED)
+    copy_project(REPO, copy)
     (copy / ".venv").symlink_to(REPO / ".venv")
     # A preview of the dev stack's objects needs no cluster: its rendering mode (a policy pack sees
     # the same resources).
