@@ -38,7 +38,7 @@ from ops.waiting import spinner
 from providers.clients import ClientTiming
 from providers.errors import InfraError
 from providers.kube import KubeError
-from providers.vendor import Vendor
+from providers.vendor import FailoverMoveReader, Vendor
 
 app = typer.Typer(
     name="tuist-ops",
@@ -398,12 +398,15 @@ def failover_move(
             return
         # The client waits for the vendor's move task itself (OVH task, Dedibox attach) and reads the
         # route back; Ctrl-C here leaves the move to the vendor, and a rerun reads the route first.
-        # The line shows where the vendor routes the IP now, read with a client of its own.
+        # The line shows the vendor's move task (OVH task, Dedibox IP status) and where it routes the
+        # IP now, read with a client of its own.
         address, reader = r.address, stack.client(Vendor(r.vendor))
         assert address is not None  # plan_move refuses a region without a failover IP
 
         def vendor_route() -> str:
-            return f"the vendor routes it to {reader.failover_target(address) or 'nothing'}"
+            routed = f"routed to {reader.failover_target(address) or 'nothing'}"
+            task = reader.failover_move_state(address) if isinstance(reader, FailoverMoveReader) else None
+            return f"{task}; {routed}" if task else routed
 
         with spinner(err, f"moving {r.address} to {plan.target}", state=vendor_route):
             routed = failover_ops.run_move(stack, plan)

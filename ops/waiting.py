@@ -90,13 +90,15 @@ def spinner(
         task = progress.add_task(what, total=None)
         stop = threading.Event()
 
+        def read() -> str:
+            try:
+                return state() if state is not None else ""
+            except Exception:  # the watched call reports its own errors
+                return "vendor state unknown"
+
         def watch() -> None:
             while not stop.wait(every):
-                try:
-                    seen = state() if state is not None else ""
-                except Exception:  # the watched call reports its own errors
-                    seen = "vendor state unknown"
-                progress.update(task, description=f"{what}: {seen}")
+                progress.update(task, description=f"{what}: {read()}")
 
         watcher = threading.Thread(target=watch, daemon=True) if state is not None else None
         if watcher is not None:
@@ -107,4 +109,5 @@ def spinner(
             stop.set()
             if watcher is not None:
                 watcher.join()
-        progress.update(task, description=f"{what}: done")
+        # The last line stays on the terminal: it says what the vendor says now, not only "done".
+        progress.update(task, description=f"{what}: done" + (f" ({read()})" if state is not None else ""))

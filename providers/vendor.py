@@ -227,6 +227,14 @@ class MarkerWriter(Protocol):
     def set_marker_field(self, box_id: str, value: str) -> None: ...
 
 
+@runtime_checkable
+class FailoverMoveReader(Protocol):
+    """A vendor whose failover-IP move runs as its own task (OVH's IP move task, the Dedibox
+    failover IP's attach): the task's state, as the vendor words it, for a progress line."""
+
+    def failover_move_state(self, ip: str) -> str | None: ...
+
+
 def marker_writer(client: object) -> MarkerWriter:
     """`client` as a MarkerWriter, or a clear error naming what it is instead."""
     if not isinstance(client, MarkerWriter):

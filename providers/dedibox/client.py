@@ -447,6 +447,12 @@ class DediboxClient(MarkerFiltering):
         zone, fip = self._find_failover(ip)
         return self._target_of(zone, fip)
 
+    def failover_move_state(self, ip: str) -> str | None:
+        """The failover IP's own status ("busy" while an attach or detach runs, then "ready")."""
+        zone, fip = self._find_failover(ip)
+        current = self._fip(zone, int(fip["id"]), ip)
+        return f"failover IP {current.get('status') or 'unknown'}"
+
     def move_failover(self, ip: str, box_id: str) -> None:
         """Attach `ip` to `box_id` and wait until the IP reads ready on it; a no-op when it is
         already there."""

@@ -453,6 +453,19 @@ class OvhClient(MarkerFiltering):
                 message=f"the move task ended but the IP is not routed to {svc}",
             )
 
+    def failover_move_state(self, ip: str) -> str | None:
+        """The newest IP move task of `ip` and its status ("move task 41: doing"); None without one."""
+        block = ip_block_segment(ip)
+        ids = self._ip_task_ids(ip, block, function=IP_MOVE_FUNCTION)
+        if not ids:
+            return None
+        try:
+            task = self._call("GET", "/ip/{ip}/task/{taskId}", f"/ip/{block}/task/{ids[0]}", subject=ip)
+        except (NotFoundError, TransientVendorError) as error:
+            # OVH answers 404/500 for some tasks in flight (see _wait_ip_task).
+            return f"move task {ids[0]}: no answer ({error.status or 'none'})"
+        return f"move task {ids[0]}: {task.get('status') or 'unknown'}"
+
     def _ip_task_ids(self, ip: str, block: str, **query: str) -> list[int]:
         suffix = f"?{urlencode(query)}" if query else ""
         ids = self._call("GET", "/ip/{ip}/task", f"/ip/{block}/task{suffix}", subject=ip)

@@ -23,7 +23,7 @@ def test_the_line_reads_the_vendors_state_while_the_call_runs_and_ends_done() ->
         # The call under way outlasts one read of the vendor's state.
         assert read.wait(5)
     output = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "moving 203.0.113.7 to ns1: done" in output
+    assert "moving 203.0.113.7 to ns1: done (the vendor routes it to ns1)" in output
 
 
 def test_a_state_read_that_fails_is_shown_as_unknown_and_the_call_goes_on() -> None:

@@ -525,6 +525,14 @@ def test_failover_target_and_move_with_exact_attach_body(recorder, client, sleep
     assert sleeps == [0.01]
 
 
+def test_failover_move_state_is_the_failover_ips_status(recorder, client):
+    fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
+    recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("GET", f"{fips}/9001", fip(104523, "busy"))
+    assert client.failover_move_state("212.83.160.7") == "failover IP busy"
+    assert recorder.calls()[-1] == f"GET {fips}/9001"
+
+
 def test_attach_refused_while_the_ip_is_elsewhere_detaches_first(recorder, client):
     """Whether Dedibox moves an IP attached elsewhere on attach is undocumented: a refusal is
     answered with detach, then attach (docs/vendor-behaviour.md)."""

@@ -498,6 +498,26 @@ def test_move_failover_posts_and_waits_for_the_ip_task(recorder, client, sleeps)
     assert sleeps == [0.01, 0.01]
 
 
+def test_failover_move_state_reads_the_newest_move_task(recorder, client):
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task", [], [77, 70])
+    recorder.on(
+        "GET",
+        "/1.0/ip/198.51.100.7%2F32/task/77",
+        {"taskId": 77, "status": "doing"},
+        recorder.reply(status=404, body={"message": "task not found"}),
+    )
+    assert client.failover_move_state("198.51.100.7") is None
+    assert client.failover_move_state("198.51.100.7") == "move task 77: doing"
+    assert client.failover_move_state("198.51.100.7") == "move task 77: no answer (404)"
+    assert recorder.calls()[1:] == [
+        "GET /1.0/ip/198.51.100.7%2F32/task?function=genericMoveFloatingIp",
+        "GET /1.0/ip/198.51.100.7%2F32/task?function=genericMoveFloatingIp",
+        "GET /1.0/ip/198.51.100.7%2F32/task/77",
+        "GET /1.0/ip/198.51.100.7%2F32/task?function=genericMoveFloatingIp",
+        "GET /1.0/ip/198.51.100.7%2F32/task/77",
+    ]
+
+
 def test_move_failover_whose_answer_is_lost_is_not_sent_twice(recorder, client):
     """The move went through, the answer did not: OVH routes the IP to the box; no second move."""
     recorder.on(
