@@ -1,17 +1,19 @@
 """The dev stack driven through the real Pulumi engine.
 
-Each test session copies the project into a temporary folder (so the work tree,
+Each test module copies the project into a temporary folder (so the work tree,
 its state and its vendorsim are never touched), points the dev stack at a
-vendorsim on a free port, and runs the `pulumi` CLI that scripts/bootstrap.sh
-built. Nothing here skips: without the CLI the fixture fails and says how to
-build it.
+vendorsim of its own on a free port, and runs the `pulumi` CLI that
+scripts/bootstrap.sh built. A module of its own, not one per session: no module
+meets the boxes, claims and audit another left behind, in whatever order and on
+whichever pytest-xdist worker the modules run. Nothing here skips: without the
+CLI the fixture fails and says how to build it.
 
-`dev_cluster` (session) is a control plane as scripts/dev-up.sh starts one (two
+`dev_cluster` (module) is a control plane as scripts/dev-up.sh starts one (two
 cloud workers for the controllers, the platform's CRDs): the copy's dev stack
 applies to it, and its kubeconfig secret is set as dev-up.sh sets it. Tests
 whose subject is not the cluster (machines through the engine, the S3 backend)
 run their stacks in the dev stack's other mode, `render_only`: manifests written
-to a folder, no cluster, so the session has one dev-stack lifecycle on a cluster.
+to a folder, no cluster, so a run has one dev-stack lifecycle on a cluster.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ class Engine:
             return json.load(resp)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     pulumi_bin = REPO / ".toolchain" / "bin" / "pulumi"
     if not pulumi_bin.exists():
@@ -215,7 +217,7 @@ def render_only(config: dict[str, object]) -> dict[str, object]:
     return {**config, key: {**cluster, "render_dir": "rendered/e2e"}}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def dev_cluster(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
     """The control plane of the copy's dev stack, started as scripts/dev-up.sh starts it, and named
     in the copy's Pulumi.dev.yaml: api_server, and the kubeconfig secret (set through stdin)."""

@@ -5,7 +5,7 @@ Elastic Metal box (on its Private Network as pn0) and one Mac mini (bootstrapped
 simulated launchd runs no agent, so it registers no Node: docs/machines.md). Each Linux box's own
 kubelet TLS-bootstraps and registers its Node; every object is applied and awaited by the Kubernetes
 provider (no skipAwait).
-Then, one step per test, on the one deployed stack of the session (the module fixture): every Node
+Then, one step per test, on the one deployed stack of the module (its fixture): every Node
 is Ready with its providerID, every workload is Ready and every Service has its endpoints, the
 outputs are read through a StackReference and a second preview changes nothing, a region's failover
 IP leaves a box whose demux pod goes unready (the failover watcher run as its pod runs), and destroy

@@ -2,7 +2,7 @@
 that destroy cleans up, and the provider going away with a killed CLI.
 
 Each test runs its own stack of the copied project (Pulumi.<name>.yaml written from Pulumi.dev.yaml,
-one box per fleet, encrypted secrets shared through the same salt), against the session's vendorsim.
+one box per fleet, encrypted secrets shared through the same salt), against the module's vendorsim.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def write_stack(
     engine: Engine, name: str, sizes: dict[str, int], labels: dict[str, str] | None = None
 ) -> None:
     """Pulumi.<name>.yaml: the dev stack's config with the given fleet sizes (and extra kura-ovh labels),
-    rendering its manifests: these tests are about machines through the engine, and the session's one
+    rendering its manifests: these tests are about machines through the engine, and the run's one
     dev-stack lifecycle on a cluster is test_dev_stack.py's."""
     dev = yaml.safe_load((engine.project / "Pulumi.dev.yaml").read_text())
     dev["config"] = render_only(dev["config"])

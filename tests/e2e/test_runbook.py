@@ -1,5 +1,5 @@
 """docs/runbook.md, run: every `sh` block of every procedure, in the order written, against a stack of
-the copied project on the session's vendorsim through the real Pulumi engine (tests/e2e/conftest.py).
+the copied project on the module's vendorsim through the real Pulumi engine (tests/e2e/conftest.py).
 
 The stack is the dev stack's config, rendering its manifests (no cluster: these procedures are about
 boxes, claims and failover IPs; the cluster half of the watcher's rule is tests/watcher's), with one
@@ -127,7 +127,7 @@ def test_the_runbook_procedures_run_as_written(engine: Engine) -> None:
 
         # 2. The box holding the region's IP and slot 0 leaves: the IP moves to slot 1's box first.
         target = held["kura-ovh-1"]
-        # The session's vendorsim audit holds the earlier e2e tests' calls too: count from here on.
+        # The audit holds this test's earlier steps too: count from here on.
         since = max((e["id"] for e in engine.admin("audit")["entries"]), default=0)  # type: ignore[index]
         run_procedure(
             engine, "Rotate a box out", BOX="ovh:ns1001.ip-203-0-113.net", REGION="ca-east", TARGET=target

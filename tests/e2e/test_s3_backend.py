@@ -101,7 +101,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
 @pytest.fixture(scope="module")
 def rendering(engine: Engine) -> Iterator[None]:
     """The copy's dev stack in its rendering mode for this module (the backend is the subject here;
-    the session's one dev-stack lifecycle on a cluster is test_dev_stack.py's)."""
+    the run's one dev-stack lifecycle on a cluster is test_dev_stack.py's)."""
     stack_file = engine.project / "Pulumi.dev.yaml"
     original = stack_file.read_text()
     stack_file.write_text(render_only_text(original))
@@ -113,7 +113,7 @@ def rendering(engine: Engine) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def on_s3(engine: Engine, s3: S3, rendering: None, tmp_path_factory: pytest.TempPathFactory) -> Engine:
-    """The engine of the e2e session, logged in to the S3 backend instead of its file backend."""
+    """The module's engine, logged in to the S3 backend instead of its file backend."""
     env = {k: v for k, v in engine.env.items() if k != "PULUMI_BACKEND_URL"}
     env.update(s3.env, PULUMI_HOME=str(tmp_path_factory.mktemp("s3-pulumi-home")))
     login = subprocess.run(

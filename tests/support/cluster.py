@@ -1,7 +1,8 @@
 """A real Kubernetes control plane for tests: scripts/cluster.sh in a temporary directory.
 
 Fixtures (register them with `from tests.support.cluster import *` in a conftest, or
-`pytest_plugins = ["tests.support.cluster"]` at the root, so a session starts one cluster):
+`pytest_plugins = ["tests.support.cluster"]` at the root, so a session starts one cluster; under
+pytest-xdist each worker is a session of its own):
 
 - `kube_cluster` (session): a `KubeCluster` -- kubeconfig path, admin ApiClient, API server URL, CA
   PEM, `kubectl(...)`, `namespace()` for a fresh namespace -- stopped at the end of the session.
