@@ -16,16 +16,24 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import pulumi
 import yaml
-from pulumi.runtime import config as pulumi_runtime_config
 from pydantic import ValidationError
 
 from config.models import Cluster, FailoverIP, Fleet, StackConfig, Vendor
 from config.problems import SECRETS_SECTION, ConfigError, Problem, from_validation_error, ordered_lines
 from config.rules import View, build_view, cross_field_problems
+from providers.lazy import lazy_module
+
+# The Pulumi SDK only for load_from_pulumi (the program): the operator's CLI, the watcher and the
+# config tests read stack files and never pay its import (most of a short CLI command's start).
+if TYPE_CHECKING:
+    import pulumi
+    from pulumi.runtime import config as pulumi_runtime_config
+else:
+    pulumi = lazy_module("pulumi")
+    pulumi_runtime_config = lazy_module("pulumi.runtime.config")
 
 # One home for the project name and the secret keys (in the order required_secret_keys reports).
 from providers.constants import (

@@ -17,7 +17,6 @@ from typing import Any
 from config.models import FailoverIP, Region
 from ops.stack import OpsError, Stack
 from providers.errors import VendorError
-from providers.failover import FailoverError, FailoverSpec, route
 from providers.vendor import Vendor, failover_placement
 from watcher.decision import ineligibility
 from watcher.loop import WatcherSettings, kube_listers
@@ -161,6 +160,10 @@ def plan_move(stack: Stack, region: str, box: str, *, force: bool) -> MovePlan:
 
 
 def run_move(stack: Stack, plan: MovePlan) -> str:
+    # The program's own mover; its module also holds the dynamic provider, hence the Pulumi SDK,
+    # which only a move needs (every other command starts without it).
+    from providers.failover import FailoverError, FailoverSpec, route
+
     r = plan.route
     assert r.address is not None
     spec = FailoverSpec(Vendor(r.vendor), r.address, r.region, r.fleet, (plan.target,))

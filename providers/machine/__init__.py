@@ -12,7 +12,27 @@ settings.py    what configure() reads; engine_link.py progress lines and the eng
 crd.py         the MachineClaim CRD
 """
 
-from providers.machine.node_labels import NodeLabels
-from providers.machine.resource import AdoptedMachine, MachineClaim
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from providers.machine.node_labels import NodeLabels
+    from providers.machine.resource import AdoptedMachine, MachineClaim
 
 __all__ = ["AdoptedMachine", "MachineClaim", "NodeLabels"]
+
+# The resources load the Pulumi SDK; importing a leaf (providers.machine.errors, .spec, .settings) from
+# the operator's CLI or the watcher must not (PEP 562: the names resolve on first use).
+_HOMES = {
+    "AdoptedMachine": "providers.machine.resource",
+    "MachineClaim": "providers.machine.resource",
+    "NodeLabels": "providers.machine.node_labels",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,11 +14,20 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pulumi.dynamic as dyn
-from pulumi.output import Unknown
-from pulumi.runtime import rpc
+from providers.lazy import lazy_module
+
+# The Pulumi SDK is for the diffs, which only the provider process runs; the operator's CLI reads
+# this module for node names and checks.
+if TYPE_CHECKING:
+    import pulumi.dynamic as dyn
+    import pulumi.output as pulumi_output
+    from pulumi.runtime import rpc
+else:
+    dyn = lazy_module("pulumi.dynamic")
+    pulumi_output = lazy_module("pulumi.output")
+    rpc = lazy_module("pulumi.runtime.rpc")
 
 from providers.claims import claim_token
 from providers.constants import (
@@ -180,7 +189,7 @@ def _changed(key: str, olds: Mapping[str, Any], news: Mapping[str, Any]) -> bool
 
 def unknown(value: Any) -> bool:
     """A value the engine does not know yet (a preview): the SDK's Unknown, or its wire sentinel."""
-    if isinstance(value, Unknown) or (isinstance(value, str) and value == rpc.UNKNOWN):
+    if isinstance(value, pulumi_output.Unknown) or (isinstance(value, str) and value == rpc.UNKNOWN):
         return True
     if isinstance(value, Mapping):
         return any(unknown(v) for v in value.values())
