@@ -91,6 +91,11 @@ def _stack(env: str) -> tuple[dict[str, Any], StackConfig]:
     return plain, cfg
 
 
+# The SDK's own, taken at collection (before any test runs the program, which replaces it for its
+# whole process: here, for every later test of the worker).
+SDK_DEBUG_LINE = pulumi.log.debug
+
+
 def run_program(env: str) -> ProgramMocks:
     plain, cfg = _stack(env)
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in plain.items()}
@@ -105,7 +110,10 @@ def run_program(env: str) -> ProgramMocks:
     def run() -> None:
         runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
 
-    run()
+    try:
+        run()
+    finally:
+        setattr(pulumi.log, "debug", SDK_DEBUG_LINE)  # noqa: B010
     return mocks
 
 
@@ -160,3 +168,27 @@ def test_kura_volumes_are_pinned_to_the_adopted_boxes_of_their_region(env: str) 
         for pv in pvs:
             [term] = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
             assert set(term["matchExpressions"][0]["values"]) <= nodes_by_fleet[region.fleet]
+
+
+def test_the_sdks_debug_lines_reach_the_engine_only_under_tuist_sdk_debug(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pulumi.runtime.proto import engine_pb2
+
+    monkeypatch.setattr(pulumi.log, "debug", SDK_DEBUG_LINE)
+    severities: list[int] = []
+    monkeypatch.setattr(pulumi.log, "_log", lambda _engine, severity, *_rest: severities.append(severity))
+
+    def debug_lines(switch: str | None) -> int:
+        if switch is None:
+            monkeypatch.delenv("TUIST_SDK_DEBUG", raising=False)
+        else:
+            monkeypatch.setenv("TUIST_SDK_DEBUG", switch)
+        severities.clear()
+        run_program("dev")
+        return severities.count(engine_pb2.DEBUG)
+
+    asked = debug_lines("1")
+    # Several per resource when asked; otherwise only the few the SDK sends before the program runs.
+    assert asked > 200
+    assert debug_lines(None) <= 5
