@@ -21,7 +21,6 @@ from config.loader import read_stack_file
 from ops.cli import Context, app
 from ops.stack import CLAIM_TYPE, StaticStack
 from providers.clients import ClientTiming
-from providers.machine import record as claim_records
 from providers.retry import PollPolicy, RetryPolicy
 from tests.providers.test_machine_support import PROJECT, REPO, SIM_SSH_PORT, FleetKey, Sim, running_sim
 
@@ -39,9 +38,7 @@ def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 
 @pytest.fixture
 def sim(sim_process: Sim) -> Sim:
-    sim_process.admin("POST", "reset")
-    claim_records._PROCESS_STORE.clear()
-    return sim_process
+    return sim_process.reset()
 
 
 def dev_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:

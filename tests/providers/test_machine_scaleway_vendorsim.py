@@ -13,7 +13,6 @@ import pytest
 import requests
 
 from providers.claims import claim_token
-from providers.machine import record as claim_records
 from providers.machine.errors import MachineStepError
 from providers.machine.record import ProcessClaimRecord
 from tests.providers.test_machine_support import (
@@ -43,9 +42,7 @@ def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 
 @pytest.fixture
 def sim(sim_process: Sim) -> Sim:
-    sim_process.admin("POST", "reset")
-    claim_records._PROCESS_STORE.clear()
-    return sim_process
+    return sim_process.reset()
 
 
 def token(name: str) -> str:

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pulumi.dynamic import ConfigureRequest
 from pulumi.dynamic.config import Config
 
+from providers.machine import record as claim_records
 from providers.machine.provider import ClaimProvider, MachineProvider, _Stateless
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,6 +165,13 @@ class Sim:
         response = requests.request(method, f"{self.url}/_admin/{path}", json=body, timeout=30)
         response.raise_for_status()
         return response.json()
+
+    def reset(self) -> Sim:
+        """The inventory as loaded, and no process-memory claim record of earlier tests (it went with
+        their boxes): what each test of a module-scoped simulator starts from."""
+        self.admin("POST", "reset")
+        claim_records._PROCESS_STORE.clear()
+        return self
 
     def state(self) -> dict[str, Any]:
         return dict(self.admin("GET", "state"))

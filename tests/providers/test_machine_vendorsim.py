@@ -72,9 +72,7 @@ def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 
 @pytest.fixture
 def sim(sim_process: Sim) -> Sim:
-    sim_process.admin("POST", "reset")
-    claim_records._PROCESS_STORE.clear()  # the process record of earlier tests is gone with their boxes
-    return sim_process
+    return sim_process.reset()
 
 
 def token(name: str) -> str:

@@ -22,7 +22,6 @@ import yaml
 import tests.providers.test_machine_support as support
 from providers.claims import claim_token
 from providers.constants import fleet_key_name
-from providers.machine import record as claim_records
 from providers.machine.errors import MachineInputError, MachineStepError
 from providers.machine.record import ProcessClaimRecord
 from providers.machine.robot_install import (
@@ -111,9 +110,7 @@ def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 
 @pytest.fixture
 def sim(sim_process: Sim) -> Sim:
-    sim_process.admin("POST", "reset")
-    claim_records._PROCESS_STORE.clear()
-    return sim_process
+    return sim_process.reset()
 
 
 class Watcher(logging.Handler):
