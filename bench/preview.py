@@ -89,6 +89,7 @@ def _evaluate_here(stack: str, times: int) -> dict[str, Any]:
             return id_, outs
 
     pulumi.runtime.set_mocks(Counting(), project=PROJECT, stack=stack, preview=True)
+    visits = _count_cycle_checks()
     start, cpu = time.perf_counter(), time.process_time()
 
     def program() -> None:
@@ -100,13 +101,61 @@ def _evaluate_here(stack: str, times: int) -> dict[str, Any]:
         "evaluate_cpu_s": time.process_time() - cpu,
         "process_cpu_s": time.process_time(),
         "resources": Counting.count,
+        "cycle_check_visits": visits[0],
     }
 
 
-def _evaluate(stack: str, times: int) -> dict[str, Any]:
+def _count_cycle_checks() -> list[int]:
+    """Count the resources the SDK's dependency-cycle check walks (pulumi/runtime/
+    resource_cycle_breaker.py): each new dependency edge walks everything its target reaches, so a
+    resource that reaches many (the control-plane firewall reaches every machine claim) makes each
+    edge into it cost that much. Same walk as the SDK's, counted; the bench's only change to it."""
+    from pulumi.runtime import resource_cycle_breaker as breaker
+
+    visits = [0]
+    walk = breaker._with_transitive_deps
+
+    def reachable(from_resource: Any, to_resource: Any) -> bool:
+        seen: set[Any] = set()
+        found = any(x == to_resource for x in walk(from_resource, seen))
+        visits[0] += len(seen)
+        return found
+
+    breaker._reachable = reachable
+    return visits
+
+
+def _floor_here(resources: int) -> dict[str, Any]:
+    """The SDK's own cost under the same mocks machinery: `resources` custom resources of three small
+    properties each, no dependencies, no components, registered by a program that does nothing else."""
+    import pulumi
+
+    class Mocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+            return f"{args.name}-id", dict(args.inputs)
+
+        def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], None]:
+            return {}, None
+
+    class Plain(pulumi.CustomResource):
+        def __init__(self, name: str, props: dict[str, Any]) -> None:
+            super().__init__("bench:index:Plain", name, props)
+
+    pulumi.runtime.set_mocks(Mocks(), project=PROJECT, stack="floor", preview=True)
+    start, cpu = time.perf_counter(), time.process_time()
+
+    def program() -> None:
+        for i in range(resources):
+            Plain(f"r{i}", {"name": f"r{i}", "size": i, "spec": {"values": ["a", "b"]}})
+
+    pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
+    return {"evaluate_s": time.perf_counter() - start, "evaluate_cpu_s": time.process_time() - cpu}
+
+
+def _evaluate(*child_args: str) -> dict[str, Any]:
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-m", "bench.preview", "_evaluate", "--stack", stack, "--times", str(times)],
+        [sys.executable, "-m", "bench.preview", *child_args],
         cwd=REPO,
         check=True,
         capture_output=True,
@@ -123,18 +172,23 @@ def evaluate(args: argparse.Namespace) -> None:
 
     raw = read_stack_file(REPO / f"Pulumi.{args.stack}.yaml")
     print(f"{args.stack} under mocks, one new process per size ({os.cpu_count()} cores, load {_load()})")
-    print("wall and CPU seconds: the whole process (imports included), and the program's evaluation")
+    print("wall and CPU seconds: the whole process (imports included), and the program's evaluation;")
+    print("floor: the SDK alone registering as many plain resources (3 properties, no dependencies);")
+    print("walked/res: resources the SDK's dependency-cycle check visits, per resource registered")
     print(
         f"{'size':>5} {'machines':>9} {'resources':>10} {'process':>9} {'cpu':>7}"
-        f" {'program':>9} {'cpu':>7} {'cpu ms/resource':>16}"
+        f" {'program':>9} {'cpu':>7} {'cpu ms/res':>11} {'floor cpu':>10} {'x floor':>8} {'walked/res':>11}"
     )
     for times in args.times:
-        r = _evaluate(args.stack, times)
+        r = _evaluate("_evaluate", "--stack", args.stack, "--times", str(times))
+        floor = _evaluate("_floor", "--resources", str(r["resources"]))
         per = 1000 * r["evaluate_cpu_s"] / r["resources"]
         print(
             f"{'x' + str(times):>5} {machines(grow(raw, times)):>9} {r['resources']:>10}"
             f" {r['process_s']:>8.2f}s {r['process_cpu_s']:>6.2f}s"
-            f" {r['evaluate_s']:>8.2f}s {r['evaluate_cpu_s']:>6.2f}s {per:>16.2f}"
+            f" {r['evaluate_s']:>8.2f}s {r['evaluate_cpu_s']:>6.2f}s {per:>11.2f}"
+            f" {floor['evaluate_cpu_s']:>9.2f}s {r['evaluate_cpu_s'] / floor['evaluate_cpu_s']:>8.2f}"
+            f" {r['cycle_check_visits'] / r['resources']:>11.1f}"
         )
 
 
@@ -568,6 +622,9 @@ def main() -> None:
     child.add_argument("--stack", default="production")
     child.add_argument("--times", type=int, default=1)
     child.set_defaults(func=lambda a: print(json.dumps(_evaluate_here(a.stack, a.times))))
+    fl = sub.add_parser("_floor")
+    fl.add_argument("--resources", type=int, default=1000)
+    fl.set_defaults(func=lambda a: print(json.dumps(_floor_here(a.resources))))
     args = parser.parse_args()
     args.func(args)
 

@@ -32,12 +32,21 @@ from components.k8s import (
     pool_tolerations,
     region_labels,
 )
-from config.models import Cluster, Environment, Fleet, Kura, Region
+from config.models import (
+    DEMUX_DRAIN_SECONDS,
+    DEMUX_MIN_READY_SECONDS,
+    Cluster,
+    Environment,
+    Fleet,
+    Kura,
+    Region,
+)
 from demux.reconciler import FIELD_MANAGER
 from demux.routes import ROUTES_KEY, RouteSettings, render_demux_config
 
 __all__ = [
     "CONFIG_HASH_ANNOTATION",
+    "DEMUX_CONNECTION_DRAIN_SECONDS",
     "DEMUX_DRAIN_SECONDS",
     "DEMUX_MIN_READY_SECONDS",
     "DEMUX_PORT",
@@ -61,15 +70,13 @@ ROUTES_DIR = "/etc/kura-peer-demux/routes"
 RUN_DIR = "/run/kura-peer-demux"
 ROUTES_FILE = f"{RUN_DIR}/routes.map"
 
-# The old pod keeps serving this long after it is told to stop: the failover watcher sees the
-# terminating pod within one poll (5 s) and the vendor move (OVH /ip/move task, Dedibox attach)
-# completes well within a minute, so the IP has left the box before nginx stops accepting.
-DEMUX_DRAIN_SECONDS = 60
-# After preStop, nginx drains open connections (SIGQUIT) until the grace period ends.
-DEMUX_TERMINATION_GRACE_SECONDS = DEMUX_DRAIN_SECONDS + 60
-# A new pod must stay Ready this long before the next box's pod goes: several watcher polls, so
-# the box is eligible again (and can take the IP back) before its neighbour drains.
-DEMUX_MIN_READY_SECONDS = 30
+# A stopping pod keeps serving `kura.demux_drain_seconds` (its preStop sleep; DEMUX_DRAIN_SECONDS
+# outside dev): the failover watcher sees the terminating pod within one poll (5 s) and the vendor
+# move (OVH /ip/move task, Dedibox attach) completes well within a minute, so the IP has left the
+# box before nginx stops accepting. Then nginx drains open connections (SIGQUIT) this much longer.
+# A new pod stays Ready `kura.demux_min_ready_seconds` before the next box's pod goes (the
+# DaemonSet's minReadySeconds), so its box is eligible for the IP again before its neighbour drains.
+DEMUX_CONNECTION_DRAIN_SECONDS = 60
 
 
 def demux_name(region_id: str) -> str:
@@ -166,7 +173,7 @@ class PeerDemux(pulumi.ComponentResource):
                     type="RollingUpdate",
                     rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable=1, max_surge=0),
                 ),
-                min_ready_seconds=DEMUX_MIN_READY_SECONDS,
+                min_ready_seconds=args.kura.demux_min_ready_seconds,
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(
                         labels=labels, annotations={CONFIG_HASH_ANNOTATION: digest}
@@ -195,7 +202,7 @@ class PeerDemux(pulumi.ComponentResource):
             dns_policy="ClusterFirstWithHostNet",
             node_selector=pool_node_selector(args.fleet),
             tolerations=pool_tolerations(args.fleet),
-            termination_grace_period_seconds=DEMUX_TERMINATION_GRACE_SECONDS,
+            termination_grace_period_seconds=kura.demux_drain_seconds + DEMUX_CONNECTION_DRAIN_SECONDS,
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name="nginx",
@@ -214,7 +221,7 @@ class PeerDemux(pulumi.ComponentResource):
                     ),
                     lifecycle=k8s.core.v1.LifecycleArgs(
                         pre_stop=k8s.core.v1.LifecycleHandlerArgs(
-                            sleep=k8s.core.v1.SleepActionArgs(seconds=DEMUX_DRAIN_SECONDS)
+                            sleep=k8s.core.v1.SleepActionArgs(seconds=kura.demux_drain_seconds)
                         )
                     ),
                     resources=k8s.core.v1.ResourceRequirementsArgs(

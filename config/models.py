@@ -430,6 +430,11 @@ class Region(Strict):
     runner_platforms: list[RunnerOS] = Field(default_factory=list)
 
 
+# The peer demux's roll timings outside dev (docs/peer-demux.md, "A roll keeps the peer plane").
+DEMUX_DRAIN_SECONDS = 60
+DEMUX_MIN_READY_SECONDS = 30
+
+
 class Kura(Strict):
     # Removed keys, with what replaced them (config/problems.py prints this instead of "unknown").
     REMOVED_FIELDS: ClassVar[dict[str, str]] = {
@@ -458,6 +463,13 @@ class Kura(Strict):
     demux_image: DigestImage = (
         "nginx:1.27.3-alpine@sha256:814a8e88df978ade80e584cc5b333144b9372a8e3c98872d07137dbf3b44d0e4"
     )
+    # How long a stopping demux pod keeps serving (its preStop sleep): the failover IP must leave
+    # the box within it, and a vendor's move takes up to a minute. Below the default only in dev,
+    # whose simulated moves take a second (config/rules.py).
+    demux_drain_seconds: int = Field(default=DEMUX_DRAIN_SECONDS, gt=0)
+    # How long a new demux pod stays Ready before the next box's pod goes (minReadySeconds):
+    # several watcher polls, so its box is eligible again before its neighbour drains.
+    demux_min_ready_seconds: int = Field(default=DEMUX_MIN_READY_SECONDS, gt=0)
 
 
 # --- runners ------------------------------------------------------------------

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, StrictBool, TypeAdapter, ValidationError
 
 from config.models import (
+    DEMUX_DRAIN_SECONDS,
+    DEMUX_MIN_READY_SECONDS,
     AppleSiliconAccount,
     Cluster,
     ControlPlaneFirewallConfig,
@@ -739,6 +741,25 @@ def kura_rules(view: View) -> Iterator[Problem]:
             yield Problem(("kura", "failover_watcher_image"), problem)
     if not 1 <= kura.peer_port <= 65535:
         yield Problem(("kura", "peer_port"), f"{kura.peer_port} is not a TCP port (1-65535)")
+    if env not in (None, Environment.DEV):
+        floors = (
+            (
+                "demux_drain_seconds",
+                kura.demux_drain_seconds,
+                DEMUX_DRAIN_SECONDS,
+                "a vendor's failover IP move takes up to a minute, and the IP must leave a stopping "
+                "demux's box first",
+            ),
+            (
+                "demux_min_ready_seconds",
+                kura.demux_min_ready_seconds,
+                DEMUX_MIN_READY_SECONDS,
+                "a rolled box must be eligible for the failover IP again before its neighbour drains",
+            ),
+        )
+        for key, value, floor, why in floors:
+            if value < floor:
+                yield Problem(("kura", key), f"{value} is below {floor} s, allowed in dev only: {why}")
 
 
 def cluster_rules(view: View) -> Iterator[Problem]:

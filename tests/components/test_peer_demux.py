@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from components.peer_demux import (
+    DEMUX_CONNECTION_DRAIN_SECONDS,
     DEMUX_DRAIN_SECONDS,
     RELOAD_SCRIPT,
     PeerDemux,
@@ -64,7 +65,19 @@ def test_a_stopping_pod_keeps_serving_while_the_failover_ip_leaves(recorded: Man
     # well within the preStop sleep, and nginx then drains open connections until the grace ends.
     assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": DEMUX_DRAIN_SECONDS}}}
     assert DEMUX_DRAIN_SECONDS >= 60
-    assert spec["terminationGracePeriodSeconds"] > DEMUX_DRAIN_SECONDS
+    assert spec["terminationGracePeriodSeconds"] == DEMUX_DRAIN_SECONDS + DEMUX_CONNECTION_DRAIN_SECONDS
+
+
+def test_the_stack_sets_the_drain_and_the_proving_time(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    # The dev stack's simulated failover moves take a second (config/rules.py allows it only there).
+    quick = kura.model_copy(update={"demux_drain_seconds": 10, "demux_min_ready_seconds": 8})
+    daemon_set = render(region, fleet, quick, cluster).find("DaemonSet", "kura-peer-demux-us-east")["spec"]
+    spec = daemon_set["template"]["spec"]
+    assert daemon_set["minReadySeconds"] == 8
+    assert spec["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+    assert spec["terminationGracePeriodSeconds"] == 10 + DEMUX_CONNECTION_DRAIN_SECONDS
 
 
 def test_daemonset_is_hostnetwork_nginx_on_7443_pinned_by_digest(
