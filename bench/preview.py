@@ -3,7 +3,9 @@ a real stack's fleets and regions (bench/scale.py), measured side by side in one
 
     python -m bench.preview evaluate [--stack production] [--times 1,10,100]
         the program alone under Pulumi's mocks, each size in a new process: the process's wall time,
-        the program's own evaluation, and the resources it registers
+        the program's own evaluation, and the resources it registers; beside it, in another new
+        process, the SDK's floor (as many plain resources registered by a program that does nothing
+        else) and the resources the SDK's dependency-cycle check walks per resource registered
     python -m bench.preview engine [--times 1,10,30] [--backend file|s3|both] [--set KEY=VALUE]
         `pulumi preview` of the dev stack grown (rendering its objects: production needs its real
         cluster) through the real engine, each size a fresh stack of a DIY backend (a folder, or S3
