@@ -431,6 +431,7 @@ def nochange(args: argparse.Namespace) -> None:
     nothing to change, beside the same engine previewing a program that registers nothing. Runs in a
     network namespace (the boxes' addresses): scripts/netns.sh exec -- python -m bench.preview nochange."""
     from tests.providers.test_machine_support import fresh_box_range, move_boxes
+    from tests.support.pulumi_home import quiet_pulumi_home
 
     with tempfile.TemporaryDirectory(prefix="bench-nochange-") as tmp_name:
         tmp = Path(tmp_name)
@@ -492,12 +493,17 @@ def nochange(args: argparse.Namespace) -> None:
             e = Project(empty, p.env)
             e.run("stack", "init", "empty", "--secrets-provider", "passphrase")
             _timed(e, "up", "--yes", "-s", "empty", "--suppress-progress")
-            dev, nothing, varied = [], [], []
+            dev, nothing, varied, dev_unlogged, nothing_unlogged = [], [], [], [], []
             pv = Project(p.root, {**p.env, **dict(args.set)})
+            # The same two previews without the CLI's automatic log (as the tests run them).
+            unlogged = {**p.env, "PULUMI_HOME": str(quiet_pulumi_home(tmp / "pulumi-home-unlogged"))}
+            pu, eu = Project(p.root, unlogged), Project(empty, unlogged)
             quiet = ("--suppress-progress", "--expect-no-changes")
             for _ in range(args.rounds):
                 dev.append(_timed(p, "preview", "-s", "dev", *quiet))
                 nothing.append(_timed(e, "preview", "-s", "empty", *quiet))
+                dev_unlogged.append(_timed(pu, "preview", "-s", "dev", *quiet))
+                nothing_unlogged.append(_timed(eu, "preview", "-s", "empty", *quiet))
                 if args.set:
                     varied.append(_timed(pv, "preview", "-s", "dev", *quiet))
         finally:
@@ -508,6 +514,9 @@ def nochange(args: argparse.Namespace) -> None:
         print(f"  dev stack (up once in {up_s:.0f} s) : {d:6.2f} s")
         print(f"  empty program               : {n:6.2f} s")
         print(f"  ratio                       : {d / n:6.2f}x  (goal <= 2)")
+        du, nu = statistics.median(dev_unlogged), statistics.median(nothing_unlogged)
+        print("  without the CLI's automatic log ($PULUMI_HOME/logs, tests/support/pulumi_home.py):")
+        print(f"    dev stack {du:6.2f} s, empty program {nu:6.2f} s: {du / nu:.2f}x")
         if varied:
             v = statistics.median(varied)
             print(f"  dev stack{_overrides(args)} : {v:6.2f} s, {v / n:.2f}x the empty program")

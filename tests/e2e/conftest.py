@@ -36,6 +36,7 @@ import yaml
 from bench.project import copy_project
 from tests.providers.test_machine_support import fresh_box_range, move_boxes
 from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
+from tests.support.pulumi_home import quiet_pulumi_home
 from vendorsim.boxes import reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,7 +145,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     env = {
         **os.environ,
         "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(root / "pulumi-home"),
+        "PULUMI_HOME": str(quiet_pulumi_home(root / "pulumi-home")),
         "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
         "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
         "PULUMI_SKIP_UPDATE_CHECK": "true",

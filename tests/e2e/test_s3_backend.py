@@ -30,6 +30,7 @@ import pytest
 
 from tests.docs.outputs_contract import examples, schema_errors
 from tests.e2e.conftest import Engine, free_port, render_only_text
+from tests.support.pulumi_home import quiet_pulumi_home
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "tuist-infra-state"
@@ -115,7 +116,7 @@ def rendering(engine: Engine) -> Iterator[None]:
 def on_s3(engine: Engine, s3: S3, rendering: None, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     """The module's engine, logged in to the S3 backend instead of its file backend."""
     env = {k: v for k, v in engine.env.items() if k != "PULUMI_BACKEND_URL"}
-    env.update(s3.env, PULUMI_HOME=str(tmp_path_factory.mktemp("s3-pulumi-home")))
+    env.update(s3.env, PULUMI_HOME=str(quiet_pulumi_home(tmp_path_factory.mktemp("s3-pulumi-home"))))
     login = subprocess.run(
         ["bash", "-c", "source scripts/ci/backend.sh && backend_url && backend_login"],
         cwd=engine.project,

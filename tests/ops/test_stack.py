@@ -11,6 +11,7 @@ import pytest
 
 from ops.stack import OpsError, PulumiStack, open_stack
 from tests.providers.test_machine_support import REPO
+from tests.support.pulumi_home import quiet_pulumi_home
 
 PULUMI = REPO / ".toolchain" / "bin" / "pulumi"
 
@@ -37,7 +38,7 @@ def test_the_dev_stack_file_reads_as_the_program_reads_it(
     (tmp_path / "state").mkdir()
     env = {
         "PATH": f"{PULUMI.parent}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(tmp_path / "home"),
+        "PULUMI_HOME": str(quiet_pulumi_home(tmp_path / "home")),
         "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
         "PULUMI_CONFIG_PASSPHRASE": "tuist-dev-only-passphrase",
         "PULUMI_SKIP_UPDATE_CHECK": "true",

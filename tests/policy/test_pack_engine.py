@@ -29,6 +29,7 @@ import yaml
 from bench.project import copy_project
 from policy.tuist_policy.mandatory import MANDATORY
 from tests.e2e.conftest import DEV_PASSPHRASE, render_only_text
+from tests.support.pulumi_home import quiet_pulumi_home
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -56,7 +57,7 @@ def engine_env(root: Path) -> dict[str, str]:
     return {
         **os.environ,
         "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(root / "pulumi-home"),
+        "PULUMI_HOME": str(quiet_pulumi_home(root / "pulumi-home")),
         "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
         "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
         "PULUMI_SKIP_UPDATE_CHECK": "true",

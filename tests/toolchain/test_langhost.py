@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.pulumi_home import quiet_pulumi_home
+
 REPO = Path(__file__).resolve().parents[2]
 PASSPHRASE = "langhost-test-passphrase"
 
@@ -58,7 +60,7 @@ def test_a_config_past_the_environment_variable_limit_reaches_the_program(tmp_pa
     env = {
         **os.environ,
         "PATH": f"{REPO / '.toolchain' / 'bin'}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(tmp_path / "home"),
+        "PULUMI_HOME": str(quiet_pulumi_home(tmp_path / "home")),
         "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
         "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
         "PULUMI_SKIP_UPDATE_CHECK": "true",
