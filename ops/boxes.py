@@ -150,8 +150,13 @@ def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinst
     # around or started a second time; and the box is probed only once no install runs.
     try:
         running = stack.client(ref.vendor).install_state(box.id) is InstallState.RUNNING
-    except VendorError:
-        running = False
+    except VendorError as error:
+        # Never guess "none runs": a box mid-install refuses the fleet key, which reads as a reason
+        # to start a second install.
+        raise OpsError(
+            f"{ref}: cannot tell whether an install runs at {ref.vendor.value} "
+            f"({stack.scrub(str(error)).splitlines()[0]}); rerun in a minute"
+        ) from None
     if running:
         return PrepPlan(
             ref,
@@ -160,6 +165,9 @@ def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinst
             Probe(False, False, problem="reinstalling"),
             ["a reinstall runs at the vendor: following it"],
         )
+    # Read again: an install that ended between the first read and the state above (a prep cut
+    # short, rerun) had left that read saying "no OS", which would have started a second install.
+    box = get_box(stack, ref)
     before = probe(stack, box, fleet) if box.has_os else Probe(False, False, problem="no OS installed")
     reasons = []
     if force_reinstall:
