@@ -32,23 +32,13 @@ from components.k8s import (
     pool_tolerations,
     region_labels,
 )
-from config.models import (
-    DEMUX_DRAIN_SECONDS,
-    DEMUX_MIN_READY_SECONDS,
-    Cluster,
-    Environment,
-    Fleet,
-    Kura,
-    Region,
-)
+from config.models import Cluster, Environment, Fleet, Kura, Region
 from demux.reconciler import FIELD_MANAGER
 from demux.routes import ROUTES_KEY, RouteSettings, render_demux_config
 
 __all__ = [
     "CONFIG_HASH_ANNOTATION",
     "DEMUX_CONNECTION_DRAIN_SECONDS",
-    "DEMUX_DRAIN_SECONDS",
-    "DEMUX_MIN_READY_SECONDS",
     "DEMUX_PORT",
     "PeerDemux",
     "PeerDemuxArgs",
@@ -70,12 +60,13 @@ ROUTES_DIR = "/etc/kura-peer-demux/routes"
 RUN_DIR = "/run/kura-peer-demux"
 ROUTES_FILE = f"{RUN_DIR}/routes.map"
 
-# A stopping pod keeps serving `kura.demux_drain_seconds` (its preStop sleep; DEMUX_DRAIN_SECONDS
-# outside dev): the failover watcher sees the terminating pod within one poll (5 s) and the vendor
-# move (OVH /ip/move task, Dedibox attach) completes well within a minute, so the IP has left the
-# box before nginx stops accepting. Then nginx drains open connections (SIGQUIT) this much longer.
-# A new pod stays Ready `kura.demux_min_ready_seconds` before the next box's pod goes (the
-# DaemonSet's minReadySeconds), so its box is eligible for the IP again before its neighbour drains.
+# A stopping pod keeps serving `kura.demux_drain_seconds` (its preStop sleep; at least
+# config.models.DEMUX_DRAIN_SECONDS outside dev): the failover watcher sees the terminating pod
+# within one poll (5 s) and the vendor move (OVH /ip/move task, Dedibox attach) completes well within
+# a minute, so the IP has left the box before nginx stops accepting. Then nginx drains open
+# connections (SIGQUIT) this much longer. A new pod stays Ready `kura.demux_min_ready_seconds` before
+# the next box's pod goes (the DaemonSet's minReadySeconds), so its box is eligible for the IP again
+# before its neighbour drains.
 DEMUX_CONNECTION_DRAIN_SECONDS = 60
 
 

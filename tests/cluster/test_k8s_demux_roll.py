@@ -26,8 +26,20 @@ import pytest
 from kubernetes import client as k8s
 
 from components.k8s import POOL_LABEL
-from components.peer_demux import DEMUX_DRAIN_SECONDS, DEMUX_MIN_READY_SECONDS, PeerDemux, PeerDemuxArgs
-from config.models import Cluster, Environment, Fleet, Hardware, Kura, Region, Taint, TaintEffect, Vendor
+from components.peer_demux import PeerDemux, PeerDemuxArgs
+from config.models import (
+    DEMUX_DRAIN_SECONDS,
+    DEMUX_MIN_READY_SECONDS,
+    Cluster,
+    Environment,
+    Fleet,
+    Hardware,
+    Kura,
+    Region,
+    Taint,
+    TaintEffect,
+    Vendor,
+)
 from tests.cluster.k8s_support import apply, rendered, suffix
 from tests.support.cluster import KubeCluster, Kubelet, wait_until
 from watcher.decision import box_id_from_provider_id

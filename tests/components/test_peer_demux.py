@@ -10,12 +10,11 @@ import pytest
 
 from components.peer_demux import (
     DEMUX_CONNECTION_DRAIN_SECONDS,
-    DEMUX_DRAIN_SECONDS,
     RELOAD_SCRIPT,
     PeerDemux,
     PeerDemuxArgs,
 )
-from config.models import Cluster, Environment, Fleet, Kura, Region
+from config.models import DEMUX_DRAIN_SECONDS, Cluster, Environment, Fleet, Kura, Region
 from tests.components.conftest import WATCHER_IMAGE
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 

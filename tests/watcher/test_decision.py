@@ -162,7 +162,7 @@ def test_both_boxes_flapping_in_turn_does_not_ping_pong() -> None:
 
 def test_a_rolling_demux_moves_the_ip_on_the_first_poll() -> None:
     # The demux's preStop drain is the time there is: a terminating pod never comes back, so waiting
-    # for a second poll only shortens the window (components/peer_demux.py DEMUX_DRAIN_SECONDS).
+    # for a second poll only shortens the window (config/models.py DEMUX_DRAIN_SECONDS).
     rolling = ([node("a"), node("b")], [demux("a", terminating=True), demux("b")])
     assert run_polls([rolling], "box-a", required=3) == ["box-b"]
 
