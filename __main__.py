@@ -8,9 +8,7 @@ components/outputs.py.
 from __future__ import annotations
 
 import gc
-import os
 from collections.abc import Callable
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -26,28 +24,14 @@ from components.kura_region import KuraRegion, KuraRegionArgs
 from components.node_bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.outputs import export_outputs, stack_outputs
 from components.runners import RunnerPools, RunnerPoolsArgs
+from components.sdk import drop_sdk_debug_lines, record_declaring_lines_only
 from components.storage import LocalStorageClass, LocalStorageClassArgs
 from config.loader import ConfigError, fail, load_from_pulumi
 
-SDK_DEBUG = "TUIST_SDK_DEBUG"
-
-
-def _drop_sdk_debug_lines() -> None:
-    """The Python SDK sends each of its debug lines (several per resource: preparing, registering,
-    resolving) to the engine as a blocking gRPC call, and the engine shows them only under
-    `pulumi --debug`, which it does not tell the program. They were a fifth of a no-change dev
-    preview's CPU (bench/README.md); TUIST_SDK_DEBUG=1 sends them again, for `pulumi up --debug`."""
-    if os.environ.get(SDK_DEBUG) == "1":
-        return
-
-    def dropped(*_args: Any, **_kwargs: Any) -> None:
-        return None
-
-    setattr(pulumi.log, "debug", dropped)  # noqa: B010 (the module attribute every SDK caller reads)
-
 
 def main() -> None:
-    _drop_sdk_debug_lines()
+    drop_sdk_debug_lines()
+    record_declaring_lines_only()
     # A run allocates a few hundred objects per resource and keeps nearly all of them to its end, so
     # the cyclic collector's passes find little garbage and cost more the bigger the stack: everything
     # imported so far is left out of them, and they run less often (a third of a large stack's time).

@@ -67,6 +67,7 @@ class Model:
     api_ms: int
     task_seconds: float
     apt_seconds: float
+    box_cpus: float
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,7 @@ class Run:
                 f"{self.model.task_seconds:g}",
                 "--apt-seconds",
                 f"{self.model.apt_seconds:g}",
+                *(["--box-cpus", f"{self.model.box_cpus:g}"] if self.model.box_cpus else []),
             ],
             cwd=REPO,
             stdout=log,
@@ -299,7 +301,7 @@ class Run:
         started = time.perf_counter()
         with log.open("w") as out:
             done = subprocess.run(
-                ["pulumi", *args, "-s", self.stack, "--non-interactive"],
+                ["pulumi", *args, "-s", self.stack, "--non-interactive", *extra_flags(args[0])],
                 cwd=self.project,
                 env=self.env,
                 stdout=out,
@@ -324,6 +326,12 @@ class Run:
         (self.root / f"calls-{self.stack}-{command}.json").write_text(json.dumps(made, indent=1))
         calls, listings = count_calls(made, self.vendor)
         return Phase(wall, phase, critical, calls, listings, len(own))
+
+
+def extra_flags(command: str) -> list[str]:
+    """BENCH_PULUMI_FLAGS: more flags for every `pulumi up`/`destroy`, `{cmd}` replaced by the command
+    (`--event-log /tmp/ev-{cmd}.json`, `--profiling /tmp/prof-{cmd}`)."""
+    return os.environ.get("BENCH_PULUMI_FLAGS", "").replace("{cmd}", command).split()
 
 
 def run_one(
@@ -362,6 +370,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=120.0, help="real seconds per benchmark second")
     parser.add_argument("--task-seconds", type=float, help="a reinstall (default: 30 min / scale)")
     parser.add_argument("--apt-seconds", type=float, help="each apt-get install (default: 1 min / scale)")
+    parser.add_argument(
+        "--box-cpus",
+        type=float,
+        default=1.0,
+        help="CPUs all the simulated boxes may use together (a cgroup quota, default 1; 0: no budget, the"
+        " boxes share every core with the engine, which a real box does not)",
+    )
     parser.add_argument("--parallel", type=int, default=64, help="the engine's --parallel")
     parser.add_argument("--project", type=Path, default=REPO, help="the checkout whose program is measured")
     parser.add_argument(
@@ -371,10 +386,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([64] if args.with_64 else [])
     if any(n < 1 for n in sizes) or args.scale <= 0:
         parser.error("--sizes: every N >= 1; --scale > 0")
+    if args.box_cpus < 0:
+        parser.error("--box-cpus: >= 0")
     model = Model(
         api_ms=args.api_ms,
         task_seconds=args.task_seconds if args.task_seconds is not None else REAL_REINSTALL_S / args.scale,
         apt_seconds=args.apt_seconds if args.apt_seconds is not None else REAL_APT_INSTALL_S / args.scale,
+        box_cpus=args.box_cpus,
     )
     if not (REPO / ".toolchain" / "bin" / "pulumi").exists():
         raise SystemExit("bench: no Pulumi CLI in .toolchain/bin: run `bash scripts/bootstrap.sh`")
@@ -382,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.vendor} adoption by `pulumi up`/`destroy` of {source}: {model.api_ms} ms per vendor call, "
         f"reinstall {model.task_seconds:g} s, apt-get install {model.apt_seconds:g} s, "
+        f"boxes on {f'{model.box_cpus:g} CPU' if model.box_cpus else 'every core'}, "
         f"--parallel {args.parallel}"
     )
     print("   N  command      wall    phase  critical  ratio  calls/box  listings")

@@ -18,7 +18,9 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
+from pulumi.runtime import resource as sdk_resource
 
+import components.sdk
 from config.loader import required_secret_keys
 from config.models import StackConfig, Vendor
 from providers.machine.spec import node_name_for, provider_id_for
@@ -91,9 +93,10 @@ def _stack(env: str) -> tuple[dict[str, Any], StackConfig]:
     return plain, cfg
 
 
-# The SDK's own, taken at collection (before any test runs the program, which replaces it for its
+# The SDK's own, taken at collection (before any test runs the program, which replaces them for its
 # whole process: here, for every later test of the worker).
 SDK_DEBUG_LINE = pulumi.log.debug
+SDK_STACK_TRACE = sdk_resource._get_stack_trace
 
 
 def run_program(env: str) -> ProgramMocks:
@@ -114,6 +117,7 @@ def run_program(env: str) -> ProgramMocks:
         run()
     finally:
         setattr(pulumi.log, "debug", SDK_DEBUG_LINE)  # noqa: B010
+        setattr(sdk_resource, "_get_stack_trace", SDK_STACK_TRACE)  # noqa: B010
     return mocks
 
 
@@ -192,3 +196,27 @@ def test_the_sdks_debug_lines_reach_the_engine_only_under_tuist_sdk_debug(
     # Several per resource when asked; otherwise only the few the SDK sends before the program runs.
     assert asked > 200
     assert debug_lines(None) <= 5
+
+
+def test_each_resource_records_the_line_that_declares_it_as_the_sdk_finds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The program replaces the SDK's stack trace by its first frame (components/sdk.py): for every
+    resource of the dev stack that frame is the SDK's own first frame, and nothing else is sent."""
+    ours = components.sdk.declaring_line
+    pairs: list[tuple[Any, Any]] = []
+
+    def side_by_side() -> Any:
+        kept = ours()
+        pairs.append((SDK_STACK_TRACE(), kept))
+        return kept
+
+    monkeypatch.setattr(components.sdk, "declaring_line", side_by_side)
+    run_program("dev")
+
+    assert len(pairs) > 100
+    for sdk, kept in pairs:
+        assert len(sdk.frames) > 1
+        assert list(kept.frames) == [sdk.frames[0]]
+        declared_in = Path(kept.frames[0].pc.uri.removeprefix("file://"))
+        assert declared_in.is_file() and kept.frames[0].pc.line > 0

@@ -1,5 +1,5 @@
 """python -m vendorsim --inventory FILE [--port 8710] [--state DIR] [--task-seconds 2] [--apt-seconds 0]
-[--reset] [--no-ssh]"""
+[--box-cpus N] [--reset] [--no-ssh]"""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from types import FrameType
 
 from werkzeug.serving import make_server
 
+from vendorsim import cpu_budget
 from vendorsim.app import App
 from vendorsim.core import Sim
 from vendorsim.farm import open_farm
@@ -37,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="wall time each `apt-get install` takes on a box (the slow step of a real self-join)",
     )
+    parser.add_argument(
+        "--box-cpus",
+        type=float,
+        help="CPUs all the boxes may use together (a cgroup quota; the adoption benchmark's, not the"
+        " dev stack's): a real box has CPUs of its own, these share this machine's with the engine",
+    )
     parser.add_argument("--reset", action="store_true", help="reseed the state from the inventory")
     parser.add_argument("--no-ssh", action="store_true", help="do not start an SSH server per box")
     args = parser.parse_args(argv)
@@ -50,7 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     except InventoryError as e:
         print(f"vendorsim: {e}", file=sys.stderr)
         return 2
-    farm = open_farm(args.state, ssh=not args.no_ssh)
+    budget = None
+    if args.box_cpus is not None:
+        try:
+            budget = cpu_budget.create(args.box_cpus)
+        except cpu_budget.BudgetError as e:
+            print(f"vendorsim: --box-cpus: {e}", file=sys.stderr)
+            return 2
+    farm = open_farm(args.state, ssh=not args.no_ssh, cpu_budget=budget)
     # Read by every box session (sandbox/login.sh), so it holds for boxes started before a restart too.
     timing = args.state / "boxes" / "timing.env"
     timing.parent.mkdir(parents=True, exist_ok=True)
@@ -61,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"vendorsim: cannot listen on 127.0.0.1:{args.port}: {e.strerror}", file=sys.stderr)
         farm.stop_all()
+        if budget is not None:
+            cpu_budget.remove(budget)
         return 1
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -77,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.server_close()
         farm.stop_all()
+        if budget is not None:
+            cpu_budget.remove(budget)
         with sim.lock:
             sim.store.close()
     return 0

@@ -133,7 +133,10 @@ def fingerprint_of(public_key_line: str) -> str:
 
 
 class BoxFarm:
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, cpu_budget: Path | None = None) -> None:
+        """`cpu_budget`: the cgroup file (vendorsim/cpu_budget.py) every box's sshd, so everything
+        the box runs (sessions, scripts, its kubelet), joins as it starts; None: no budget."""
+        self.cpu_budget = cpu_budget
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # One lock per box: operations on one box are serialized, boxes go side by side (a reset
@@ -606,7 +609,12 @@ class BoxFarm:
         (ssh_dir / "sshd.pid").unlink(missing_ok=True)
         with open(ssh_dir / "sshd.log", "ab") as log:
             proc = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                self._budgeted(argv),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
             )
         with self._lock:
             self._children[box_key] = proc
@@ -634,7 +642,7 @@ class BoxFarm:
         if not any(u in RUNNABLE_UNITS for u in units):
             return
         result = subprocess.run(
-            [str(LOGIN_WRAPPER), str(box), "--boot"],
+            self._budgeted([str(LOGIN_WRAPPER), str(box), "--boot"]),
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -646,6 +654,11 @@ class BoxFarm:
                 f"box {box_key}: starting its enabled services failed (exit {result.returncode}): "
                 + result.stderr.decode(errors="replace")[-800:]
             )
+
+    def _budgeted(self, argv: list[str]) -> list[str]:
+        if self.cpu_budget is None:
+            return argv
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cpu_budget), *argv]
 
     def _running_pid(self, box: Path) -> int | None:
         pid_file = box / "ssh" / "sshd.pid"

@@ -94,7 +94,7 @@ class NoSshFarm:
         return None
 
 
-def open_farm(state_dir: Path, *, ssh: bool) -> Farm:
+def open_farm(state_dir: Path, *, ssh: bool, cpu_budget: Path | None = None) -> Farm:
     if not ssh:
         return NoSshFarm()
     try:
@@ -105,5 +105,5 @@ def open_farm(state_dir: Path, *, ssh: bool) -> Farm:
 
     # A previous run that was killed outright leaves its sshd holding the boxes' ports.
     reap_orphans(state_dir / "boxes")
-    farm: Farm = BoxFarm(state_dir / "boxes")
+    farm: Farm = BoxFarm(state_dir / "boxes", cpu_budget=cpu_budget)
     return farm

@@ -255,3 +255,17 @@ def test_a_state_seeded_before_boxes_had_ips_asks_for_a_reseed(served: Served) -
     with pytest.raises(RuntimeError) as e:
         served.sim.start_boxes()
     assert str(e.value) == "vendorsim state has no IP for box robot-2345601: restart with --reset"
+
+
+def test_cli_rejects_a_box_cpu_budget_it_cannot_set_and_starts_nothing(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "vendorsim", "--inventory", str(DEV_INVENTORY), "--box-cpus", "0.001",
+         "--state", str(tmp_path / "state")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr == "vendorsim: --box-cpus: a CPU budget must be at least 0.01 CPUs, not 0.001\n"
+    assert not (tmp_path / "state").exists()

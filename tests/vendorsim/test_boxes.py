@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from vendorsim import cpu_budget
 from vendorsim.boxes import BoxError, BoxFarm, Hardware, fingerprint_of, reap_orphans
 
 SUDO_PASSWORD = "box-sudo-pass-7"
@@ -106,6 +107,19 @@ def test_the_fleet_key_logs_in_and_another_key_is_refused(farm: BoxFarm, keys):
     assert "Permission denied (publickey)." in refused.stderr
     wrong_user = ssh(info.ssh_port, keys["fleet"][0], "true", user="tuist")
     assert wrong_user.returncode == 255
+
+
+def test_everything_a_box_runs_runs_in_the_farms_cpu_budget(tmp_path: Path, keys):
+    budget = cpu_budget.create(0.5)
+    farm = BoxFarm(tmp_path / "budgeted", cpu_budget=budget)
+    try:
+        info = make(farm, keys)
+        session = ssh(info.ssh_port, keys["fleet"][0], "cat /proc/self/cgroup")
+        assert f"/vendorsim-boxes-{os.getpid()}\n" in session.stdout, session.stdout
+    finally:
+        farm.stop_all()
+        cpu_budget.remove(budget)
+    assert not budget.parent.exists()
 
 
 def test_the_host_key_the_client_sees_is_the_one_reported(farm: BoxFarm, keys, tmp_path: Path):

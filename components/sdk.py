@@ -1,0 +1,75 @@
+"""Two adjustments of the Pulumi Python SDK's per-resource work, made once by `__main__.py`.
+
+Both trim what the SDK does for every resource it registers and change nothing the engine decides
+with (bench/README.md measures them):
+
+- its debug lines are dropped unless TUIST_SDK_DEBUG=1;
+- each resource records only the line that declares it, not the whole Python call stack above it.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+from types import FrameType
+from typing import Any
+
+import pulumi
+from pulumi.runtime import resource as sdk_resource
+from pulumi.runtime.proto import source_pb2
+
+SDK_DEBUG = "TUIST_SDK_DEBUG"
+
+
+def drop_sdk_debug_lines() -> None:
+    """The Python SDK sends each of its debug lines (several per resource: preparing, registering,
+    resolving) to the engine as a blocking gRPC call, and the engine shows them only under
+    `pulumi --debug`, which it does not tell the program. They were a fifth of a no-change dev
+    preview's CPU (bench/README.md); TUIST_SDK_DEBUG=1 sends them again, for `pulumi up --debug`."""
+    if os.environ.get(SDK_DEBUG) == "1":
+        return
+
+    def dropped(*_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    setattr(pulumi.log, "debug", dropped)  # noqa: B010 (the module attribute every SDK caller reads)
+
+
+def declaring_line() -> source_pb2.StackTrace:
+    """The SDK's `_get_stack_trace`, cut to its first frame: the line that declares the resource.
+
+    The SDK walks out from its own frames to the third `__init__` (Resource, Custom/Component
+    resource, the concrete class) and sends every frame outside it, each read through linecache and
+    turned into a file URI. The engine keeps that whole stack in the state (1.4 KB of a machine's 4 to
+    6 KB) and writes the state after every step. The first frame is the source position the engine
+    shows; it is the only one kept, found by the same walk without reading any source line."""
+    frame: FrameType | None = sys._getframe(1)
+    inits = 0
+    while frame is not None:
+        if frame.f_code.co_name == "__init__":
+            inits += 1
+            if inits == 3:
+                break
+        frame = frame.f_back
+    caller = frame.f_back if frame is not None else None
+    if caller is None:
+        return source_pb2.StackTrace()
+    return source_pb2.StackTrace(frames=[source_pb2.StackFrame(pc=_position(caller))])
+
+
+def _position(frame: FrameType) -> source_pb2.SourcePosition | None:
+    # As the SDK's _get_source_position_for_frame: no position for a frame without a file or a line,
+    # or whose file name is not an absolute path.
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    if not filename or line is None:
+        return None
+    try:
+        uri = pathlib.Path(filename).as_uri()
+    except ValueError:
+        return None
+    return source_pb2.SourcePosition(uri=uri, line=line)
+
+
+def record_declaring_lines_only() -> None:
+    setattr(sdk_resource, "_get_stack_trace", declaring_line)  # noqa: B010 (read by name per resource)
