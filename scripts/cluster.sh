@@ -109,18 +109,29 @@ all_names() {
     done
 }
 
-# wait_for WHAT SECONDS CMD...: polls CMD until it succeeds; on timeout shows the log and fails.
+# running NAME: the process `launch` just started is still there. Unlike pid_of, this holds before
+# the launched shell has exec'd the component (its command line is still this script's, and its log
+# may not be open yet): on a loaded machine the first health poll can come that early.
+running() {
+    local pid state
+    pid=$(cat "$dir/pids/$1.pid" 2>/dev/null) || return 1
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# wait_for WHAT SECONDS NAME CMD...: polls CMD until it succeeds; if NAME exits or the time runs out,
+# shows its log and fails.
 wait_for() {
     local what=$1 seconds=$2 name=$3
     shift 3
     local deadline=$((SECONDS + seconds))
     until "$@" >/dev/null 2>&1; do
-        if ! pid_of "$name" >/dev/null; then
-            tail -n 30 "$dir/logs/$name.log" >&2
+        if ! running "$name"; then
+            tail -n 30 "$dir/logs/$name.log" >&2 || true
             die "$name exited while waiting for $what (log: $dir/logs/$name.log)"
         fi
         if [ "$SECONDS" -ge "$deadline" ]; then
-            tail -n 30 "$dir/logs/$name.log" >&2
+            tail -n 30 "$dir/logs/$name.log" >&2 || true
             die "$what: not within ${seconds}s (log: $dir/logs/$name.log)"
         fi
         sleep 0.3
