@@ -74,16 +74,26 @@ COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 pid_of() {
     local pid
     pid=$(cat "$dir/pids/$1.pid" 2>/dev/null) || return 1
-    [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir/" && echo "$pid"
+    [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$dir/" && echo "$pid"
 }
 
 # launch NAME CMD...: starts CMD in a session (and process group) of its own, logging to logs/NAME.log.
 launch() {
-    local name=$1
+    local name=$1 pid
     shift
     mkdir -p "$dir/logs" "$dir/pids"
     setsid "$@" </dev/null >>"$dir/logs/$name.log" 2>&1 &
-    echo $! >"$dir/pids/$name.pid"
+    pid=$!
+    echo "$pid" >"$dir/pids/$name.pid"
+    # Until the shell forked above has exec'd CMD, its command line is this script's and pid_of does
+    # not know it (on a loaded machine the first health poll came that early and read "exited"):
+    # return once CMD runs, or once it has gone (exited: a zombie until this shell reaps it).
+    local deadline=$((SECONDS + 10)) state
+    while ! pid_of "$name" >/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
+        state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+        if [ -z "$state" ] || [ "$state" = Z ]; then break; fi
+        sleep 0.05
+    done
 }
 
 # stop_one NAME: SIGTERM its process group, SIGKILL after 15s, and wait until it is gone.
@@ -109,16 +119,6 @@ all_names() {
     done
 }
 
-# running NAME: the process `launch` just started is still there. Unlike pid_of, this holds before
-# the launched shell has exec'd the component (its command line is still this script's, and its log
-# may not be open yet): on a loaded machine the first health poll can come that early.
-running() {
-    local pid state
-    pid=$(cat "$dir/pids/$1.pid" 2>/dev/null) || return 1
-    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [ -n "$state" ] && [ "$state" != Z ]
-}
-
 # wait_for WHAT SECONDS NAME CMD...: polls CMD until it succeeds; if NAME exits or the time runs out,
 # shows its log and fails.
 wait_for() {
@@ -126,7 +126,7 @@ wait_for() {
     shift 3
     local deadline=$((SECONDS + seconds))
     until "$@" >/dev/null 2>&1; do
-        if ! running "$name"; then
+        if ! pid_of "$name" >/dev/null; then
             tail -n 30 "$dir/logs/$name.log" >&2 || true
             die "$name exited while waiting for $what (log: $dir/logs/$name.log)"
         fi

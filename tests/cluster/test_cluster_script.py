@@ -1,4 +1,4 @@
-"""scripts/cluster.sh's own wait: a component not yet exec'd is still starting, not gone."""
+"""scripts/cluster.sh's launch and wait: a component not yet exec'd is still starting, not gone."""
 
 from __future__ import annotations
 
@@ -21,15 +21,13 @@ def _functions(*names: str) -> str:
     return "".join(out)
 
 
-def test_wait_for_waits_on_a_component_whose_shell_has_not_exec_d_it_yet(tmp_path: Path):
-    # The launched shell sleeps before its exec, as a loaded machine can make it: its command line
-    # is not the component's and its log does not exist yet. Ready once the flag file appears.
-    script = _functions("die", "running", "wait_for") + f"""
+def test_a_component_slow_to_exec_is_waited_for_not_reported_gone(tmp_path: Path):
+    # Its command line names the cluster's folder only once it has exec'd, as etcd's does: before
+    # that, pid_of does not know it. launch returns once it runs; the wait then sees it.
+    script = _functions("die", "pid_of", "launch", "wait_for") + f"""
 dir={tmp_path}
-mkdir -p "$dir/pids"
-( sleep 1.5; touch "$dir/ready"; exec sleep 30 ) &
-echo $! >"$dir/pids/etcd.pid"
-wait_for "etcd health" 20 etcd test -e "$dir/ready"
+launch etcd env DATA="$dir/etcd" sh -c 'sleep 1.5; touch "$DATA.ready"; exec tail -f "$DATA.ready"'
+wait_for "etcd health" 20 etcd test -e "$dir/etcd.ready"
 echo ready
 kill "$(cat "$dir/pids/etcd.pid")"
 """
@@ -39,13 +37,10 @@ kill "$(cat "$dir/pids/etcd.pid")"
     assert (done.returncode, done.stdout, done.stderr) == (0, "ready\n", "")
 
 
-def test_wait_for_reports_a_component_that_exited(tmp_path: Path):
-    script = _functions("die", "running", "wait_for") + f"""
+def test_a_component_that_exits_is_reported_with_its_log(tmp_path: Path):
+    script = _functions("die", "pid_of", "launch", "wait_for") + f"""
 dir={tmp_path}
-mkdir -p "$dir/pids" "$dir/logs"
-echo "bind: address already in use" >"$dir/logs/etcd.log"
-( exit 3 ) &
-echo $! >"$dir/pids/etcd.pid"
+launch etcd sh -c 'echo "bind: address already in use"; exit 3'
 wait_for "etcd health" 20 etcd false
 """
     done = subprocess.run(
