@@ -99,15 +99,18 @@ def _stack(ctx: typer.Context, name: str) -> Iterator[tuple[Stack, Console, Cons
     """The opened stack and the consoles; an OpsError anywhere inside becomes one scrubbed line."""
     out, err = _consoles(ctx)
     context = _context(ctx)
+    source = context.source(name)
     stack: Stack | None = None
     try:
-        stack = open_stack(context.source(name), timing=context.timing, project_dir=context.project_dir)
+        stack = open_stack(source, timing=context.timing, project_dir=context.project_dir)
         yield stack, out, err
     except (OpsError, InfraError, KubeError) as error:
         # A provider error that got this far (a claim record that changed meanwhile, say) is still
         # one line for the operator; anything else is a bug and keeps its traceback.
         message = stack.scrub(str(error)) if stack is not None else str(error)
         _fail(err, " ".join(message.split("\n")))
+    finally:
+        source.close()
 
 
 def _say(err: Console) -> Callable[[str], None]:

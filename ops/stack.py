@@ -64,35 +64,66 @@ class StackSource(Protocol):
         """The stack's resources as `pulumi stack export` lists them."""
         ...
 
+    def close(self) -> None:
+        """Stop whatever the source still has running (the CLI is done with the stack)."""
+        ...
+
+
+# How long one read of the stack through the Pulumi CLI may take (a slow S3 or KMS), in seconds.
+CLI_READ_TIMEOUT = 300
+
 
 class PulumiStack:
-    """The stack through the Pulumi CLI on PATH, in `cwd` (the project directory)."""
+    """The stack through the Pulumi CLI on PATH, in `cwd` (the project directory).
 
-    def __init__(self, name: str, cwd: Path | None = None, pulumi: str = "pulumi") -> None:
+    The state export starts beside the config read (`read_state_early`): the two are separate CLI
+    runs of about half a second each, and most commands need both, so the operator waits for one."""
+
+    def __init__(
+        self, name: str, cwd: Path | None = None, pulumi: str = "pulumi", *, read_state_early: bool = True
+    ) -> None:
         self.name = name
         self.cwd = cwd or Path.cwd()
         self.pulumi = pulumi
+        self.read_state_early = read_state_early
         self._resources: list[Mapping[str, Any]] | None = None
+        self._export: subprocess.Popen[str] | None = None
 
-    def _run(self, *args: str) -> str:
+    def _start(self, *args: str) -> subprocess.Popen[str]:
         command = [self.pulumi, *args, "-s", self.name, "--non-interactive"]
         try:
-            done = subprocess.run(command, cwd=self.cwd, capture_output=True, text=True, timeout=300)
+            return subprocess.Popen(
+                command, cwd=self.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         except FileNotFoundError:
             raise OpsError(
                 f"the Pulumi CLI ({self.pulumi}) is not on PATH: `source scripts/env.sh` first"
             ) from None
-        if done.returncode != 0:
+
+    def _finish(self, what: str, running: subprocess.Popen[str]) -> str:
+        try:
+            stdout, stderr = running.communicate(timeout=CLI_READ_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            running.kill()
+            running.communicate()
+            raise OpsError(f"pulumi {what} -s {self.name} did not answer in {CLI_READ_TIMEOUT} s") from None
+        if running.returncode != 0:
             # Pulumi's own errors name no secret; keep the first line that says what went wrong.
-            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            lines = [line.strip() for line in stderr.splitlines() if line.strip()]
             why = next(
                 (line for line in lines if line.lower().startswith("error")), lines[0] if lines else ""
             )
-            raise OpsError(f"pulumi {args[0]} -s {self.name} failed: {why or f'exit {done.returncode}'}")
-        return done.stdout
+            raise OpsError(f"pulumi {what} -s {self.name} failed: {why or f'exit {running.returncode}'}")
+        return stdout
 
     def config(self) -> Mapping[str, Any]:
-        raw = json.loads(self._run("config", "--show-secrets", "--json"))
+        if self.read_state_early and self._resources is None and self._export is None:
+            self._export = self._start("stack", "export")
+        try:
+            raw = json.loads(self._finish("config", self._start("config", "--show-secrets", "--json")))
+        except BaseException:
+            self.close()
+            raise
         values: dict[str, Any] = {}
         for key, entry in raw.items():
             if isinstance(entry, Mapping):
@@ -101,9 +132,17 @@ class PulumiStack:
 
     def resources(self) -> list[Mapping[str, Any]]:
         if self._resources is None:
-            exported = json.loads(self._run("stack", "export"))
+            running, self._export = self._export or self._start("stack", "export"), None
+            exported = json.loads(self._finish("stack export", running))
             self._resources = list((exported.get("deployment") or {}).get("resources") or [])
         return self._resources
+
+    def close(self) -> None:
+        """An export started early and never read (a command that needs no state) is stopped."""
+        running, self._export = self._export, None
+        if running is not None:
+            running.kill()
+            running.communicate()
 
 
 def _config_value(key: str, entry: Mapping[str, Any]) -> Any:
@@ -134,6 +173,9 @@ class StaticStack:
 
     def resources(self) -> list[Mapping[str, Any]]:
         return self.state
+
+    def close(self) -> None:
+        return None
 
 
 class _ConfigView:

@@ -1,5 +1,9 @@
 """The dev stack on an S3 DIY backend (a local moto S3 server), read the ways other teams read it.
 
+The stack is the dev stack rendering its manifests, with one box of every vendor and two of OVH (so
+the preview below has one to shrink away): the backend and its readers are the subject, and each box
+adopted costs an SSH join this module's assertions do not read (test_dev_stack.py adopts them all).
+
 One test walks the stack's life in order, as test_dev_stack.py does on the file backend:
 - `pulumi login` through scripts/ci/backend.sh (the code CI uses), only the endpoint and bucket
   pointed at moto;
@@ -16,6 +20,7 @@ One test walks the stack's life in order, as test_dev_stack.py does on the file 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -99,13 +104,31 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
             server.kill()
 
 
+# The module's fleet sizes (the dev stack's are 3, 3, 3, 1, 1).
+SIZES = {"kura-ovh": 2, "kura-dedibox": 1, "runners-linux": 1, "kura-scw": 1, "runners-macos": 1}
+
+
+def with_sizes(stack_file: str, sizes: dict[str, int]) -> str:
+    """A stack file's text with each named fleet's `size:` line set (its layout kept)."""
+    for name, size in sizes.items():
+        stack_file, count = re.subn(
+            rf"^(    - name: {re.escape(name)}\n(?:      .*\n)*?      size: )\d+$",
+            rf"\g<1>{size}",
+            stack_file,
+            count=1,
+            flags=re.M,
+        )
+        assert count == 1, f"the stack file has no size line for fleet {name}"
+    return stack_file
+
+
 @pytest.fixture(scope="module")
 def rendering(engine: Engine) -> Iterator[None]:
-    """The copy's dev stack in its rendering mode for this module (the backend is the subject here;
-    the run's one dev-stack lifecycle on a cluster is test_dev_stack.py's)."""
+    """The copy's dev stack in its rendering mode, with this module's fleet sizes (the backend is the
+    subject here; the run's one dev-stack lifecycle on a cluster is test_dev_stack.py's)."""
     stack_file = engine.project / "Pulumi.dev.yaml"
     original = stack_file.read_text()
-    stack_file.write_text(render_only_text(original))
+    stack_file.write_text(with_sizes(render_only_text(original), SIZES))
     try:
         yield
     finally:
@@ -186,12 +209,10 @@ def _run_consumer_program(engine: Engine, tmp: Path) -> dict[str, Any]:
 
 
 def _shrink_preview(engine: Engine, tmp: Path) -> str:
-    """scripts/ci/preview.py on a config whose kura-ovh fleet goes from 3 machines to 2."""
+    """scripts/ci/preview.py on a config whose kura-ovh fleet goes from 2 machines to 1."""
     stack_file = engine.project / "Pulumi.dev.yaml"
     original = stack_file.read_text()
-    marker = "    - name: kura-ovh\n      vendor: ovh\n      marker: tuist-kura-dev-ovh\n      size: 3\n"
-    assert marker in original, "Pulumi.dev.yaml: the kura-ovh fleet is not where this test expects it"
-    stack_file.write_text(original.replace(marker, marker.replace("size: 3", "size: 2")))
+    stack_file.write_text(with_sizes(original, {"kura-ovh": 1}))
     try:
         results = tmp / "preview"
         ran = subprocess.run(
@@ -237,8 +258,7 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
         outputs = json.loads(engine.run("stack", "output", "--json", "--stack", "dev").stdout)
         assert schema_errors(outputs) == []
         machines = [m for fleet in outputs["fleets"].values() for m in fleet["machines"]]
-        # Three per OVH, Dedibox and Robot fleet; one Elastic Metal box, one Mac.
-        assert len(machines) == 11, machines
+        assert len(machines) == sum(SIZES.values()), machines
 
         # Another team's Pulumi program (docs/outputs.md, run as written) through a StackReference.
         consumed = _run_consumer_program(engine, tmp_path)
@@ -272,7 +292,7 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
         assert comment.startswith("<!-- tuist-infra-preview -->\n")
         row = next(line for line in comment.splitlines() if line.startswith("| `dev` |"))
         assert "✅ previewed" in row and "1 advisory: fleet-shrinking" in row, comment[:4000]
-        assert "fleet kura-ovh shrinks from 3 to 2 machine(s): kura-ovh-2 will be released" in comment
+        assert "fleet kura-ovh shrinks from 2 to 1 machine(s): kura-ovh-1 will be released" in comment
         # The slot's claim, machine and NodeLabels, and the four local volumes of its box (ca-east's
         # volumes_per_box, by default 4): nothing else of the stack goes.
         assert "7 to delete" in row, row

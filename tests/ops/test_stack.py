@@ -1,5 +1,6 @@
 """ops.stack.PulumiStack reads a stack's config through the real Pulumi CLI (`pulumi config --json
---show-secrets`), values typed as the program's loader reads them, and fails in one line without it."""
+--show-secrets`), values typed as the program's loader reads them, and fails in one line without it;
+its state export runs beside the config read and is stopped when nothing reads it."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from tests.support.pulumi_home import quiet_pulumi_home
 PULUMI = REPO / ".toolchain" / "bin" / "pulumi"
 
 
-def test_the_dev_stack_file_reads_as_the_program_reads_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with the dev stack file and an initialised, empty dev stack on a folder backend."""
     if not PULUMI.exists():
         pytest.fail("the Pulumi CLI is not built: run `bash scripts/bootstrap.sh`")
     project = tmp_path / "project"
@@ -48,7 +49,10 @@ def test_the_dev_stack_file_reads_as_the_program_reads_it(
     subprocess.run(
         ["pulumi", "stack", "init", "dev", "--non-interactive"], cwd=project, check=True, capture_output=True
     )
+    return project
 
+
+def test_the_dev_stack_file_reads_as_the_program_reads_it(project: Path) -> None:
     stack = open_stack(PulumiStack("dev", cwd=project), project_dir=project)
 
     assert stack.cfg.environment.value == "dev"
@@ -67,3 +71,36 @@ def test_the_dev_stack_file_reads_as_the_program_reads_it(
     with pytest.raises(OpsError) as missing:
         PulumiStack("nope", cwd=project).config()
     assert str(missing.value).startswith("pulumi config -s nope failed: error: ")
+
+
+def test_the_state_export_runs_beside_the_config_read(project: Path) -> None:
+    source = PulumiStack("dev", cwd=project)
+    source.config()
+    running = source._export
+    assert running is not None and running.args[:3] == ["pulumi", "stack", "export"]
+
+    assert source.resources() == []  # an initialised stack with nothing deployed yet
+    assert source._export is None and running.returncode == 0
+    # Read once: a second call does not run the CLI again.
+    assert source.resources() == []
+
+
+def test_an_export_nothing_reads_is_stopped_and_a_failed_config_read_leaves_none(project: Path) -> None:
+    source = PulumiStack("dev", cwd=project)
+    source.config()
+    running = source._export
+    assert running is not None
+    source.close()
+    assert source._export is None and running.returncode is not None
+
+    missing = PulumiStack("nope", cwd=project)
+    with pytest.raises(OpsError):
+        missing.config()
+    assert missing._export is None
+
+
+def test_read_state_early_off_runs_the_export_only_when_asked(project: Path) -> None:
+    source = PulumiStack("dev", cwd=project, read_state_early=False)
+    source.config()
+    assert source._export is None
+    assert source.resources() == []
