@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import runpy
 import subprocess
 import textwrap
@@ -33,7 +32,7 @@ from components.fleet import machine_name
 from config.loader import load_stack_config, required_secret_keys
 from config.models import StackConfig
 from tests.config.stacks import REAL_STACKS, stack_raw
-from tests.support.pulumi_home import quiet_pulumi_home
+from tests.support.pulumi_home import cli_env
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = "tuist-infra"
@@ -558,17 +557,7 @@ def test_a_stack_reads_its_own_last_outputs_during_its_update(tmp_path: Path) ->
             """
         )
     )
-    env = {
-        **os.environ,
-        "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
-        "PYTHONPATH": str(REPO),
-        "PULUMI_HOME": str(quiet_pulumi_home(tmp_path / "home")),
-        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": "test-only",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
-    }
-    (tmp_path / "state").mkdir()
+    env = cli_env(tmp_path, passphrase="test-only", PYTHONPATH=str(REPO))
 
     def pulumi_cmd(*args: str, slots: dict[str, str] | None = None) -> str:
         proc = subprocess.run(

@@ -19,7 +19,6 @@ to a folder, no cluster, so a run has one dev-stack lifecycle on a cluster.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -36,7 +35,7 @@ import yaml
 from bench.project import copy_project
 from tests.providers.test_machine_support import fresh_box_range, move_boxes
 from tests.support.cluster import KubeCluster, start_cluster, stop_cluster
-from tests.support.pulumi_home import quiet_pulumi_home
+from tests.support.pulumi_home import cli_env
 from vendorsim.boxes import reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,16 +141,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     stack_text = stack_text.replace("      ssh_port: 2222\n", f"      ssh_port: {ssh_port}\n")
     stack_file.write_text(stack_text.replace("127.0.0.1:8710", f"127.0.0.1:{port}"))
 
-    env = {
-        **os.environ,
-        "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(quiet_pulumi_home(root / "pulumi-home")),
-        "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
-    }
-    (root / "state").mkdir()
+    env = cli_env(root, passphrase=DEV_PASSPHRASE)
     sim_state = root / "vendorsim"
     sim_state.mkdir()
     sim_log = (sim_state / "vendorsim.log").open("w")

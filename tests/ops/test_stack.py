@@ -4,7 +4,6 @@ its state export runs beside the config read and is stopped when nothing reads i
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 from ops.stack import OpsError, PulumiStack, open_stack
 from tests.providers.test_machine_support import REPO
-from tests.support.pulumi_home import quiet_pulumi_home
+from tests.support.pulumi_home import cli_env
 
 PULUMI = REPO / ".toolchain" / "bin" / "pulumi"
 
@@ -36,15 +35,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         )
     )
     (project / "Pulumi.dev.yaml").write_text(text)
-    (tmp_path / "state").mkdir()
-    env = {
-        "PATH": f"{PULUMI.parent}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(quiet_pulumi_home(tmp_path / "home")),
-        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": "tuist-dev-only-passphrase",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-    }
-    for key, value in env.items():
+    for key, value in cli_env(tmp_path, passphrase="tuist-dev-only-passphrase").items():
         monkeypatch.setenv(key, value)
     subprocess.run(
         ["pulumi", "stack", "init", "dev", "--non-interactive"], cwd=project, check=True, capture_output=True

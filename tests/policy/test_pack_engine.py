@@ -16,7 +16,6 @@ a preview calls no vendor.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import yaml
 from bench.project import copy_project
 from policy.tuist_policy.mandatory import MANDATORY
 from tests.e2e.conftest import DEV_PASSPHRASE, render_only_text
-from tests.support.pulumi_home import quiet_pulumi_home
+from tests.support.pulumi_home import cli_env
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -53,17 +52,7 @@ class Preview:
 def engine_env(root: Path) -> dict[str, str]:
     if not PULUMI.exists():
         pytest.fail("the Pulumi CLI is not built: run `bash scripts/bootstrap.sh` (scripts/test.sh does)")
-    (root / "state").mkdir(exist_ok=True)
-    return {
-        **os.environ,
-        "PATH": f"{REPO / '.toolchain' / 'bin'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(quiet_pulumi_home(root / "pulumi-home")),
-        "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
-        "PULUMI_ENABLE_STREAMING_JSON_PREVIEW": "true",
-    }
+    return cli_env(root, passphrase=DEV_PASSPHRASE, PULUMI_ENABLE_STREAMING_JSON_PREVIEW="true")
 
 
 def pulumi(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

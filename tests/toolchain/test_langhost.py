@@ -8,13 +8,12 @@ of about 36 times production's fleets could not start. Here a program gets 600 K
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import yaml
 
-from tests.support.pulumi_home import quiet_pulumi_home
+from tests.support.pulumi_home import cli_env
 
 REPO = Path(__file__).resolve().parents[2]
 PASSPHRASE = "langhost-test-passphrase"
@@ -56,15 +55,7 @@ def test_a_config_past_the_environment_variable_limit_reaches_the_program(tmp_pa
     stack_file = {"config": {"bulk:fleets": fleets}}
     (root / "Pulumi.big.yaml").write_text(yaml.safe_dump(stack_file))
     assert len(json.dumps(stack_file)) > 4 * 128 * 1024
-    (tmp_path / "state").mkdir()
-    env = {
-        **os.environ,
-        "PATH": f"{REPO / '.toolchain' / 'bin'}:{os.environ['PATH']}",
-        "PULUMI_HOME": str(quiet_pulumi_home(tmp_path / "home")),
-        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-    }
+    env = cli_env(tmp_path, passphrase=PASSPHRASE)
     _pulumi(root, env, "stack", "init", "big", "--secrets-provider", "passphrase")
     _pulumi(root, env, "config", "set", "--secret", "token", "-s", "big", stdin="the-token-value")
 
