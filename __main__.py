@@ -24,7 +24,11 @@ from components.kura_region import KuraRegion, KuraRegionArgs
 from components.node_bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.outputs import export_outputs, stack_outputs
 from components.runners import RunnerPools, RunnerPoolsArgs
-from components.sdk import drop_sdk_debug_lines, record_declaring_lines_only
+from components.sdk import (
+    check_cycles_only_where_possible,
+    drop_sdk_debug_lines,
+    record_declaring_lines_only,
+)
 from components.storage import LocalStorageClass, LocalStorageClassArgs
 from config.loader import ConfigError, fail, load_from_pulumi
 
@@ -32,6 +36,7 @@ from config.loader import ConfigError, fail, load_from_pulumi
 def main() -> None:
     drop_sdk_debug_lines()
     record_declaring_lines_only()
+    check_cycles_only_where_possible()
     # A run allocates a few hundred objects per resource and keeps nearly all of them to its end, so
     # the cyclic collector's passes find little garbage and cost more the bigger the stack: everything
     # imported so far is left out of them, and they run less often (a third of a large stack's time).

@@ -108,10 +108,11 @@ def _evaluate_here(stack: str, times: int) -> dict[str, Any]:
 
 
 def _count_cycle_checks() -> list[int]:
-    """Count the resources the SDK's dependency-cycle check walks (pulumi/runtime/
-    resource_cycle_breaker.py): each new dependency edge walks everything its target reaches, so a
-    resource that reaches many (the control-plane firewall reaches every machine claim) makes each
-    edge into it cost that much. Same walk as the SDK's, counted; the bench's only change to it."""
+    """Count the resources the dependency-cycle check walks (pulumi/runtime/resource_cycle_breaker.py,
+    which the program calls only where a cycle is possible: components/sdk.py): the SDK's check walks
+    everything a new edge's target reaches, so a resource that reaches many (the control-plane
+    firewall reaches every machine claim) made each edge into it cost that much. Same walk, counted;
+    the bench's only change to it."""
     from pulumi.runtime import resource_cycle_breaker as breaker
 
     visits = [0]

@@ -1,10 +1,11 @@
-"""Two adjustments of the Pulumi Python SDK's per-resource work, made once by `__main__.py`.
+"""Three adjustments of the Pulumi Python SDK's per-resource work, made once by `__main__.py`.
 
-Both trim what the SDK does for every resource it registers and change nothing the engine decides
+Each trims what the SDK does for every resource it registers and changes nothing the engine decides
 with (bench/README.md measures them):
 
 - its debug lines are dropped unless TUIST_SDK_DEBUG=1;
-- each resource records only the line that declares it, not the whole Python call stack above it.
+- each resource records only the line that declares it, not the whole Python call stack above it;
+- its dependency-cycle check walks the graph only when the edge could close a cycle.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import resource as sdk_resource
+from pulumi.runtime import resource_cycle_breaker as cycle_breaker
+from pulumi.runtime import rpc as sdk_rpc
 from pulumi.runtime.proto import source_pb2
 
 SDK_DEBUG = "TUIST_SDK_DEBUG"
@@ -73,3 +76,32 @@ def _position(frame: FrameType) -> source_pb2.SourcePosition | None:
 
 def record_declaring_lines_only() -> None:
     setattr(sdk_resource, "_get_stack_trace", declaring_line)  # noqa: B010 (read by name per resource)
+
+
+# Set on a resource once anything depends on it.
+_HAS_DEPENDENTS = "_tuist_has_dependents"
+
+
+def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
+    """The SDK's `declare_dependency` (pulumi/runtime/resource_cycle_breaker.py): records that
+    `from_resource` depends on `to_resource` unless that closes a cycle; False if it would.
+
+    The SDK walks everything `to_resource` reaches, for every edge, looking for `from_resource`. A
+    path back to `from_resource` must end with an edge into it, and edges are only ever added here:
+    while nothing depends on `from_resource`, no new edge can close a cycle through it, and the walk
+    is skipped. The answer is the SDK's in every case. The walk made evaluation quadratic in the
+    fleet: each edge into a machine (a local volume's, say) walked the control-plane firewall's
+    dependencies, which are every claim of the stack (5.2 million resources visited at x100)."""
+    if from_resource is to_resource:
+        return False
+    if getattr(from_resource, _HAS_DEPENDENTS, False) and cycle_breaker._reachable(
+        from_resource=to_resource, to_resource=from_resource
+    ):
+        return False
+    cycle_breaker._add_dep(from_resource, to_resource)
+    setattr(to_resource, _HAS_DEPENDENTS, True)
+    return True
+
+
+def check_cycles_only_where_possible() -> None:
+    setattr(sdk_rpc, "declare_dependency", declare_dependency)  # noqa: B010 (read by name per edge)

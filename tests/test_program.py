@@ -19,6 +19,8 @@ import pulumi
 import pytest
 import yaml
 from pulumi.runtime import resource as sdk_resource
+from pulumi.runtime import resource_cycle_breaker
+from pulumi.runtime import rpc as sdk_rpc
 
 import components.sdk
 from config.loader import required_secret_keys
@@ -97,6 +99,7 @@ def _stack(env: str) -> tuple[dict[str, Any], StackConfig]:
 # whole process: here, for every later test of the worker).
 SDK_DEBUG_LINE = pulumi.log.debug
 SDK_STACK_TRACE = sdk_resource._get_stack_trace
+SDK_DECLARE_DEPENDENCY = sdk_rpc.declare_dependency
 
 
 def run_program(env: str) -> ProgramMocks:
@@ -118,6 +121,7 @@ def run_program(env: str) -> ProgramMocks:
     finally:
         setattr(pulumi.log, "debug", SDK_DEBUG_LINE)  # noqa: B010
         setattr(sdk_resource, "_get_stack_trace", SDK_STACK_TRACE)  # noqa: B010
+        setattr(sdk_rpc, "declare_dependency", SDK_DECLARE_DEPENDENCY)  # noqa: B010
     return mocks
 
 
@@ -220,3 +224,54 @@ def test_each_resource_records_the_line_that_declares_it_as_the_sdk_finds_it(
         assert list(kept.frames) == [sdk.frames[0]]
         declared_in = Path(kept.frames[0].pc.uri.removeprefix("file://"))
         assert declared_in.is_file() and kept.frames[0].pc.line > 0
+
+
+@pytest.mark.parametrize("env", ["dev", "production"])
+def test_the_cycle_check_answers_as_the_sdks_for_every_edge_and_walks_far_less(
+    env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """components/sdk.py's declare_dependency, beside the SDK's own check, on every dependency edge
+    the program declares: the same answer each time; the SDK's walk, most of which is skipped."""
+    ours = components.sdk.declare_dependency
+    answers: list[tuple[bool, bool]] = []
+    walked = {"sdk": 0, "ours": 0}
+    walk = resource_cycle_breaker._with_transitive_deps
+
+    def counted(from_resource: Any, to_resource: Any, side: str) -> bool:
+        seen: set[Any] = set()
+        found = any(x is to_resource for x in walk(from_resource, seen))
+        walked[side] += len(seen)
+        return found
+
+    def our_walk(from_resource: Any, to_resource: Any) -> bool:
+        return counted(from_resource, to_resource, "ours")
+
+    def side_by_side(from_resource: Any, to_resource: Any) -> bool:
+        # The SDK's answer first: ours records the edge when it accepts it.
+        sdk_accepts = not counted(to_resource, from_resource, "sdk")
+        accepted = ours(from_resource, to_resource)
+        answers.append((sdk_accepts, accepted))
+        return accepted
+
+    monkeypatch.setattr(resource_cycle_breaker, "_reachable", our_walk)
+    monkeypatch.setattr(components.sdk, "declare_dependency", side_by_side)
+    run_program(env)
+
+    assert len(answers) > 300
+    assert all(sdk == kept for sdk, kept in answers)
+    assert walked["ours"] * 10 < walked["sdk"], walked
+
+
+def test_the_cycle_check_still_refuses_an_edge_that_closes_a_cycle() -> None:
+    class Node:
+        pass
+
+    a, b, c, d = Node(), Node(), Node(), Node()
+    declare = components.sdk.declare_dependency
+    assert declare(a, b) and declare(b, c)
+    assert not declare(c, a)  # c -> a -> b -> c
+    assert not declare(c, b)
+    assert not declare(d, d)
+    assert declare(c, d) and declare(a, d)
+    assert resource_cycle_breaker._deps(a) == {b, d}
+    assert resource_cycle_breaker._deps(c) == {d}
