@@ -22,11 +22,13 @@ def _functions(*names: str) -> str:
 
 
 def test_a_component_slow_to_exec_is_waited_for_not_reported_gone(tmp_path: Path):
-    # Its command line names the cluster's folder only once it has exec'd, as etcd's does: before
-    # that, pid_of does not know it. launch returns once it runs; the wait then sees it.
+    # Its command line names the cluster's folder only once it has exec'd its last program, 1.5 s
+    # after launch (every stage before it, setsid and sh included, names no folder: DATA comes in
+    # through the environment): until then pid_of does not know it. launch returns once it runs;
+    # the wait then sees it.
     script = _functions("die", "pid_of", "launch", "wait_for") + f"""
 dir={tmp_path}
-launch etcd env DATA="$dir/etcd" sh -c 'sleep 1.5; touch "$DATA.ready"; exec tail -f "$DATA.ready"'
+DATA="$dir/etcd" launch etcd sh -c 'sleep 1.5; touch "$DATA.ready"; exec tail -f "$DATA.ready"'
 wait_for "etcd health" 20 etcd test -e "$dir/etcd.ready"
 echo ready
 kill "$(cat "$dir/pids/etcd.pid")"
