@@ -255,11 +255,16 @@ def start_demux(tmp: Path, routes: str) -> Demux:
             demux.log.append(line.rstrip("\n"))
 
     threading.Thread(target=read_log, daemon=True).start()
+    # Ready once this demux's own nginx has written its pid (it does so after binding its port) and
+    # the port answers: the port alone can answer for another process that held it a moment before.
+    pid_file = tmp / "nginx.pid"
     deadline = time.monotonic() + 10
     while True:
         if demux.process.poll() is not None:
             raise AssertionError(f"the demux exited {demux.process.returncode}: {demux.log}")
         try:
+            if not (pid_file.exists() and pid_file.read_text().strip()):
+                raise ConnectionRefusedError("nginx has not written its pid yet")
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return demux
         except OSError:
