@@ -76,16 +76,13 @@ CLI_READ_TIMEOUT = 300
 class PulumiStack:
     """The stack through the Pulumi CLI on PATH, in `cwd` (the project directory).
 
-    The state export starts beside the config read (`read_state_early`): the two are separate CLI
-    runs of about half a second each, and most commands need both, so the operator waits for one."""
+    The state export starts beside the config read: the two are separate CLI runs of about half a
+    second each, and most commands need both, so the operator waits for one."""
 
-    def __init__(
-        self, name: str, cwd: Path | None = None, pulumi: str = "pulumi", *, read_state_early: bool = True
-    ) -> None:
+    def __init__(self, name: str, cwd: Path | None = None, pulumi: str = "pulumi") -> None:
         self.name = name
         self.cwd = cwd or Path.cwd()
         self.pulumi = pulumi
-        self.read_state_early = read_state_early
         self._resources: list[Mapping[str, Any]] | None = None
         self._export: subprocess.Popen[str] | None = None
 
@@ -117,7 +114,7 @@ class PulumiStack:
         return stdout
 
     def config(self) -> Mapping[str, Any]:
-        if self.read_state_early and self._resources is None and self._export is None:
+        if self._resources is None and self._export is None:
             self._export = self._start("stack", "export")
         try:
             raw = json.loads(self._finish("config", self._start("config", "--show-secrets", "--json")))

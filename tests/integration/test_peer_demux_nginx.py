@@ -169,16 +169,9 @@ class Demux:
     def running_routes(self) -> Path:
         return self.tmp / "run" / "routes.map"
 
-    def nginx_pid(self, timeout: float = 10) -> int:
-        """The master's pid from its pid file. nginx listens before it writes that file (it creates the
-        file, then writes the pid), so a read just after the port answers can find it missing or empty."""
-        pid_file = self.tmp / "nginx.pid"
-        deadline = time.monotonic() + timeout
-        while not (text := pid_file.read_text().strip() if pid_file.exists() else ""):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"nginx wrote no pid within {timeout}s: {self.log}")
-            time.sleep(0.05)
-        return int(text)
+    def nginx_pid(self) -> int:
+        # start_demux returned only once nginx had written this file.
+        return int((self.tmp / "nginx.pid").read_text())
 
     def publish(self, routes: str) -> None:
         """What the kubelet does when the reconciler's ConfigMap changes: swap in the new file."""

@@ -89,9 +89,3 @@ def test_an_export_nothing_reads_is_stopped_and_a_failed_config_read_leaves_none
         missing.config()
     assert missing._export is None
 
-
-def test_read_state_early_off_runs_the_export_only_when_asked(project: Path) -> None:
-    source = PulumiStack("dev", cwd=project, read_state_early=False)
-    source.config()
-    assert source._export is None
-    assert source.resources() == []
