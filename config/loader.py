@@ -195,7 +195,12 @@ def required_secret_keys(cfg: StackConfig) -> list[str]:
     )
 
 
-class Yaml12Loader(yaml.SafeLoader):
+# libyaml's parser where PyYAML was built with it (its wheels are): the pure-Python one is about ten
+# times slower, and tools read every stack file of the project.
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class Yaml12Loader(_SafeLoader):  # type: ignore[misc]
     """YAML as Pulumi reads a stack file (YAML 1.2): only true and false are booleans; yes, no, on and
     off stay strings, so `enabled: yes` is refused here as the engine's value would be."""
 

@@ -228,6 +228,7 @@ class Stack:
     project_dir: Path = field(default_factory=Path.cwd)
     _clients: dict[Vendor, VendorClient] = field(default_factory=dict, repr=False)
     _state_tokens: dict[str, Holder] | None = field(default=None, repr=False)
+    _project_stacks: dict[str, Mapping[str, Any]] | None = field(default=None, repr=False)
 
     # --- secrets ------------------------------------------------------------------------------------
 
@@ -312,15 +313,9 @@ class Stack:
         if self._state_tokens is None:
             known: dict[str, Holder] = {}
             stacks: dict[str, Sequence[Mapping[str, Any]]] = {self.name: self._fleet_dicts(self.cfg)}
-            for path in sorted(self.project_dir.glob("Pulumi.*.yaml")):
-                other = path.name[len("Pulumi.") : -len(".yaml")]
-                if other in stacks:
-                    continue
-                try:
-                    fleets = read_stack_file(path).get("fleets") or []
-                except (ConfigError, OSError, ValueError):
-                    continue
-                stacks[other] = [f for f in fleets if isinstance(f, Mapping)]
+            for other, raw in self.project_stacks().items():
+                if other not in stacks:
+                    stacks[other] = [f for f in raw.get("fleets") or [] if isinstance(f, Mapping)]
             for stack, fleets in stacks.items():
                 for fleet in fleets:
                     name, size = str(fleet.get("name") or ""), fleet.get("size")
@@ -334,6 +329,20 @@ class Stack:
             self._state_tokens = known
         return self._state_tokens
 
+    def project_stacks(self) -> dict[str, Mapping[str, Any]]:
+        """stack -> its Pulumi.<stack>.yaml's values, for every stack file of the project that reads
+        as one (an unreadable file is left out). Read once per command: an inventory asks for every
+        box, and parsing the project's stack files per box was most of its time."""
+        if self._project_stacks is None:
+            stacks: dict[str, Mapping[str, Any]] = {}
+            for path in sorted(self.project_dir.glob("Pulumi.*.yaml")):
+                try:
+                    stacks[path.name[len("Pulumi.") : -len(".yaml")]] = read_stack_file(path)
+                except (ConfigError, OSError, ValueError):
+                    continue
+            self._project_stacks = stacks
+        return self._project_stacks
+
     def holder(self, token: str) -> Holder:
         return self.holders().get(token, Holder(token))
 
@@ -345,12 +354,7 @@ class Stack:
         """marker -> stack of every `vendor` fleet marker of the project's other stacks whose
         environment is not this one's: a box carrying one belongs to another environment."""
         markers: dict[str, str] = {}
-        for path in sorted(self.project_dir.glob("Pulumi.*.yaml")):
-            other = path.name[len("Pulumi.") : -len(".yaml")]
-            try:
-                raw = read_stack_file(path)
-            except (ConfigError, OSError, ValueError):
-                continue
+        for other, raw in self.project_stacks().items():
             if other == self.name or raw.get("environment") == self.cfg.environment.value:
                 continue
             for fleet in raw.get("fleets") or []:

@@ -3,9 +3,15 @@ from claim tokens, states, and no secret anywhere in the output."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.loader import read_stack_file
 from providers.claims import claim_token
 from tests.ops.conftest import Ops, claim_resource, error_line
-from tests.providers.test_machine_support import PROJECT, Sim, claim_props
+from tests.providers.test_machine_support import PROJECT, REPO, Sim, claim_props
 
 
 def test_every_box_of_every_vendor_with_state_and_holder(sim: Sim, ops: Ops) -> None:
@@ -60,6 +66,24 @@ def test_every_box_of_every_vendor_with_state_and_holder(sim: Sim, ops: Ops) -> 
     assert rows["2345606"]["state"] == "foreign"
     # Reading wrote nothing.
     assert len(sim.audit(since)) == writes
+
+
+def test_the_project_stack_files_are_read_once_per_command_not_once_per_box(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Holders and foreign markers come from every Pulumi.<stack>.yaml of the project. Read per box,
+    # an inventory of these 21 boxes parsed 79 files, and an estate of hundreds would parse thousands.
+    reads: list[str] = []
+    def counted(path: Path | str) -> dict[str, Any]:
+        reads.append(Path(path).name)
+        return read_stack_file(path)
+
+    monkeypatch.setattr("ops.stack.read_stack_file", counted)
+    doc = ops.json("inventory", "-s", "dev")
+
+    assert len(doc["boxes"]) == 21
+    assert {"foreign", "unmarked", "free"} <= {row["state"] for row in doc["boxes"]}
+    assert sorted(reads) == sorted(p.name for p in REPO.glob("Pulumi.*.yaml"))
 
 
 def test_the_table_names_every_box_and_shows_no_secret(sim: Sim, ops: Ops) -> None:
