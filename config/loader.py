@@ -220,7 +220,13 @@ def read_stack_file(path: Path | str) -> dict[str, Any]:
     For tools and tests that read a stack without the engine; the program itself reads
     pulumi.Config. Plain-text values of secret keys are kept, so the loader flags them.
     """
-    doc = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Yaml12Loader) or {}
+    try:
+        doc = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Yaml12Loader) or {}
+    except yaml.YAMLError as error:  # a merge conflict left in it, a tab: named, with where
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise ConfigError([f"{path}: not valid YAML{where}: {problem}"]) from None
     if not isinstance(doc, Mapping):
         raise ConfigError([f"{path}: must be a mapping with a 'config' key"])
     entries = doc.get("config") or {}

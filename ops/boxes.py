@@ -13,14 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
+from urllib3.exceptions import HTTPError as TransportError
 
-from config.models import Fleet
-from ops.estate import BoxRef, BoxState, classify, foreign_marker, get_box, marker_of
+from config.models import Environment, Fleet
+from ops.estate import KUBE_TIMEOUT, BoxRef, BoxState, Nodes, classify, foreign_marker, get_box, marker_of
 from ops.stack import OpsError, Stack
 from ops.waiting import Poll, wait_for
 from providers.errors import VendorError, VendorInputError
+from providers.machine.errors import ClaimLostError
+from providers.machine.record import KubeClaimRecord, Progress
 from providers.machine.spec import node_name_for
 from providers.ssh.runner import (
     RemoteCommandError,
@@ -45,6 +49,7 @@ REINSTALL_TIMEOUT = 5400.0  # as the release's wait (providers/machine/spec.py r
 SSH_UP_TIMEOUT = 600.0  # a reinstalled box's sshd answering with the new key
 
 Say = Callable[[str], None]
+T = TypeVar("T")
 
 
 def pick_fleet(stack: Stack, vendor: Vendor, name: str | None) -> Fleet:
@@ -210,6 +215,8 @@ def run_prep(stack: Stack, plan: PrepPlan, console: Console, say: Say) -> Probe:
     resume = f"rerun `tuist-ops prep -s {stack.name} {ref}` to follow it"
     if plan.reinstall:
         client = stack.client(ref.vendor)
+        # The plan's read is an SSH probe old: a `pulumi up` may have claimed the box since.
+        refuse_unless_free(stack, ref, get_box(stack, ref), "reinstall")
         try:
             ticket = client.start_reinstall(
                 box.id,
@@ -353,10 +360,10 @@ class UnclaimPlan:
     claim: Claim
     fleet: Fleet | None
     reinstall: bool
-    node: str | None
+    record: Progress | None  # the cluster's MachineClaim record of the box, which names this claim
 
 
-def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, node: str | None) -> UnclaimPlan:
+def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nodes: Nodes) -> UnclaimPlan:
     box = get_box(stack, ref)
     if box.claim is None:
         raise OpsError(f"{ref}: carries no claim; nothing to unclaim")
@@ -367,7 +374,8 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
             f"refusing to unclaim {ref}: its holder {holder} is in stack {stack.name}'s state "
             f"({in_state[0].short_urn}); `pulumi up`/`pulumi destroy` releases it (or --force)"
         )
-    if holder.stack not in (None, stack.name) and not force:
+    # Not even with --force: the other stack's state and its release decide about its box.
+    if holder.stack not in (None, stack.name):
         raise OpsError(
             f"refusing to unclaim {ref}: it is held by stack {holder.stack} ({holder.resource}); "
             f"run this against -s {holder.stack}"
@@ -377,10 +385,20 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
             f"refusing to unclaim {ref}: its claim token {box.claim.token} names no slot of this project's "
             "stacks; if you know nobody holds it, rerun with --force"
         )
+    foreign = foreign_marker(stack, box)
+    if foreign:
+        raise OpsError(f"refusing to unclaim {ref}: it belongs to another environment ({foreign})")
+    if not (nodes.known or nodes.status == "no cluster"):
+        raise OpsError(
+            f"refusing to unclaim {ref}: cannot tell whether it is still a Node (cluster {nodes.status}); "
+            "rerun once the cluster answers"
+        )
+    node = nodes.by_box.get((ref.vendor, ref.box_id))
     if node is not None:
         raise OpsError(
-            f"refusing to unclaim {ref}: it is still Node {node}; drain and delete it first "
-            f"(kubectl drain {node} --ignore-daemonsets --delete-emptydir-data && kubectl delete node {node})"
+            f"refusing to unclaim {ref}: it is still Node {node.name}; drain and delete it first "
+            f"(kubectl drain {node.name} --ignore-daemonsets --delete-emptydir-data && "
+            f"kubectl delete node {node.name})"
         )
     if reinstall and ref.vendor not in PREP_VENDORS:
         raise OpsError(
@@ -392,7 +410,22 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
         raise OpsError(
             f"{ref}: carries no fleet marker of stack {stack.name}: cannot tell which fleet's OS and login"
         )
-    return UnclaimPlan(ref, box, box.claim, fleet, reinstall, node)
+    if reinstall and fleet is not None and stack.cfg.environment is Environment.PRODUCTION:
+        # The switches a production release needs (providers/machine/release.py): a reinstall wipes it.
+        missing = [f"fleets[name={fleet.name}].allow_release: true"] * (not fleet.allow_release)
+        missing += ["allow_production_release: true"] * (not stack.cfg.allow_production_release)
+        if missing:
+            raise OpsError(
+                f"refusing to reinstall production box {ref} (fleet {fleet.name}): set "
+                f"{' and '.join(missing)} in Pulumi.{stack.name}.yaml first, as a release needs"
+            )
+    record = _record_of(stack, ref, nodes)
+    if record is not None and record.holder.token != box.claim.token:
+        raise OpsError(
+            f"refusing to unclaim {ref}: the cluster's MachineClaim {record.name} names holder "
+            f"{record.holder}, not the box's claim {box.claim.token}; find out which is right first"
+        )
+    return UnclaimPlan(ref, box, box.claim, fleet, reinstall, record)
 
 
 def describe_unclaim(stack: Stack, plan: UnclaimPlan) -> list[str]:
@@ -403,7 +436,9 @@ def describe_unclaim(stack: Stack, plan: UnclaimPlan) -> list[str]:
         lines.append(f"  2. reinstall {plan.fleet.os} with the fleet key and wait for it")
     else:
         lines.append("  2. no reinstall (--no-reinstall)")
-    lines.append("  3. remove the claim from the marker (the fleet marker stays); drop its cluster record")
+    if plan.record is not None:
+        lines.append(f"  3. delete its cluster record (MachineClaim {plan.record.name})")
+    lines.append("  4. remove the claim from the marker (the fleet marker stays)")
     return lines
 
 
@@ -433,23 +468,42 @@ def run_unclaim(stack: Stack, plan: UnclaimPlan, console: Console, say: Say) -> 
                 return Poll(state.value, done=state is InstallState.DONE)
 
             wait_for(console, f"reinstall {ref}", installing, timeout=REINSTALL_TIMEOUT, resume_hint=resume)
+        # The record goes before the claim: a record left behind keeps every claim off the box, and a
+        # rerun finds the box through its claim.
+        record = plan.record
+        if record is not None:
+            _cluster_call(stack, ref, "deleting", lambda: _claim_records(stack).release(record), resume)
+            say(f"{ref}: cluster record {record.name} deleted")
         client.set_claim(plan.box.id, None)
     except (VendorError, VendorInputError) as error:
         raise OpsError(f"{ref}: {stack.scrub(str(error))}; {resume}") from None
-    _drop_record(stack, ref)
     say(f"{ref}: back in the pool (claim removed)")
 
 
-def _drop_record(stack: Stack, ref: BoxRef) -> None:
-    api = stack.kube_api()
-    if api is None:
-        return
-    from providers.machine.record import KubeClaimRecord
+def _claim_records(stack: Stack) -> KubeClaimRecord:
+    return KubeClaimRecord(stack.kube_api(), request_timeout=KUBE_TIMEOUT)
 
-    record = KubeClaimRecord(api)
-    progress = record.get(ref.vendor.value, ref.box_id)
-    if progress is not None:
-        record.release(progress)
+
+def _record_of(stack: Stack, ref: BoxRef, nodes: Nodes) -> Progress | None:
+    if not nodes.known:  # no cluster: no record
+        return None
+    return _cluster_call(
+        stack, ref, "reading", lambda: _claim_records(stack).get(ref.vendor.value, ref.box_id), None
+    )
+
+
+def _cluster_call(stack: Stack, ref: BoxRef, doing: str, call: Callable[[], T], resume: str | None) -> T:
+    """One line for a cluster that refuses or does not answer (the kubernetes client raises urllib3's
+    errors as they are), never a traceback."""
+    try:
+        return call()
+    except ClaimLostError as error:
+        problem = stack.scrub(str(error))
+    except (TransportError, OSError) as error:  # named by type: their text carries addresses
+        problem = f"the cluster did not answer ({type(error).__name__})"
+    raise OpsError(
+        f"{ref}: {doing} its MachineClaim record failed: {problem}" + (f"; {resume}" if resume else "")
+    )
 
 
 # --- host key ---------------------------------------------------------------------------------------------

@@ -149,9 +149,9 @@ def inventory(
         if nodes.status not in ("ok", "no cluster"):
             err.print(f"warning: cluster {nodes.status}; Node Ready shows unknown", markup=False)
         if as_json:
-            _print_json(
-                out, {"stack": stack.name, "cluster": nodes.status, "boxes": [r.as_json() for r in rows]}
-            )
+            # `problems` says what the list lacks: a vendor that did not answer has no rows in it.
+            doc = {"stack": stack.name, "cluster": nodes.status, "boxes": [r.as_json() for r in rows]}
+            _print_json(out, {**doc, "problems": problems})
         else:
             table = Table(title=f"stack {stack.name}: {len(rows)} boxes (cluster: {nodes.status})")
             for column in ("box", "vendor", "dc", "marker", "holder", "state", "node", "ready"):
@@ -243,7 +243,10 @@ def unclaim(
     ] = False,
     force: Annotated[
         bool,
-        typer.Option("--force", help="Also for a claim the stack's state holds or no stack is known for."),
+        typer.Option(
+            "--force",
+            help="Also for a claim the stack's state holds or no stack is known for (never another stack's).",
+        ),
     ] = False,
     dry_run: DryRunOpt = False,
 ) -> None:
@@ -251,10 +254,8 @@ def unclaim(
     it, clear the claim. Also finishes a release that got stuck."""
     with _stack(ctx, stack_name) as (stack, _out, err):
         ref = estate.parse_box(stack, box)
-        nodes = estate.Nodes(stack)
-        node = nodes.by_box.get((ref.vendor, ref.box_id))
         plan = box_ops.plan_unclaim(
-            stack, ref, reinstall=not no_reinstall, force=force, node=node.name if node else None
+            stack, ref, reinstall=not no_reinstall, force=force, nodes=estate.Nodes(stack)
         )
         for line in box_ops.describe_unclaim(stack, plan):
             _say(err)(line)
@@ -320,7 +321,8 @@ def orphans_command(ctx: typer.Context, stack_name: StackOpt, as_json: JsonOpt =
         for problem in problems:
             err.print(f"warning: {problem}", markup=False, highlight=False, soft_wrap=True)
         if as_json:
-            _print_json(out, {"stack": stack.name, "findings": [f.as_json() for f in findings]})
+            doc = {"stack": stack.name, "findings": [f.as_json() for f in findings], "problems": problems}
+            _print_json(out, doc)
         elif not findings:
             out.print(f"stack {stack.name}: no orphans", markup=False)
         else:

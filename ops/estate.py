@@ -19,7 +19,13 @@ from providers.errors import NotFoundError, VendorError, VendorInputError
 from providers.vendor import Box, Vendor
 from watcher.decision import box_id_from_provider_id
 
-_SCHEME_VENDOR = {"ovh": Vendor.OVH, "dedibox": Vendor.DEDIBOX, "hrobot": Vendor.ROBOT}
+_SCHEME_VENDOR = {
+    "ovh": Vendor.OVH,
+    "dedibox": Vendor.DEDIBOX,
+    "hrobot": Vendor.ROBOT,
+    "scaleway": Vendor.SCALEWAY_EM,
+    "applesilicon": Vendor.APPLESILICON,
+}
 KUBE_TIMEOUT = 5  # seconds per cluster read: an unreachable cluster is said, not waited for
 
 
@@ -196,7 +202,7 @@ def inventory(stack: Stack, vendors: Iterable[Vendor] | None = None) -> tuple[li
     for vendor in vendors or stack.vendors():
         try:
             boxes = stack.client(vendor).list_boxes()
-        except VendorError as error:
+        except (VendorError, OpsError) as error:  # OpsError: the vendor's secret is not in the config
             problems.append(f"{vendor.value}: listing boxes failed: {stack.scrub(str(error))}")
             continue
         for box in sorted(boxes, key=lambda b: b.id):

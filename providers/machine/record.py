@@ -190,10 +190,13 @@ class KubeClaimRecord:
 
     where = "cluster"
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: Any, request_timeout: float | None = None) -> None:
         from kubernetes import client as k8s
 
         self._objects = k8s.CustomObjectsApi(api)
+        # Seconds per API call; None waits as long as the connection does (the provider's own calls,
+        # which a `pulumi up` bounds). An operator's tool passes one: an unreachable cluster is said.
+        self._timeout = request_timeout
 
     def acquire(self, progress: Progress) -> Progress:
         body = to_object(progress)
@@ -201,7 +204,7 @@ class KubeClaimRecord:
             created = self._call(
                 "create",
                 lambda: self._objects.create_cluster_custom_object(
-                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body
+                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body, _request_timeout=self._timeout
                 ),
                 conflict_ok=True,
             )
@@ -211,7 +214,7 @@ class KubeClaimRecord:
                 created = self._call(
                     "create",
                     lambda: self._objects.create_cluster_custom_object(
-                        CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body
+                        CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body, _request_timeout=self._timeout
                     ),
                 )
             elif existing.holder.token != progress.holder.token:
@@ -227,7 +230,7 @@ class KubeClaimRecord:
             obj = self._call(
                 "get",
                 lambda: self._objects.get_cluster_custom_object(
-                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, name
+                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, name, _request_timeout=self._timeout
                 ),
             )
         except _NotFound:
@@ -246,7 +249,12 @@ class KubeClaimRecord:
             saved = self._call(
                 "update status of",
                 lambda: self._objects.replace_cluster_custom_object_status(
-                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, progress.name, body
+                    CLAIM_GROUP,
+                    CLAIM_VERSION,
+                    CLAIM_PLURAL,
+                    progress.name,
+                    body,
+                    _request_timeout=self._timeout,
                 ),
             )
         except (_Conflict, _NotFound):
@@ -264,7 +272,12 @@ class KubeClaimRecord:
             self._call(
                 "delete",
                 lambda: self._objects.delete_cluster_custom_object(
-                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, progress.name, body=options
+                    CLAIM_GROUP,
+                    CLAIM_VERSION,
+                    CLAIM_PLURAL,
+                    progress.name,
+                    body=options,
+                    _request_timeout=self._timeout,
                 ),
             )
         except _NotFound:
@@ -276,7 +289,11 @@ class KubeClaimRecord:
         listed = self._call(
             "list",
             lambda: self._objects.list_cluster_custom_object(
-                CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, label_selector=selector
+                CLAIM_GROUP,
+                CLAIM_VERSION,
+                CLAIM_PLURAL,
+                label_selector=selector,
+                _request_timeout=self._timeout,
             ),
         )
         return sorted((from_object(o) for o in listed.get("items") or []), key=lambda p: p.name)

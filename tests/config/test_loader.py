@@ -272,3 +272,12 @@ def test_the_environment_names_have_one_spelling() -> None:
     from providers.constants import ENVIRONMENTS
 
     assert tuple(e.value for e in Environment) == ENVIRONMENTS
+
+
+def test_a_stack_file_that_is_not_yaml_is_one_problem_naming_the_file_and_line(tmp_path: Path) -> None:
+    stack = tmp_path / "Pulumi.conflicted.yaml"
+    stack.write_text("config:\n  tuist-infra:a: 1\n<<<<<<< HEAD\n  tuist-infra:b: 2\n")
+    with pytest.raises(ConfigError) as raised:
+        read_stack_file(stack)
+    (problem,) = raised.value.problems
+    assert problem.startswith(f"{stack}: not valid YAML (line 4, column "), problem

@@ -155,6 +155,53 @@ def test_an_unreachable_cluster_reads_unknown_and_nothing_waits(sim: Sim, kube_c
     assert {r["node_ready"] for r in doc["boxes"]} == {"unknown"}
     (route,) = ops.json("failover", "status", "-s", "dev", "ca-east")["regions"]
     assert route["source"].startswith("state (cluster unreachable: ")
+    # Whether a box is still a Node cannot be told: unclaim wipes nothing.
+    orphan = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert orphan
+    since = sim.last_audit_id()
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{orphan['box_id']}")).startswith(
+        f"error: refusing to unclaim ovh:{orphan['box_id']}: cannot tell whether it is still a Node "
+        "(cluster unreachable: "
+    )
+    assert sim.audit(since) == []
+
+
+def test_unclaim_deletes_the_cluster_record_before_the_claim_and_refuses_one_naming_another_holder(
+    sim: Sim, machine_claims_crd: KubeCluster
+) -> None:
+    from providers.machine.record import Holder, KubeClaimRecord, Progress, record_name
+
+    ops = ClusterOps(sim)
+    with_cluster(ops, machine_claims_crd, machine_claims_crd.api_server, "kura-ovh", "kura")
+    records = KubeClaimRecord(machine_claims_crd.api)
+    orphan = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    other = sim.claims().create(claim_props("kura-ovh", 8)).outs
+    assert orphan and other
+    mine = Holder(PROJECT, "dev", "kura-ovh-7", orphan["claim_token"])
+    records.acquire(Progress("ovh", orphan["box_id"], "kura-ovh", mine, state="JOINING"))
+    # A record naming a holder the box's claim does not: which is right is the operator's call.
+    stranger = Holder(PROJECT, "dev", "kura-ovh-9", "5ca1ab1e0000")
+    records.acquire(Progress("ovh", other["box_id"], "kura-ovh", stranger, state="JOINING"))
+    try:
+        since = sim.last_audit_id()
+        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{other['box_id']}", "--no-reinstall")) == (
+            f"error: refusing to unclaim ovh:{other['box_id']}: the cluster's MachineClaim "
+            f"{record_name('ovh', other['box_id'])} names holder {stranger}, not the box's claim "
+            f"{other['claim_token']}; find out which is right first"
+        )
+        assert sim.audit(since) == []
+
+        done = ops("unclaim", "-s", "dev", f"ovh:{orphan['box_id']}", "--no-reinstall")
+
+        assert done.exit_code == 0, done.output
+        assert records.get("ovh", orphan["box_id"]) is None
+        said = done.stderr
+        assert said.index("cluster record") < said.index("back in the pool (claim removed)"), said
+    finally:
+        for box in (orphan["box_id"], other["box_id"]):
+            left = records.get("ovh", box)
+            if left is not None:
+                records.release(left)
 
 
 def _service_account(core: k8s.CoreV1Api, namespace: str) -> bool | None:

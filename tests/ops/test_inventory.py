@@ -3,6 +3,7 @@ from claim tokens, states, and no secret anywhere in the output."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ def test_the_project_stack_files_are_read_once_per_command_not_once_per_box(
     doc = ops.json("inventory", "-s", "dev")
 
     assert len(doc["boxes"]) == 21
+    assert doc["problems"] == []
     assert {"foreign", "unmarked", "free"} <= {row["state"] for row in doc["boxes"]}
     assert sorted(reads) == sorted(p.name for p in REPO.glob("Pulumi.*.yaml"))
 
@@ -102,7 +104,10 @@ def test_a_vendor_down_is_one_warning_and_the_others_still_show(sim: Sim, ops: O
     assert len(warnings) == 1 and warnings[0].startswith("warning: robot: listing boxes failed:"), (
         result.stderr
     )
-    assert "ns1001.ip-203-0-113.net" in result.stdout
+    doc = json.loads(result.stdout)
+    assert "ns1001.ip-203-0-113.net" in {row["box"] for row in doc["boxes"]}
+    # The JSON says what it lacks, as the exit code does.
+    assert [p.split(":", 1)[0] for p in doc["problems"]] == ["robot"]
 
 
 def test_an_unknown_vendor_is_one_line(ops: Ops) -> None:

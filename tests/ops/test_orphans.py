@@ -3,6 +3,8 @@ vendors' claims and the stack's state, with its exact fix, and the fix carried o
 
 from __future__ import annotations
 
+import json
+
 from providers.claims import claim_token
 from tests.ops.conftest import Ops, claim_resource, error_line
 from tests.providers.test_machine_support import PROJECT, Sim, claim_props
@@ -111,10 +113,11 @@ def test_unclaim_refuses_a_claim_the_state_holds_and_another_stacks_claim(sim: S
         f"error: refusing to unclaim ovh:{held['box_id']}: its holder dev/kura-ovh-0 is in stack dev's state "
         "(kura-ovh-0-claim); `pulumi up`/`pulumi destroy` releases it (or --force)"
     )
-    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{staging['box_id']}")) == (
-        f"error: refusing to unclaim ovh:{staging['box_id']}: it is held by stack staging (kura-ca-east-0); "
-        "run this against -s staging"
-    )
+    for force in ([], ["--force"]):  # --force is for this stack's claims, never another stack's
+        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{staging['box_id']}", *force)) == (
+            f"error: refusing to unclaim ovh:{staging['box_id']}: it is held by stack staging "
+            "(kura-ca-east-0); run this against -s staging"
+        )
     assert error_line(ops("unclaim", "-s", "dev", "ovh:ns1004.ip-203-0-113.net")).startswith(
         "error: refusing to unclaim ovh:ns1004.ip-203-0-113.net: its claim token a1ce00000001 names no slot"
     )
@@ -158,3 +161,22 @@ def test_urn_names_the_claim_that_holds_a_box(ops: Ops) -> None:
     ops.state.append({**machine, "outputs": {"box_id": "ns1001.ip-203-0-113.net", "vendor": "ovh"}})
     result = ops("urn", "-s", "dev", "ovh:ns1001.ip-203-0-113.net", "--machine")
     assert (result.exit_code, result.stdout) == (0, machine["urn"] + "\n")
+
+
+def test_a_vendor_that_does_not_list_is_said_once_and_its_slots_are_not_read_one_by_one(
+    sim: Sim, ops: Ops
+) -> None:
+    held = sim.claims().create(claim_props("kura-ovh", 0)).outs
+    assert held
+    ops.state = [claim_resource("kura-ovh-0", "kura-ovh", "ovh", held["box_id"], held["claim_token"])]
+    sim.faults({"vendor": "ovh", "route": "/ovh/1.0/dedicated/server", "error_rate": 1, "status": 503})
+    since = sim.last_audit_id()
+
+    result = ops("orphans", "-s", "dev", "--json")
+
+    assert result.exit_code == 1
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem.startswith("ovh: listing boxes failed:"), problem
+    assert problem.endswith("; its 1 slot(s) in state were not checked"), problem
+    # Each slot's box read from a vendor that just failed would cost it every retry.
+    assert not [e for e in sim.audit(since) if e["path"].endswith(f"/dedicated/server/{held['box_id']}")]
