@@ -17,7 +17,9 @@ if ! [[ $PN_VLAN =~ ^[0-9]+$ ]] || ((PN_VLAN < 1 || PN_VLAN > 4094)); then
   exit 1
 fi
 
-# Root through sudo; the password (when sudo asks for one) goes to sudo -S from a builtin, untraced.
+# Root through sudo; the password (when sudo asks for one) goes to sudo -S on stdin. xtrace traces
+# builtins too, so tracing is off while the password is on a command line, and the command is traced
+# by hand instead.
 if [ "$(id -u)" -eq 0 ]; then
   as_root() { "$@"; }
 elif sudo -n true 2>/dev/null; then
@@ -27,7 +29,14 @@ else
     echo "pn-vlan: $(id -un) has no passwordless sudo and no sudo password was given" >&2
     exit 1
   fi
-  as_root() { printf '%s\n' "$SUDO_PASSWORD" | sudo -S -p '' "$@"; }
+  as_root() {
+    { local tracing=$-; set +x; } 2>/dev/null
+    [[ $tracing != *x* ]] || echo "+ sudo -S $*" >&2
+    local status=0
+    printf '%s\n' "$SUDO_PASSWORD" | sudo -S -p '' "$@" || status=$?
+    [[ $tracing != *x* ]] || set -x
+    return "$status"
+  }
 fi
 
 set -x
