@@ -45,6 +45,10 @@ BOOTSTRAP_TOKEN_TTL = dt.timedelta(hours=1)
 # Storage classes whose volumes live on one node's disks and die with its reinstall.
 NODE_LOCAL_STORAGE_CLASSES = ("local-path", "scw-local-nvme")
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+# A pod deleted this long ago on a Node whose kubelet is not reporting is not waited for: no kubelet
+# will confirm its end, and the Node's deletion takes it (Cluster API's SkipWaitForDeleteTimeout for
+# unreachable Nodes; kubectl drain --skip-wait-for-delete-timeout).
+UNREACHABLE_DELETE_WAIT = 5.0
 _TOKEN_ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -192,13 +196,20 @@ def drain(
     """Evict every pod on the Node except DaemonSet and mirror pods, and wait until they are gone.
 
     A PodDisruptionBudget answering 429 is retried until `timeout`. Returns the evicted pods
-    (namespace/name). Raises KubeError naming the pods still there when time runs out.
+    (namespace/name). Raises KubeError naming the pods still there when time runs out. On a Node
+    whose kubelet is not reporting (a dead box: the one most in need of replacing), a pod deleted
+    UNREACHABLE_DELETE_WAIT ago counts as gone, or the drain would wait on it forever.
     """
     core = k8s.CoreV1Api(api)
     deadline = time.monotonic() + timeout
     evicted: list[str] = []
     while True:
-        remaining = [pod for pod in _pods_on(core, node) if _evictable(pod)]
+        unreachable = _unreachable(core, node)
+        remaining = [
+            pod
+            for pod in _pods_on(core, node)
+            if _evictable(pod) and not (unreachable and _deleted_for(pod) > UNREACHABLE_DELETE_WAIT)
+        ]
         if not remaining:
             return evicted
         for pod in remaining:
@@ -310,6 +321,27 @@ def _evictable(pod: Any) -> bool:
         return False  # its controller would put it straight back
     phase = pod.status.phase if pod.status else None
     return phase not in ("Succeeded", "Failed")
+
+
+def _unreachable(core: k8s.CoreV1Api, node: str) -> bool:
+    """The Node's kubelet is not reporting: Ready is Unknown (or never set), or the Node is gone."""
+    try:
+        found = core.read_node(node)
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return True
+        raise _error(f"read Node {node}", error) from None
+    conditions = found.status.conditions if found.status else None
+    ready = next((c.status for c in conditions or [] if c.type == "Ready"), "Unknown")
+    return ready not in ("True", "False")
+
+
+def _deleted_for(pod: Any) -> float:
+    """Seconds since the pod's deletion was asked for; -1 when it was not."""
+    since: dt.datetime | None = pod.metadata.deletion_timestamp
+    if since is None:
+        return -1.0
+    return (dt.datetime.now(dt.UTC) - since).total_seconds()
 
 
 def _namespace_terminating(error: ApiException) -> bool:
