@@ -303,7 +303,9 @@ class ClaimProvider(_Stateless):
             record.release(progress)
             return
         table = release_table(vendor)
-        start = resume_state(table, progress.phase == Phase.RELEASING, progress.state, progress.facts)
+        start = resume_state(
+            table, progress.phase == Phase.RELEASING, progress.state, progress.facts, progress.error_type
+        )
         run = self._run(
             spec.resource_name,
             vendor,

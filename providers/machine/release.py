@@ -129,12 +129,24 @@ def release_table(vendor: Vendor) -> dict[str, Row]:
     return rows
 
 
-def resume_state(table: Mapping[str, Row], releasing: bool, state: str, facts: Mapping[str, str]) -> str:
+# How a wait for the reinstall ends that its ticket can never end otherwise: the vendor said the
+# install failed, or it ran past its budget. The next release starts a new reinstall.
+REINSTALL_AGAIN = frozenset({"InstallFailed", "Timeout"})
+
+
+def resume_state(
+    table: Mapping[str, Row],
+    releasing: bool,
+    state: str,
+    facts: Mapping[str, str],
+    error_type: str | None = None,
+) -> str:
     """Where a release starts: where the last one stopped (`releasing` and a state of the table), else
     at the beginning. A wait with no ticket recorded (a record of a release that died before it
-    recorded one) starts at RELEASE_REINSTALL, which finds the running install and its ticket."""
+    recorded one) starts at RELEASE_REINSTALL, which finds the running install and its ticket; so
+    does a wait that ended on a failed or timed-out install, whose ticket would only fail again."""
     if not releasing or state not in table:
         return "RELEASE_MARKING"
-    if state == "RELEASE_WAIT_INSTALL" and not facts.get(REINSTALL):
+    if state == "RELEASE_WAIT_INSTALL" and (not facts.get(REINSTALL) or error_type in REINSTALL_AGAIN):
         return "RELEASE_REINSTALL"
     return state

@@ -658,6 +658,16 @@ def test_a_failed_reinstall_fails_the_release_naming_it(releasing: World) -> Non
         release(releasing, vendor)
     assert ("set_claim", None) not in vendor.calls  # the box stays marked releasing: nobody adopts it
 
+    # The next release (the next `pulumi up`) starts a new reinstall, not the dead ticket's wait.
+    failed = releasing.record.get("ovh", "ns1")
+    assert failed is not None and failed.error_type == "InstallFailed"
+    start = resume_state(release_table(Vendor.OVH), True, failed.state, failed.facts, failed.error_type)
+    assert start == "RELEASE_REINSTALL"
+    again = FakeVendor([InstallState.DONE])
+    releasing.progress = failed
+    release(releasing, again, start)
+    assert again.calls == [("start_reinstall", "ns1"), ("install_state", TICKET), ("set_claim", None)]
+
 
 def test_where_a_release_resumes() -> None:
     table = release_table(Vendor.OVH)
@@ -667,6 +677,11 @@ def test_where_a_release_resumes() -> None:
     # A record without a ticket (written before tickets were recorded): find the running install again.
     assert resume_state(table, True, "RELEASE_WAIT_INSTALL", {}) == "RELEASE_REINSTALL"
     assert resume_state(table, True, "RELEASE_CLEARING", {}) == "RELEASE_CLEARING"
+    # A wait that ended on a failed or timed-out install: its ticket would only say so again.
+    assert resume_state(table, True, "RELEASE_WAIT_INSTALL", ticket, "InstallFailed") == "RELEASE_REINSTALL"
+    assert resume_state(table, True, "RELEASE_WAIT_INSTALL", ticket, "Timeout") == "RELEASE_REINSTALL"
+    # A wait cut short any other way (the process died) follows its own ticket.
+    assert resume_state(table, True, "RELEASE_WAIT_INSTALL", ticket, None) == "RELEASE_WAIT_INSTALL"
 
 
 # --- Elastic Metal's Private Network and the Mac's bootstrap ----------------------------------------------
