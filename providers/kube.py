@@ -45,6 +45,7 @@ BOOTSTRAP_TOKEN_TTL = dt.timedelta(hours=1)
 # Storage classes whose volumes live on one node's disks and die with its reinstall.
 NODE_LOCAL_STORAGE_CLASSES = ("local-path", "scw-local-nvme")
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+REQUEST_TIMEOUT = (10.0, 60.0)  # (connect, read) seconds of every API call that names none
 # A pod deleted this long ago on a Node whose kubelet is not reporting is not waited for: no kubelet
 # will confirm its end, and the Node's deletion takes it (Cluster API's SkipWaitForDeleteTimeout for
 # unreachable Nodes; kubectl drain --skip-wait-for-delete-timeout).
@@ -97,9 +98,22 @@ def api_client(kubeconfig: str) -> k8s.ApiClient:
     if not isinstance(doc, dict) or not doc.get("clusters"):
         raise KubeconfigError("the kubeconfig secret has no clusters")
     try:
-        return k8s_config.new_client_from_config_dict(doc)
+        client = k8s_config.new_client_from_config_dict(doc)
     except Exception as error:  # the library raises ConfigException and plain errors alike
         raise KubeconfigError(f"the kubeconfig secret is unusable ({type(error).__name__})") from None
+    return _with_default_timeout(client)
+
+
+def _with_default_timeout(client: k8s.ApiClient) -> k8s.ApiClient:
+    """Every call of the client gets REQUEST_TIMEOUT unless it names its own: the library's default
+    is none, and a half-open connection to an API server would hang a `pulumi up` for good."""
+    request = client.request
+
+    def bounded(method: str, url: str, *args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+        return request(method, url, *args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+
+    client.request = bounded
+    return client
 
 
 def cluster_ca_pem(kubeconfig: str) -> str:

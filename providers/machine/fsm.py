@@ -125,6 +125,10 @@ def classify(error: BaseException) -> Error | Failed:
         return Failed("NotConfigured", text)
     if type(error).__name__ == "KubeError" or type(error).__name__ == "KubeconfigError":
         return Error("KubeApi", text)
+    if type(error).__module__.startswith("urllib3."):
+        # The kubernetes client lets its transport's errors through as they are (no answer, a timeout):
+        # worth retrying. Vendor clients turn theirs into TransientVendorError before this.
+        return Error("KubeUnreachable", text)
     return Failed(type(error).__name__, text)
 
 

@@ -194,8 +194,8 @@ class KubeClaimRecord:
         from kubernetes import client as k8s
 
         self._objects = k8s.CustomObjectsApi(api)
-        # Seconds per API call; None waits as long as the connection does (the provider's own calls,
-        # which a `pulumi up` bounds). An operator's tool passes one: an unreachable cluster is said.
+        # Seconds per API call; None leaves the client's own (providers/kube.py REQUEST_TIMEOUT). An
+        # operator's tool passes a shorter one: an unreachable cluster is said, not waited on.
         self._timeout = request_timeout
 
     def acquire(self, progress: Progress) -> Progress:

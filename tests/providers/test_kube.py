@@ -435,6 +435,37 @@ def test_kubeconfig_problems_never_quote_it() -> None:
         kube.api_client("users: [{name: u, user: {token: sekrit}}]\n")
 
 
+def test_a_call_to_an_api_server_that_never_answers_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A listening socket nobody reads: the connection opens, the answer never comes (a half-open
+    # connection to a dead API server). The client's default is to wait forever.
+    import socket
+
+    monkeypatch.setattr(kube, "REQUEST_TIMEOUT", (1.0, 1.0))
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        server = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        kubeconfig = yaml.safe_dump(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+        api = kube.api_client(kubeconfig)
+        api.configuration.retries = 0
+        # Unbounded, this never returns (and the test's own timeout fails it).
+        with pytest.raises(Exception) as raised:
+            k8s.CoreV1Api(api).list_node()
+    error = raised.value
+    assert type(error).__module__.startswith("urllib3."), error
+    from providers.machine.fsm import Error, classify
+
+    # Worth retrying, as any other transport trouble is.
+    assert classify(error) == Error("KubeUnreachable", f"{type(error).__name__}: {error}")
+
+
 def test_the_join_trusts_the_ca_the_kubeconfig_names(kube_cluster: KubeCluster) -> None:
     text = kube_cluster.kubeconfig.read_text()
     assert kube.cluster_ca_pem(text) == kube_cluster.ca_pem
