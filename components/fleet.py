@@ -197,6 +197,8 @@ class BareMetalFleet(pulumi.ComponentResource):
                     "public_ipv4": claim.public_ipv4,
                     "provider_id": claim.provider_id,
                     "claim_token": claim.claim_token,
+                    # Known in a preview of the claim's update, where the facts above are not.
+                    "claim_id": claim.id,
                     "urn": urn(slot, MACHINE_TYPE),
                 },
                 pulumi.ResourceOptions(

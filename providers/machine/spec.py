@@ -162,6 +162,11 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     "datacenter": InputRule(Change.IGNORE, "informational; follows the box"),
     "box_name": InputRule(Change.IGNORE, "informational; follows the box"),
     "claim_token": InputRule(Change.IGNORE, "follows the claim (a new claim is a new box_id)"),
+    "claim_id": InputRule(
+        Change.IGNORE,
+        "the claim's ID, `<vendor>:<box id>`: known in a preview of the claim's update in place, where "
+        "the facts above are not, so the preview keeps the box",
+    ),
     "project": InputRule(Change.IGNORE, "identity of the claim; the claim resource owns it"),
     "stack": InputRule(Change.IGNORE, "identity of the claim; the claim resource owns it"),
     "resource_name": InputRule(Change.IGNORE, "identity of the claim; the claim resource owns it"),
@@ -225,12 +230,34 @@ def claim_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResu
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
 
 
+# What AdoptedMachine reads from its MachineClaim's outputs (components/fleet.py).
+CLAIM_FACTS = ("box_id", "box_name", "datacenter", "public_ipv4", "provider_id", "claim_token")
+
+
 def machine_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResult:
     """AdoptedMachine: see MACHINE_INPUTS."""
-    found = table_diff(MACHINE_INPUTS, olds, news)
+    found = table_diff(MACHINE_INPUTS, olds, _claim_facts_in_preview(olds, news))
     replaces = found[Change.REPLACE]
     changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN])
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
+
+
+def _claim_facts_in_preview(olds: Mapping[str, Any], news: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A preview cannot run a dynamic resource's update (the SDK's provider does not take previews),
+    so while its claim is updated in place (a release switch, the OS) every fact the machine reads from
+    the claim is unknown, and would preview as another box: a replace, refused in production where
+    machines are protected. The claim's ID is known there (an update keeps it) and names its box;
+    when it names the machine's own box, those unknown facts are the ones the machine holds."""
+    claim_id = news.get("claim_id")
+    if not isinstance(claim_id, str) or unknown(claim_id) or not olds.get("box_id"):
+        return news
+    try:
+        held = resource_id(str(olds.get("vendor")), str(olds["box_id"]))
+    except ValueError:
+        return news
+    if claim_id != held:
+        return news
+    return {**news, **{key: olds.get(key) for key in CLAIM_FACTS if unknown(news.get(key))}}
 
 
 def diff_table_markdown(table: Mapping[str, InputRule]) -> str:

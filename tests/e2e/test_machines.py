@@ -26,11 +26,15 @@ NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
 
 
 def write_stack(
-    engine: Engine, name: str, sizes: dict[str, int], labels: dict[str, str] | None = None
+    engine: Engine,
+    name: str,
+    sizes: dict[str, int],
+    labels: dict[str, str] | None = None,
+    kura_ovh: dict[str, Any] | None = None,
 ) -> None:
-    """Pulumi.<name>.yaml: the dev stack's config with the given fleet sizes (and extra kura-ovh labels),
-    rendering its manifests: these tests are about machines through the engine, and the run's one
-    dev-stack lifecycle on a cluster is test_dev_stack.py's."""
+    """Pulumi.<name>.yaml: the dev stack's config with the given fleet sizes (and extra kura-ovh labels
+    or fields), rendering its manifests: these tests are about machines through the engine, and the
+    run's one dev-stack lifecycle on a cluster is test_dev_stack.py's."""
     dev = yaml.safe_load((engine.project / "Pulumi.dev.yaml").read_text())
     dev["config"] = render_only(dev["config"])
     # The fleets a test does not size (Elastic Metal, the Macs) are left out, with what runs on them:
@@ -43,6 +47,8 @@ def write_stack(
         fleet["size"] = sizes[fleet["name"]]
         if labels and fleet["name"] == "kura-ovh":
             fleet["labels"] = {**fleet.get("labels", {}), **labels}
+        if kura_ovh and fleet["name"] == "kura-ovh":
+            fleet.update(kura_ovh)
     (engine.project / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(dev, sort_keys=False))
 
 
@@ -106,6 +112,11 @@ def test_refresh_import_small_edits_and_a_failed_create_that_destroy_cleans_up(e
     write_stack(engine, stack, sizes, labels={"tuist.dev/tier": "gold"})
     changed = {short(urn): op for urn, op in steps(engine, stack).items() if op != "same"}
     assert changed == {"kura-ovh-0-labels": "update"}, changed
+    #    An edit the claim only records (here the release switch) previews as that, nothing else: the
+    #    machine still reads the same box from it, though a preview cannot run the claim's update.
+    write_stack(engine, stack, sizes, kura_ovh={"allow_release": True})
+    changed = {short(urn): op for urn, op in steps(engine, stack).items() if op != "same"}
+    assert changed == {"kura-ovh-0-claim": "update"}, changed
     write_stack(engine, stack, sizes)
 
     # 4. Import a box that is in use as a new slot of the fleet: the import file carries inputs and

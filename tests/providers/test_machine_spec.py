@@ -16,6 +16,7 @@ from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
 from providers.machine.spec import (
+    CLAIM_FACTS,
     CLAIM_INPUTS,
     DEFAULT_TIMEOUTS,
     MACHINE_INPUTS,
@@ -90,6 +91,7 @@ MACHINE_TABLE: dict[str, tuple[str, Any, str]] = {
     "datacenter": ("none", "gra1", "informational"),
     "box_name": ("none", "other", "informational"),
     "claim_token": ("none", "fedcba987654", "a new claim is a new box_id"),
+    "claim_id": ("none", "ovh:ns2", "read only to see a preview through (box_id says another box)"),
     "project": ("none", "other", "the claim owns the identity"),
     "stack": ("none", "other", "the claim owns the identity"),
     "resource_name": ("none", "x", "the claim owns the identity"),
@@ -126,7 +128,7 @@ def test_the_tables_name_every_input_the_code_compares() -> None:
 
     args = fleet_args()
     assert set(fleet_claim_props(args, project="p", stack="s", slot="x")) | {"urn"} <= set(CLAIM_INPUTS)
-    from_claim = {"box_id", "box_name", "datacenter", "public_ipv4", "provider_id", "claim_token", "urn"}
+    from_claim = {*CLAIM_FACTS, "claim_id", "urn"}
     extra = {"resource_name", "timeouts"}  # the resource's own name; budgets (tests shorten them)
     assert set(fleet_machine_props(args, project="p", stack="s")) | from_claim | extra == set(MACHINE_INPUTS)
 
@@ -170,6 +172,21 @@ def test_unknown_values_in_a_preview_count_as_changes() -> None:
     assert machine_diff(olds, news).replaces == ["box_id"]
     assert machine_input_problems(news) == []
     assert claim_diff(claimed(), {**claim_props("kura-ovh", 0), "marker": rpc.UNKNOWN}).replaces == ["marker"]
+
+
+def test_a_preview_of_the_claims_update_in_place_keeps_the_machine_on_its_box() -> None:
+    """The claim updated in place (a release switch): the preview cannot run its update, so every fact
+    the machine reads from it is unknown; its ID is known and names the machine's box."""
+    olds = joined()
+    facts = {key: Unknown() for key in ("box_id", "box_name", "datacenter", "public_ipv4", "provider_id")}
+    news = {**olds, **facts, "claim_token": Unknown(), "claim_id": f"ovh:{olds['box_id']}"}
+    assert (machine_diff(olds, news).changes, machine_diff(olds, news).replaces) == (False, [])
+    # A claim ID naming another box, or none known (the claim is replaced): another box, as before.
+    assert machine_diff(olds, {**news, "claim_id": "ovh:ns2"}).replaces == ["box_id"]
+    assert machine_diff(olds, {**news, "claim_id": Unknown()}).replaces == ["box_id"]
+    assert machine_diff(olds, {**news, "claim_id": rpc.UNKNOWN}).replaces == ["box_id"]
+    # Only unknowns are read from the old state: a known fact that changed is still a change.
+    assert machine_diff(olds, {**news, "public_ipv4": "203.0.113.99"}).changes is True
 
 
 def test_nothing_changed_is_no_change_whatever_the_order_or_number_type() -> None:
