@@ -239,14 +239,22 @@ def _candidates(props: Mapping[str, Any]) -> Any:
 
 
 def failover_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResult:
-    """vendor or address -> replace; candidates -> update (placement runs again); nothing else
-    (region, fleet, outputs and __provider) is a change."""
+    """vendor or address -> replace; candidates -> update (placement runs again); so does a route
+    (as the last refresh read it) off every candidate: unrouted, or on a box outside the fleet. Nothing
+    else (region, fleet, other outputs and __provider) is a change."""
     replaces = [key for key in REPLACE_KEYS if olds.get(key) != news.get(key)]
     if replaces:
         # Create-before-delete is safe: delete leaves the old IP where it is.
         return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=False)
     new_candidates = _candidates(news)
-    changed = new_candidates == UNKNOWN or _candidates(olds) != new_candidates
+    # The watcher moves the IP among the candidates only: off them, nothing but an up brings it back.
+    # With no candidate there is nowhere to bring it, and placement would only refuse.
+    off_candidates = (
+        isinstance(new_candidates, list)
+        and bool(new_candidates)
+        and olds.get("routed_to") not in new_candidates
+    )
+    changed = new_candidates == UNKNOWN or _candidates(olds) != new_candidates or off_candidates
     return dyn.DiffResult(
         changes=changed, replaces=[], stables=list(REPLACE_KEYS), delete_before_replace=False
     )

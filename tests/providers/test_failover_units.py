@@ -66,6 +66,26 @@ def test_diff_table(change: dict[str, Any], changes: bool, replaces: list[str]) 
 
 
 @pytest.mark.parametrize(
+    ("routed_to", "candidates", "changes"),
+    [
+        ("ns2.example.net", ["ns1.example.net", "ns2.example.net"], False),
+        # A refresh read it off the fleet: forced onto another box, or unrouted. The up routes it back.
+        ("ns9.example.net", ["ns1.example.net", "ns2.example.net"], True),
+        (None, ["ns1.example.net", "ns2.example.net"], True),
+        # No candidate: nowhere to route it, so nothing to do (the create or the candidates' change
+        # said so already).
+        (None, [], False),
+    ],
+)
+def test_a_route_off_every_candidate_is_a_change(
+    routed_to: str | None, candidates: list[str], changes: bool
+) -> None:
+    olds = {**OLDS, "candidates": candidates, "routed_to": routed_to}
+    result = failover_diff(olds, {**olds, "routed_to": None})
+    assert (result.changes, result.replaces) == (changes, [])
+
+
+@pytest.mark.parametrize(
     ("current", "candidates", "target"),
     [
         (None, ["b", "a", "c"], "a"),
