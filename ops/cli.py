@@ -40,6 +40,8 @@ from providers.errors import InfraError
 from providers.kube import KubeError
 from providers.vendor import FailoverMoveReader, Vendor
 
+MOVE_STATE_EVERY = 5.0  # seconds between reads of a failover move's progress (Dedibox pages every IP)
+
 app = typer.Typer(
     name="tuist-ops",
     help="Operate a tuist-infra stack's bare-metal boxes: prep, mark, inventory, orphans, failover.",
@@ -404,8 +406,10 @@ def failover_move(
         # The client waits for the vendor's move task itself (OVH task, Dedibox attach) and reads the
         # route back; Ctrl-C here leaves the move to the vendor, and a rerun reads the route first.
         # The line shows the vendor's move task (OVH task, Dedibox IP status) and where it routes the
-        # IP now, read with a client of its own.
-        address, reader = r.address, stack.client(Vendor(r.vendor))
+        # IP now, read every MOVE_STATE_EVERY seconds with a client of its own. Not for Robot: its
+        # move has no task, and its failover reads share an hourly budget with the watcher.
+        vendor = Vendor(r.vendor)
+        address, reader = r.address, stack.new_client(vendor)
         assert address is not None  # plan_move refuses a region without a failover IP
 
         def vendor_route() -> str:
@@ -413,7 +417,8 @@ def failover_move(
             task = reader.failover_move_state(address) if isinstance(reader, FailoverMoveReader) else None
             return f"{task}; {routed}" if task else routed
 
-        with spinner(err, f"moving {r.address} to {plan.target}", state=vendor_route):
+        state = None if vendor is Vendor.ROBOT else vendor_route
+        with spinner(err, f"moving {r.address} to {plan.target}", state=state, every=MOVE_STATE_EVERY):
             routed = failover_ops.run_move(stack, plan)
         _say(err)(f"region {region}: {r.address} now routes to {routed}")
 

@@ -251,16 +251,20 @@ class Stack:
 
     def client(self, vendor: Vendor) -> VendorClient:
         if vendor not in self._clients:
-            try:
-                self._clients[vendor] = vendor_client(
-                    vendor,
-                    self.settings.vendors,
-                    lambda key: self.settings.secret(key, why=f"the {vendor.value} API needs it"),
-                    self.timing,
-                )
-            except (VendorConfigError, NotConfiguredError) as error:
-                raise OpsError(f"stack {self.name}: {error}") from None
+            self._clients[vendor] = self.new_client(vendor)
         return self._clients[vendor]
+
+    def new_client(self, vendor: Vendor) -> VendorClient:
+        """A client of its own (its own HTTP session), for a thread reading beside a call in flight."""
+        try:
+            return vendor_client(
+                vendor,
+                self.settings.vendors,
+                lambda key: self.settings.secret(key, why=f"the {vendor.value} API needs it"),
+                self.timing,
+            )
+        except (VendorConfigError, NotConfiguredError) as error:
+            raise OpsError(f"stack {self.name}: {error}") from None
 
     def fleets_of(self, vendor: Vendor) -> list[Fleet]:
         return [f for f in self.cfg.fleets if f.vendor is vendor]

@@ -108,6 +108,7 @@ def spinner(
         finally:
             stop.set()
             if watcher is not None:
-                watcher.join()
+                # A read in flight (with its client's retries) is not waited out: the thread is a daemon.
+                watcher.join(timeout=every)
         # The last line stays on the terminal: it says what the vendor says now, not only "done".
         progress.update(task, description=f"{what}: done" + (f" ({read()})" if state is not None else ""))
