@@ -373,12 +373,25 @@ class MachineProvider(_Stateless):
         network = bool(spec.private_network)
         table = adopt_table(spec.vendor, network)
         resume = progress.phase == Phase.ADOPTING and progress.state in table
-        start = progress.state if resume else adopt_start(spec.vendor, network)
+        # READY with a pinned host key: this holder adopted the box and no delete left the cluster
+        # since (a create whose answer was lost, or a refresh that found its Node gone). A Robot box
+        # is installed already: join it again, never reinstall it under its workloads.
+        installed = progress.phase == Phase.READY and bool(progress.facts.get(PIN))
+        if resume:
+            start = progress.state
+        elif installed:
+            start = join_start(spec.vendor, network)
+        else:
+            start = adopt_start(spec.vendor, network)
         run = self._machine_run(spec, props, **extra)
         if resume:
             run.log(
                 f"{spec.resource_name}: resuming at {start} (attempt {progress.attempt + 1}; last error "
                 f"{progress.error_type or 'none'}, {progress.error_count} so far)"
+            )
+        elif installed:
+            run.log(
+                f"{spec.resource_name}: {run.box_label} was adopted already (record READY): joining again"
             )
         elif spec.vendor is Vendor.ROBOT:
             progress = replace(progress, facts={})

@@ -245,6 +245,15 @@ def test_robot_box_is_installed_on_adopt_then_joined_and_reinstalled_on_release(
     assert "--provider-id=hrobot://2345601" in unit
     assert (root / "etc/containerd/config.toml").read_text() == containerd_config
 
+    # A create of the same slot whose record says READY (its answer was lost, or a refresh found the
+    # Node gone): the box is joined again under its pinned key, never reinstalled under its workloads.
+    since = sim.last_audit_id()
+    watcher.states.clear()
+    again = sim.machines().create(machine_props("runners-linux", 0, claim)).outs
+    assert watcher.states == ["JOINING", "NODE_READY"]
+    assert robot_writes(sim, since) == []
+    assert again is not None and again["host_key_fingerprint"] == outs["host_key_fingerprint"]
+
     # A release reinstalls too: without the Kata pin it is refused before anything is written.
     since = sim.last_audit_id()
     sim.machines().delete("robot:2345601", outs)  # no cluster to leave: nothing happens
