@@ -80,6 +80,8 @@ def claim_props(args: BareMetalFleetArgs, *, project: str, stack: str, slot: str
         "allow_release": fleet.allow_release,
         "allow_production_release": args.allow_production_release,
         "install_artifacts": _pins(fleet),
+        # None while empty: claims made before the key existed see no change.
+        "excluded_boxes": sorted(fleet.excluded_boxes) or None,
     }
 
 
@@ -166,6 +168,7 @@ class BareMetalFleet(pulumi.ComponentResource):
 
         def urn(child: str, type_: str) -> pulumi.Input[str] | None:
             return pulumi.create_urn(child, type_, parent=own_urn) if own_urn else None
+
         shared = machine_props(args, project=project, stack=stack)
         labels = label_props(args)
         self.claims, self.machines, self.node_labels = [], [], []

@@ -114,6 +114,11 @@ Datacenter = Annotated[
     str, _pattern(r"^[A-Za-z0-9][A-Za-z0-9-]{0,15}$", "a datacenter (e.g. bhs, DC5, FSN1)")
 ]
 DnsName = Annotated[str, AfterValidator(_dns_name)]
+# A vendor's box id as tuist-ops prints it without the vendor: an OVH service name, a Dedibox
+# <zone>/<server id>, a Robot server number, an Elastic Metal / Mac <zone>/<uuid>.
+BoxId = Annotated[
+    str, _pattern(r"^[A-Za-z0-9][A-Za-z0-9./-]{0,127}$", "a box id (e.g. ns1001.ip-203-0-113.net)")
+]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 IPv4 = Annotated[str, AfterValidator(_public_ipv4)]
 DigestImage = Annotated[str, AfterValidator(_digest_image)]
@@ -359,6 +364,9 @@ class Fleet(Strict):
     ssh_port: int = Field(default=22, ge=1, le=65535)
     # Releasing a box reinstalls it. Production Kura fleets may never allow it.
     allow_release: StrictBool = False
+    # Box ids this fleet lets go (docs/runbook.md: rotate a box out): a slot holding one is released
+    # (reinstalled) and claims another box in the same up; no claim takes one.
+    excluded_boxes: list[BoxId] = Field(default_factory=list)
     egress_budget_mbps: int | None = Field(default=None, gt=0)
     # Robot fleets only (their boxes are installed by the program); None: the defaults.
     install_artifacts: InstallArtifacts | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from providers.constants import ENVIRONMENTS
@@ -45,9 +45,13 @@ def skip_reason(
     vendor: Vendor,
     datacenter_prefix: str | None,
     recorded: Holder | None = None,
+    excluded: Collection[str] = (),
 ) -> str | None:
     """Why `box` cannot be adopted by the machine holding `token`; None when it can. `recorded` is
-    the holder of the box's cluster-side record, if it has one."""
+    the holder of the box's cluster-side record, if it has one; `excluded`, the fleet's
+    excluded_boxes."""
+    if box.id in excluded:
+        return "in the fleet's excluded_boxes"
     if not box.has_marker(marker):
         field_text = box.marker_field or "<empty>"
         if any(env in field_text for env in ENVIRONMENTS):
@@ -238,6 +242,15 @@ def claim_box(
     if own_id is not None:
         box = client.get_box(own_id)
         reason = _reason(box, spec, recorded.get(box.id))
+        if reason is not None and box.claim is not None and box.claim.token == spec.token:
+            # The box carries this slot's claim and cannot be adopted (its own release unfinished, the
+            # fleet excluded it). A second box would carry the same claim, and nothing would find the
+            # first again: the operator returns it first.
+            raise NoAdoptableBoxError(
+                f"{spec.resource_name}: its claim is on {spec.vendor.value} box {box.id}, which cannot be "
+                f"adopted: {reason}; claiming another box would leave that one claimed. Return it first "
+                f"(`tuist-ops unclaim -s {spec.stack} {spec.vendor.value}:{box.id}`), then run this again"
+            )
         if reason is not None:
             skipped.append((box.id, reason))
         else:
@@ -314,6 +327,7 @@ def _reason(box: Box, spec: ClaimSpec, recorded: Holder | None) -> str | None:
         vendor=spec.vendor,
         datacenter_prefix=spec.datacenter_prefix,
         recorded=recorded,
+        excluded=spec.excluded_boxes,
     )
 
 
@@ -337,6 +351,7 @@ def claim_named_box(
             vendor=spec.vendor,
             datacenter_prefix=spec.datacenter_prefix,
             recorded=recorded,
+            excluded=spec.excluded_boxes,
         )
         if reason is not None:
             raise NoAdoptableBoxError(

@@ -112,6 +112,11 @@ CLAIM_INPUTS: dict[str, InputRule] = {
         Change.REPLACE,
         "only when the claimed box's datacenter no longer starts with it; otherwise state only",
     ),
+    "excluded_boxes": InputRule(
+        Change.REPLACE,
+        "only when it names the claimed box (the box leaves the fleet: released, another claimed); "
+        "otherwise state only",
+    ),
     "environment": InputRule(Change.RECORD, "release reads it (the production guard)"),
     "os": InputRule(Change.RECORD, "release reinstalls the box with it"),
     "ssh_user": InputRule(Change.RECORD, "release reinstalls Dedibox boxes with this login"),
@@ -225,6 +230,10 @@ def claim_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResu
         if not prefix or datacenter.lower().startswith(str(prefix).lower()):
             replaces = [k for k in replaces if k != "datacenter_prefix"]
             found[Change.RECORD].append("datacenter_prefix")
+    excluded = news.get("excluded_boxes")
+    if "excluded_boxes" in replaces and not unknown(excluded) and olds.get("box_id") not in (excluded or []):
+        replaces = [k for k in replaces if k != "excluded_boxes"]
+        found[Change.RECORD].append("excluded_boxes")
     changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN])
     # Boxes are scarce (no spare box waits for a replacement): release first, then claim.
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
@@ -302,6 +311,7 @@ class ClaimSpec:
     allow_production_release: bool
     timeout: Timeouts
     urn: str | None = None
+    excluded_boxes: tuple[str, ...] = ()
 
     @property
     def token(self) -> str:
@@ -524,6 +534,10 @@ def claim_input_problems(props: Mapping[str, Any]) -> Problems:
     for key in ("allow_release", "allow_production_release"):
         if not isinstance(props.get(key, False), bool):
             problems.append((key, f"must be true or false, got {_short(props.get(key))}"))
+    excluded = props.get("excluded_boxes")
+    listed = isinstance(excluded, list) and all(isinstance(b, str) and b for b in excluded)
+    if excluded is not None and not unknown(excluded) and not listed:
+        problems.append(("excluded_boxes", f"must be a list of box ids, got {_short(excluded)}"))
     return problems
 
 
@@ -617,6 +631,7 @@ def parse_claim(props: Mapping[str, Any]) -> ClaimSpec:
         allow_production_release=bool(props.get("allow_production_release", False)),
         timeout=Timeouts(dict(props.get("timeouts") or {})),
         urn=_urn(props.get("urn")),
+        excluded_boxes=tuple(props.get("excluded_boxes") or ()),
     )
 
 

@@ -124,6 +124,7 @@ def test_each_slot_is_a_claim_a_machine_on_its_box_and_node_labels() -> None:
         "allow_release": False,
         "allow_production_release": False,
         "install_artifacts": None,
+        "excluded_boxes": None,
     }
     assert claim["urn"] == (
         "urn:pulumi:staging::tuist-infra::tuist:fleet:BareMetalFleet$" + CLAIM + "::kura-ovh-0-claim"

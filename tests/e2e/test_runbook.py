@@ -125,13 +125,23 @@ def test_the_runbook_procedures_run_as_written(engine: Engine) -> None:
         assert set(held) == {"kura-ovh-0", "kura-ovh-1"}
         assert held["kura-ovh-0"] == "ns1001.ip-203-0-113.net"
 
-        # 2. The box holding the region's IP and slot 0 leaves: the IP moves to slot 1's box first.
+        # 2. The box holding the region's IP and slot 0 leaves: the IP moves to slot 1's box first,
+        #    then the fleet excludes the box; the preview shows that slot alone replaced.
         target = held["kura-ovh-1"]
         # The audit holds this test's earlier steps too: count from here on.
         since = max((e["id"] for e in engine.admin("audit")["entries"]), default=0)  # type: ignore[index]
-        run_procedure(
-            engine, "Rotate a box out", BOX="ovh:ns1001.ip-203-0-113.net", REGION="ca-east", TARGET=target
+        rotated = run_procedure(
+            engine,
+            "Rotate a box out",
+            BOX="ovh:ns1001.ip-203-0-113.net",
+            REGION="ca-east",
+            TARGET=target,
+            FLEET_INDEX=str([f["name"] for f in fleets].index("kura-ovh")),
+            EXCLUDED_INDEX="0",
         )
+        replaced = set(re.findall(r"\+-\s+\S+\s+(\S+)\s+replace", rotated.stdout))
+        assert {"kura-ovh-0-claim", "kura-ovh-0"} <= replaced, rotated.stdout[-6000:]
+        assert not {name for name in replaced if name.startswith("kura-ovh-1")}, replaced
         rows = ovh_rows(engine)
         assert (rows["ns1001.ip-203-0-113.net"]["state"], rows["ns1001.ip-203-0-113.net"]["holder"]) == (
             "unmarked",

@@ -14,7 +14,7 @@ import pytest
 
 from providers.machine.errors import NoAdoptableBoxError
 from providers.machine.record import ProcessClaimRecord, Progress
-from providers.machine.selection import CandidatePools, claim_box
+from providers.machine.selection import CandidatePools, claim_box, holder_of
 from providers.machine.spec import ClaimSpec, parse_claim
 from providers.vendor import Box, Claim, Vendor
 from tests.providers.test_machine_support import claim_props
@@ -169,3 +169,29 @@ def test_a_retried_create_resumes_on_the_box_its_marker_names() -> None:
     ovh.set_claim("ns002", Claim(mine.token))  # a create that died after its marker write
     # A new process: nothing in its record, the marker in the listing.
     assert claim(ovh, ProcessClaimRecord({}), CandidatePools(), mine).id == "ns002"
+
+
+def test_a_box_the_fleet_excludes_is_never_claimed() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    leaving = replace(spec("kura-ovh", 0), excluded_boxes=("ns000",))
+    assert claim(ovh, ProcessClaimRecord({}), CandidatePools(), leaving).id == "ns001"
+    assert ovh.boxes["ns000"].claim is None
+
+
+def test_a_slot_whose_claim_is_on_a_box_it_cannot_adopt_claims_no_second_box() -> None:
+    """Its own release unfinished (state edited by hand), or the fleet excluding it: a second box with
+    the same claim would leave the first claimed, found by nothing."""
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    mine = spec("kura-ovh", 0)
+    ovh.set_claim("ns001", Claim(mine.token, releasing=True))
+    record = ProcessClaimRecord({})
+    record.acquire(Progress("ovh", "ns001", "kura-ovh", holder_of(mine), state="RELEASE_REINSTALL"))
+    writes = ovh.calls["set_claim"]
+    with pytest.raises(NoAdoptableBoxError) as caught:
+        claim(ovh, record, CandidatePools(), mine)
+    assert str(caught.value) == (
+        "kura-ovh-0: its claim is on ovh box ns001, which cannot be adopted: releasing (claim this "
+        "machine's own, unfinished); claiming another box would leave that one claimed. Return it first "
+        "(`tuist-ops unclaim -s dev ovh:ns001`), then run this again"
+    )
+    assert ovh.calls["set_claim"] == writes

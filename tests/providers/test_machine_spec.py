@@ -45,6 +45,7 @@ CLAIM_TABLE: dict[str, tuple[str, Any, str]] = {
     "fleet": ("replace", "kura-ovh-b", "a box of another fleet"),
     "marker": ("replace", "tuist-kura-dev-ovh-b", "the fleet now means other boxes"),
     "datacenter_prefix": ("replace", "gra", "the claimed box (bhs6) is outside the new datacenter"),
+    "excluded_boxes": ("replace", ["ns1"], "the claimed box leaves the fleet: released, another claimed"),
     "environment": ("update", "staging", "release reads it: the production guard"),
     "os": ("update", "debian_12", "release reinstalls with it: a later release must use the new one"),
     "ssh_user": ("update", "debian", "release reinstalls Dedibox boxes with this login"),
@@ -160,6 +161,19 @@ def test_a_narrower_or_wider_datacenter_prefix_the_box_still_matches_is_recorded
     for prefix in ("BHS6", "b", None):
         result = claim_diff(claimed(), {**claim_props("kura-ovh", 0), "datacenter_prefix": prefix})
         assert (result.changes, result.replaces) == (True, []), prefix
+
+
+def test_excluding_another_box_is_recorded_and_excluding_the_claimed_one_replaces_the_claim() -> None:
+    for excluded in (["ns2"], []):
+        result = claim_diff(claimed(), {**claim_props("kura-ovh", 0), "excluded_boxes": excluded})
+        assert (result.changes, result.replaces) == (True, []), excluded
+    # Absent (claims made before the key) and None are the same: no change.
+    assert claim_diff(claimed(), {**claim_props("kura-ovh", 0), "excluded_boxes": None}).changes is False
+    result = claim_diff(claimed(), {**claim_props("kura-ovh", 0), "excluded_boxes": ["ns2", "ns1"]})
+    assert (result.replaces, result.delete_before_replace) == (["excluded_boxes"], True)
+    assert claim_input_problems({**claim_props("kura-ovh", 0), "excluded_boxes": "ns1"}) == [
+        ("excluded_boxes", "must be a list of box ids, got 'ns1'")
+    ]
 
 
 def test_unknown_values_in_a_preview_count_as_changes() -> None:
