@@ -96,6 +96,7 @@ class KuraRegion(pulumi.ComponentResource):
                 environment=args.environment,
                 cluster=args.cluster,
                 reconciler_image=args.watcher_image,
+                failover_address=address,
             ),
             child,
         )

@@ -120,6 +120,26 @@ class PeerDemuxArgs:
     cluster: Cluster
     # The image that runs `python -m demux` (the failover watcher's image carries the package).
     reconciler_image: str
+    # The region's failover IP (None while parked): every box of the pool takes it as its own address.
+    failover_address: str | None = None
+
+
+def _failover_address_container(image: str, address: str) -> k8s.core.v1.ContainerArgs:
+    """The vendors route the failover IP to the box; its kernel takes the packets only for an address
+    of its own ("configured on every server it can be switched to", vendor-apis.md). On lo, as a /32:
+    local to the box, announced on no link (the vendors route it to the box's main address, nobody
+    asks for it by ARP). Idempotent (`replace`), and the box keeps it while it is in the pool."""
+    return k8s.core.v1.ContainerArgs(
+        name="failover-address",
+        image=image,
+        command=["/bin/sh", "-c", f"ip addr replace {address}/32 dev lo"],
+        security_context=k8s.core.v1.SecurityContextArgs(
+            capabilities=k8s.core.v1.CapabilitiesArgs(add=["NET_ADMIN"])
+        ),
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "32Mi"}
+        ),
+    )
 
 
 class PeerDemux(pulumi.ComponentResource):
@@ -188,9 +208,11 @@ class PeerDemux(pulumi.ComponentResource):
             "ROUTES_SOURCE": f"{ROUTES_DIR}/{ROUTES_KEY}",
             "ROUTES_FILE": ROUTES_FILE,
         }
+        address = args.failover_address
         return k8s.core.v1.PodSpecArgs(
             host_network=True,
             dns_policy="ClusterFirstWithHostNet",
+            init_containers=[_failover_address_container(kura.demux_image, address)] if address else None,
             node_selector=pool_node_selector(args.fleet),
             tolerations=pool_tolerations(args.fleet),
             termination_grace_period_seconds=kura.demux_drain_seconds + DEMUX_CONNECTION_DRAIN_SECONDS,
@@ -205,8 +227,10 @@ class PeerDemux(pulumi.ComponentResource):
                             name="peer", container_port=kura.peer_port, protocol="TCP"
                         )
                     ],
+                    # On the failover IP when there is one: Ready (and so eligible for the IP) only on a
+                    # box that answers on it.
                     readiness_probe=k8s.core.v1.ProbeArgs(
-                        tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=kura.peer_port),
+                        tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=kura.peer_port, host=address),
                         initial_delay_seconds=5,
                         period_seconds=10,
                     ),

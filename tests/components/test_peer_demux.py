@@ -19,7 +19,9 @@ from tests.components.conftest import WATCHER_IMAGE
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
 
-def render(region: Region, fleet: Fleet, kura: Kura, cluster: Cluster) -> ManifestRecorder:
+def render(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster, failover_address: str | None = None
+) -> ManifestRecorder:
     def build() -> None:
         PeerDemux(
             "demux",
@@ -30,6 +32,7 @@ def render(region: Region, fleet: Fleet, kura: Kura, cluster: Cluster) -> Manife
                 environment=Environment.STAGING,
                 cluster=cluster,
                 reconciler_image=WATCHER_IMAGE,
+                failover_address=failover_address,
             ),
         )
 
@@ -93,6 +96,24 @@ def test_daemonset_is_hostnetwork_nginx_on_7443_pinned_by_digest(
         "initialDelaySeconds": 5,
         "periodSeconds": 10,
     }
+
+
+def test_every_box_of_the_pool_takes_the_failover_ip_and_is_ready_only_answering_on_it(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    # The vendor routes the IP to whichever box the watcher picks; that box's kernel must own it.
+    spec = pod_spec(render(region, fleet, kura, cluster, failover_address="198.51.100.10"))
+    [init] = spec["initContainers"]
+    assert (init["name"], init["image"]) == ("failover-address", kura.demux_image)
+    assert init["command"] == ["/bin/sh", "-c", "ip addr replace 198.51.100.10/32 dev lo"]
+    assert init["securityContext"] == {"capabilities": {"add": ["NET_ADMIN"]}}
+    assert spec["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": 7443, "host": "198.51.100.10"}
+
+
+def test_a_parked_failover_ip_adds_no_address(recorded: ManifestRecorder) -> None:
+    spec = pod_spec(recorded)
+    assert "initContainers" not in spec
+    assert spec["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": 7443}
 
 
 def test_nginx_runs_under_the_reload_script_with_the_routes_mounted_as_a_directory(
@@ -213,3 +234,13 @@ def test_every_demux_object_is_schema_valid(recorded: ManifestRecorder) -> None:
     ]
     for manifest in recorded.manifests:
         validate_manifest(manifest)
+
+
+def test_the_daemonset_with_a_failover_address_is_schema_valid(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    validate_manifest(
+        render(region, fleet, kura, cluster, failover_address="198.51.100.10").find(
+            "DaemonSet", "kura-peer-demux-us-east"
+        )
+    )
