@@ -37,6 +37,9 @@ __all__ = [
 
 CREDENTIALS_SECRET = "tuist-failover-vendor-credentials"
 WATCHER_UID = 65532
+RUN_DIR = "/run/watcher"  # an emptyDir: the root filesystem is read-only
+# Alive while the deadline the loop last wrote has not passed (the image is Debian: sh, date, cat).
+HEARTBEAT_CHECK = ["/bin/sh", "-c", f'[ "$(date +%s)" -le "$(cat {RUN_DIR}/heartbeat)" ]']
 
 
 def watcher_name(region_id: str) -> str:
@@ -182,6 +185,7 @@ class FailoverWatcher(pulumi.ComponentResource):
             "KURA_NAMESPACE": ns,
             "POLL_SECONDS": str(args.poll_seconds),
             "CONFIRM_POLLS": str(args.confirm_polls),
+            "HEARTBEAT_FILE": f"{RUN_DIR}/heartbeat",
         }
         if fip.vendor is Vendor.ROBOT:
             if args.robot_failover_watchers < 1:
@@ -210,7 +214,13 @@ class FailoverWatcher(pulumi.ComponentResource):
                                 secret=k8s.core.v1.SecretVolumeSourceArgs(
                                     secret_name=secret_name, default_mode=0o440
                                 ),
-                            )
+                            ),
+                            k8s.core.v1.VolumeArgs(
+                                name="run",
+                                empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+                                    medium="Memory", size_limit="1Mi"
+                                ),
+                            ),
                         ],
                         # Prefer a node outside the pool it guards, so losing that box does
                         # not also take down the one process that moves the IP off it.
@@ -243,8 +253,18 @@ class FailoverWatcher(pulumi.ComponentResource):
                                         name="vendor-credentials",
                                         mount_path=args.credentials_dir,
                                         read_only=True,
-                                    )
+                                    ),
+                                    k8s.core.v1.VolumeMountArgs(name="run", mount_path=RUN_DIR),
                                 ],
+                                # The loop writes, before each poll and each wait, the time by which
+                                # it will write again (watcher/loop.py): a watcher hung on a call
+                                # that never returns misses it and is restarted.
+                                liveness_probe=k8s.core.v1.ProbeArgs(
+                                    exec_=k8s.core.v1.ExecActionArgs(command=HEARTBEAT_CHECK),
+                                    initial_delay_seconds=30,
+                                    period_seconds=30,
+                                    failure_threshold=2,
+                                ),
                                 resources=k8s.core.v1.ResourceRequirementsArgs(
                                     requests={"cpu": "10m", "memory": "64Mi"}, limits={"memory": "128Mi"}
                                 ),

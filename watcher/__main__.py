@@ -65,6 +65,7 @@ def settings_from_env() -> WatcherSettings:
         namespace=os.environ.get("KURA_NAMESPACE", "kura"),
         poll_seconds=poll_seconds,
         confirm_polls=int(_number("CONFIRM_POLLS", "2", int)),
+        heartbeat_file=os.environ.get("HEARTBEAT_FILE") or None,
     )
 
 

@@ -8,7 +8,9 @@ local API server and a recording mover.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,6 +31,11 @@ __all__ = ["FailoverWatcher", "Mover", "WatcherSettings", "kube_listers", "node_
 log = logging.getLogger("watcher")
 
 POOL_LABEL = "node.cluster.x-k8s.io/pool"
+# (connect, read) seconds of each Kubernetes list: the client's default waits on a half-open
+# connection for good, and this is the one process that moves the IP.
+KUBE_TIMEOUT = (5, 30)
+# What one poll may take besides a move: the two lists and the vendor's route read, each bounded.
+POLL_BUDGET_SECONDS = 120.0
 
 
 class Mover(Protocol):
@@ -56,6 +63,11 @@ class WatcherSettings:
     # After a vendor's request budget ran out (Robot's hourly limits), the next read waits this long
     # rather than spend what refills on more refusals.
     rate_limited_pause_seconds: float = 300.0
+    # Where the loop writes the time by which it will have written again (epoch seconds); the pod's
+    # liveness probe restarts a watcher that missed it (components/failover_watcher.py). None: not kept.
+    heartbeat_file: str | None = None
+    # The longest a vendor move may block a poll (the clients' task timeout, and some).
+    move_budget_seconds: float = 660.0
 
 
 def _condition_true(conditions: list[Any] | None, kind: str) -> bool:
@@ -93,12 +105,16 @@ def kube_listers(core_v1: Any, settings: WatcherSettings) -> tuple[NodeLister, P
     """List functions over a kubernetes `CoreV1Api`: the region's pool nodes and demux pods."""
 
     def list_nodes() -> list[NodeView]:
-        items = core_v1.list_node(label_selector=f"{POOL_LABEL}={settings.node_pool}").items
+        items = core_v1.list_node(
+            label_selector=f"{POOL_LABEL}={settings.node_pool}", _request_timeout=KUBE_TIMEOUT
+        ).items
         return [node_view(n) for n in items]
 
     def list_pods() -> list[PodView]:
         selector = f"app.kubernetes.io/component=peer-demux,app.kubernetes.io/instance={settings.region}"
-        items = core_v1.list_namespaced_pod(settings.namespace, label_selector=selector).items
+        items = core_v1.list_namespaced_pod(
+            settings.namespace, label_selector=selector, _request_timeout=KUBE_TIMEOUT
+        ).items
         return [pod_view(p) for p in items]
 
     return list_nodes, list_pods
@@ -174,7 +190,20 @@ class FailoverWatcher:
         return self.settings.poll_seconds
 
     def run(self, stop: threading.Event) -> None:
-        """Poll every `poll_seconds` until `stop` is set."""
+        """Poll every `poll_seconds` until `stop` is set, promising each next heartbeat before it."""
         while not stop.is_set():
+            self.beat(POLL_BUDGET_SECONDS + self.settings.move_budget_seconds)
             self.poll_once()
-            stop.wait(self.next_wait())
+            wait = self.next_wait()
+            self.beat(wait + POLL_BUDGET_SECONDS)
+            stop.wait(wait)
+
+    def beat(self, within: float) -> None:
+        """Write the heartbeat: the time by which the loop will write it again. Whole, or not at all."""
+        path = self.settings.heartbeat_file
+        if not path:
+            return
+        temporary = f"{path}.tmp"
+        with open(temporary, "w") as out:
+            out.write(f"{int(time.time() + within)}\n")
+        os.replace(temporary, path)

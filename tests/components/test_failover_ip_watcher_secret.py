@@ -81,12 +81,14 @@ def test_deployment_mounts_the_secret_read_only_and_gets_no_credential_env(
         {
             "name": "vendor-credentials",
             "secret": {"secretName": "tuist-failover-vendor-credentials-us-east", "defaultMode": 0o440},
-        }
+        },
+        {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
     ]
     assert pod["securityContext"] == {"fsGroup": 65532}
     (container,) = pod["containers"]
     assert container["volumeMounts"] == [
-        {"name": "vendor-credentials", "mountPath": "/etc/tuist-failover", "readOnly": True}
+        {"name": "vendor-credentials", "mountPath": "/etc/tuist-failover", "readOnly": True},
+        {"name": "run", "mountPath": "/run/watcher"},
     ]
     assert "envFrom" not in container
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -168,3 +170,21 @@ def test_the_robot_watchers_are_the_regions_with_a_routed_robot_ip(region: Regio
     ]
     assert robot_failover_watchers(regions, ips) == 2
     assert robot_failover_watchers(regions[2:], ips) == 1  # none routed: the watcher default
+
+
+def test_a_watcher_that_misses_its_own_heartbeat_is_restarted(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP
+) -> None:
+    # The loop writes the time by which it writes again; a call that never returns misses it.
+    deployment = render(watcher_args(region, fleet, failover_ip)).find(
+        "Deployment", "kura-failover-watcher-us-east"
+    )
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["HEARTBEAT_FILE"] == "/run/watcher/heartbeat"
+    assert container["livenessProbe"] == {
+        "exec": {"command": ["/bin/sh", "-c", '[ "$(date +%s)" -le "$(cat /run/watcher/heartbeat)" ]']},
+        "initialDelaySeconds": 30,
+        "periodSeconds": 30,
+        "failureThreshold": 2,
+    }

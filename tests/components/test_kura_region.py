@@ -116,6 +116,7 @@ def test_routed_failover_ip_runs_a_watcher_that_polls_within_the_demux_drain(
         "KURA_NAMESPACE": "kura",
         "POLL_SECONDS": "5",
         "CONFIRM_POLLS": "2",
+        "HEARTBEAT_FILE": "/run/watcher/heartbeat",
         # Non-secret account settings only; the secrets come as files from the Secret.
         "FAILOVER_VENDOR_ACCOUNT": '{"endpoint":"ovh-us","application_key":"tuist-us-app"}',
         "FAILOVER_CREDENTIALS_DIR": "/etc/tuist-failover",

@@ -400,3 +400,37 @@ def test_robot_watcher_polls_no_faster_than_half_the_budget_allows(monkeypatch: 
     monkeypatch.setenv("POLL_SECONDS", "soon")
     with pytest.raises(SystemExit, match=r"POLL_SECONDS='soon' is not a number"):
         watcher_main.settings_from_env()
+
+
+def test_the_loop_promises_its_next_heartbeat_before_each_poll_and_each_wait(tmp_path: Any) -> None:
+    """The liveness probe restarts a watcher past the time it last wrote (components/
+    failover_watcher.py): before a poll that time covers a move's budget, before a wait the wait."""
+    from watcher.loop import POLL_BUDGET_SECONDS
+
+    heartbeat = tmp_path / "heartbeat"
+    settings = WatcherSettings(
+        ip=IP,
+        region="r",
+        node_pool="p",
+        poll_seconds=7.0,
+        heartbeat_file=str(heartbeat),
+        move_budget_seconds=600.0,
+    )
+    stop = threading.Event()
+    during: list[tuple[float, int]] = []
+
+    class Once(RecordingMover):
+        def failover_target(self, ip: str) -> str | None:
+            during.append((time.time(), int(heartbeat.read_text())))
+            stop.set()
+            return super().failover_target(ip)
+
+    before = time.time()
+    FailoverWatcher(settings, lambda: [], lambda: [], Once(BOX[A])).run(stop)
+    after = time.time()
+
+    [(seen_at, promised)] = during
+    assert before + POLL_BUDGET_SECONDS + 600 - 1 <= promised <= seen_at + POLL_BUDGET_SECONDS + 600
+    last = int(heartbeat.read_text())
+    assert before + 7 + POLL_BUDGET_SECONDS - 1 <= last <= after + 7 + POLL_BUDGET_SECONDS
+    assert not (tmp_path / "heartbeat.tmp").exists()
