@@ -129,7 +129,15 @@ class OvhClient(MarkerFiltering):
     # --- boxes -------------------------------------------------------------------
 
     def list_boxes(self) -> list[Box]:
-        return [self.get_box(name) for name in self.list_box_ids()]
+        """Every box of the account; one that went away between the listing and its read (terminated,
+        moved to another account) is not in it any more, and does not fail the others."""
+        return [box for name in self.list_box_ids() if (box := self._box_if_any(name)) is not None]
+
+    def _box_if_any(self, name: str) -> Box | None:
+        try:
+            return self.get_box(name)
+        except NotFoundError:
+            return None
 
     def list_box_ids(self) -> list[str]:
         """Every service name of the account: one call."""

@@ -132,6 +132,16 @@ def test_sdk_decodes_a_real_shaped_server():
     assert [ip.address for i in server.interfaces for ip in i.ips] == ["10.88.1.2", "163.172.10.20"]
 
 
+def test_a_box_gone_between_the_listing_and_its_read_is_left_out_not_the_whole_account(recorder, client):
+    recorder.on("GET", SERVERS, {"total_count": 2, "servers": [{"id": 104523}, {"id": 104524}]})
+    recorder.on(
+        "GET", f"{SERVERS}/104523", recorder.reply(status=404, body={"type": "not_found", "message": "gone"})
+    )
+    recorder.on("GET", f"{SERVERS}/104524", server_detail(104524))
+
+    assert [box.id for box in client.list_boxes()] == ["fr-par-2/104524"]
+
+
 def test_list_boxes_pages_summaries_and_reads_each_detail(recorder, client):
     recorder.on(
         "GET",

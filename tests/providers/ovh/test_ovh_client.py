@@ -108,6 +108,20 @@ def test_list_boxes_reads_server_service_and_display_name(recorder, client):
         "GET /1.0/services/4242",
     ]
     assert "x-ovh-signature" not in recorder.requests[0].headers  # /auth/time is unsigned
+
+
+def test_a_box_gone_between_the_listing_and_its_read_is_left_out_not_the_whole_account(recorder, client):
+    recorder.on("GET", "/1.0/dedicated/server", ["gone.ip-1.net", SVC])
+    recorder.on(
+        "GET",
+        "/1.0/dedicated/server/gone.ip-1.net",
+        recorder.reply(
+            status=404, body={"class": "Client::NotFound", "message": "This service does not exist"}
+        ),
+    )
+    serve_box(recorder, "tuist-kura-staging-bhs")
+
+    assert [box.id for box in client.list_boxes()] == [SVC]
     for recorded in recorder.requests[1:]:
         assert_signed(recorder, recorded)
         assert recorded.body == b""
