@@ -59,6 +59,12 @@ install_routes() {
 
 mkdir -p "$(dirname "$ROUTES_FILE")"
 rm -f "$ROUTES_FILE" "$ROUTES_FILE.rejected" "$ROUTES_FILE.good"
+# The static config as it was when this pod started, used for good: the kubelet swaps a changed
+# ConfigMap into every pod's mount, and a routes reload would otherwise take it up on every box at
+# once, outside the DaemonSet's one-box-at-a-time roll (a new config arrives with a new pod).
+RUN_CONF=$(dirname "$ROUTES_FILE")/nginx.conf
+cp "$NGINX_CONF" "$RUN_CONF"
+NGINX_CONF=$RUN_CONF
 install_routes || true
 
 # A plain command, not the function: `$!` must be nginx itself (a backgrounded function is a subshell).

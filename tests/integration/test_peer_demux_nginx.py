@@ -439,6 +439,22 @@ def test_a_new_account_arrives_by_a_graceful_reload_that_keeps_open_connections(
     assert d.nginx_pid() == master
 
 
+def test_a_changed_static_config_waits_for_the_pods_roll_and_a_routes_reload_does_not_take_it(
+    fresh_demux: Callable[[list[str]], Demux],
+) -> None:
+    # The kubelet swaps a changed ConfigMap into the mount of every running pod; a reload for new
+    # routes must keep the config the pod started with (only a new pod, rolled one box at a time,
+    # takes the new one). Here the new config is one nginx refuses outright.
+    d = fresh_demux(["acme"])
+    (d.tmp / "nginx.conf").write_text("this is not nginx configuration;\n")
+
+    d.publish(reconciled_routes([peer_service("acme"), peer_service("globex")]))
+    d.wait_for_log("reloaded with 2 route(s)")
+
+    assert eventually(lambda: handshake(d.port, host("globex"))[1]) == b"globex\n"
+    assert not [line for line in d.log if "refusing new routes" in line], d.log
+
+
 def test_routes_nginx_refuses_are_never_installed(fresh_demux: Callable[[list[str]], Demux]) -> None:
     d = fresh_demux(["acme"])
     good = d.running_routes.read_text()
