@@ -177,7 +177,8 @@ def main() -> None:
                 ),
                 # The DNSEndpoints need their CRD; the volumes their StorageClass.
                 opts=pulumi.ResourceOptions(
-                    providers=[cluster], depends_on=[kura.namespace, external_dns.crd, *storage_classes]
+                    providers=[cluster],
+                    depends_on=[kura.namespace, kura.failover_namespace, external_dns.crd, *storage_classes],
                 ),
             )
 

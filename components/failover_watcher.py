@@ -6,6 +6,8 @@ lists the region's demux pods in the Kura namespace; it needs nothing else from 
 Its vendor credentials (only those of the region's vendor) are a Secret mounted read-only
 as files (watcher/mover.py reads them per call, so a rotation needs no restart), never
 environment variables: env leaks into `kubectl describe`, crash dumps and child processes.
+The watcher, its ServiceAccount and that Secret live in `<kura namespace>-failover`, not in the
+Kura namespace, whose gateways read every Secret; a Role there lets it list the demux pods.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def credentials_secret_name(region_id: str) -> str:
     return f"{CREDENTIALS_SECRET}-{region_id}"
 
 
+def failover_namespace(kura_namespace: str) -> str:
+    """The namespace of the regions' failover watchers and their vendor credentials."""
+    return f"{kura_namespace}-failover"
+
+
 def robot_failover_watchers(regions: Sequence[Region], failover_ips: Sequence[FailoverIP]) -> int:
     """How many of the stack's watchers poll Robot: one per region whose failover IP is a routed Robot
     IP. They share the account's hourly GET /failover/{ip} budget, so each one polls that much slower
@@ -71,7 +78,7 @@ class FailoverWatcherArgs:
     region: Region
     fleet: Fleet
     failover_ip: FailoverIP
-    namespace: str
+    namespace: str  # the Kura namespace: the demux pods it lists
     image: str
     # The stack's vendor accounts; the watcher gets the non-secret settings of the IP's vendor.
     vendors: Vendors
@@ -87,6 +94,10 @@ class FailoverWatcherArgs:
     confirm_polls: int = 2
     # The stack's watchers of Robot IPs (robot_failover_watchers): they share one request budget.
     robot_failover_watchers: int = 1
+    # Where the watcher, its ServiceAccount and its credentials Secret live (failover_namespace()).
+    # Not the Kura namespace: the regions' gateways (ingress-nginx, facing the internet) read every
+    # Secret there, and these credentials can reinstall the vendor's boxes.
+    home_namespace: str | None = None
 
     def vendor_credentials(self) -> dict[str, pulumi.Input[str] | None]:
         """The IP's vendor's secrets by stack key (the Secret's keys, the mounted file names)."""
@@ -121,14 +132,15 @@ class FailoverWatcher(pulumi.ComponentResource):
                 f"{', '.join(missing)} were not passed (FailoverWatcherArgs); the watcher cannot move the IP"
             )
         region, ns = args.region, args.namespace
+        home = args.home_namespace or failover_namespace(ns)
         wname = watcher_name(region.id)
         labels = region_labels(name="kura-failover-watcher", component="failover-watcher", region=region.id)
         child = child_options(self, opts)
-        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=wname, namespace=ns)
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=wname, namespace=home)
 
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
-            metadata=metadata(wname, ns, labels),
+            metadata=metadata(wname, home, labels),
             automount_service_account_token=True,
             opts=child,
         )
@@ -167,7 +179,7 @@ class FailoverWatcher(pulumi.ComponentResource):
         secret_name = credentials_secret_name(region.id)
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials",
-            metadata=metadata(secret_name, ns, labels),
+            metadata=metadata(secret_name, home, labels),
             type="Opaque",
             # Output.secret, whatever the caller passed: encrypted in state, masked in diffs.
             string_data={
@@ -196,7 +208,7 @@ class FailoverWatcher(pulumi.ComponentResource):
             env["ROBOT_FAILOVER_WATCHERS"] = str(args.robot_failover_watchers)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=metadata(wname, ns, labels),
+            metadata=metadata(wname, home, labels),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=1,
                 # Never two watchers at once: they could issue opposing moves.

@@ -25,6 +25,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.failover_watcher import failover_namespace
 from components.k8s import MANAGED_BY, child_options, pool_node_selector
 from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
 
@@ -202,6 +203,7 @@ class KuraController(pulumi.ComponentResource):
     """Namespace `kura`, ServiceAccount, Role + ClusterRole (nodes, read-only) and the Deployment."""
 
     namespace: k8s.core.v1.Namespace
+    failover_namespace: k8s.core.v1.Namespace
 
     def __init__(self, name: str, args: KuraControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("tuist:kura_controller:KuraController", name, None, opts)
@@ -211,6 +213,16 @@ class KuraController(pulumi.ComponentResource):
             f"{name}-namespace",
             metadata=meta(
                 name=ns,
+                labels={"app.kubernetes.io/part-of": "kura", "app.kubernetes.io/managed-by": MANAGED_BY},
+            ),
+            opts=child_options(self, opts),
+        )
+        # The failover watchers' own namespace (components/failover_watcher.py): their vendor
+        # credentials stay out of the Kura namespace, whose gateways read every Secret.
+        self.failover_namespace = k8s.core.v1.Namespace(
+            f"{name}-failover-namespace",
+            metadata=meta(
+                name=failover_namespace(ns),
                 labels={"app.kubernetes.io/part-of": "kura", "app.kubernetes.io/managed-by": MANAGED_BY},
             ),
             opts=child_options(self, opts),

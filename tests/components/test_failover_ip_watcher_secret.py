@@ -56,7 +56,16 @@ def test_secret_holds_only_the_regions_vendor_keys_as_secrets(
 ) -> None:
     recorded = render(watcher_args(region, fleet, failover_ip))
     secret = recorded.find("Secret", "tuist-failover-vendor-credentials-us-east")
-    assert secret["metadata"]["namespace"] == "kura"
+    # Out of the Kura namespace, whose gateways (ingress-nginx) read every Secret.
+    assert secret["metadata"]["namespace"] == "kura-failover"
+    deployment = recorded.find("Deployment", "kura-failover-watcher-us-east")
+    assert deployment["metadata"]["namespace"] == "kura-failover"
+    # It lists the demux pods of the Kura namespace through a Role there, bound to its account.
+    role_binding = recorded.find("RoleBinding", "kura-failover-watcher-us-east")
+    assert role_binding["metadata"]["namespace"] == "kura"
+    assert role_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "kura-failover-watcher-us-east", "namespace": "kura-failover"}
+    ]
     assert secret["type"] == "Opaque"
     # Registered as a secret although the caller passed plain strings.
     assert recorded.registered[("Secret", secret["metadata"]["name"])]["stringData"] == as_registered_secret(

@@ -224,8 +224,8 @@ def test_two_leader_elected_replicas_of_the_configured_image(recorded: ManifestR
     assert "--leader-election-id=kura-controller.tuist.dev" in container["args"]
 
 
-def test_it_creates_the_kura_namespace(recorded: ManifestRecorder) -> None:
-    assert [m["metadata"]["name"] for m in recorded.of_kind("Namespace")] == ["kura"]
+def test_it_creates_the_kura_namespace_and_the_failover_watchers_own(recorded: ManifestRecorder) -> None:
+    assert [m["metadata"]["name"] for m in recorded.of_kind("Namespace")] == ["kura", "kura-failover"]
 
 
 def test_every_object_is_schema_valid(recorded: ManifestRecorder) -> None:

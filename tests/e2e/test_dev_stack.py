@@ -69,6 +69,7 @@ NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
 CLAIM_MARK = r"--[cr]-[0-9a-f]{12}\b|tuist-(claim|releasing)-"
 RELEASING_MARK = r"--r-[0-9a-f]{12}\b|tuist-releasing-[0-9a-f]{12}\b"
 KURA = "kura"
+FAILOVER = "kura-failover"  # the failover watchers and their vendor credentials
 # The first test also pays for the fixture: a control plane, nine adoptions (three Robot installs)
 # and every workload awaited on a busy 2-core machine.
 pytestmark = pytest.mark.timeout(1800)
@@ -237,7 +238,9 @@ def test_every_machine_is_a_ready_node_of_its_box(deployed: Deployed) -> None:
 
 def test_every_workload_is_ready_and_every_gateway_service_has_its_boxes(deployed: Deployed) -> None:
     apps = k8s.AppsV1Api(deployed.cluster.api)
-    deployments = [d for ns in (KURA, "tuist-runners") for d in apps.list_namespaced_deployment(ns).items]
+    deployments = [
+        d for ns in (KURA, FAILOVER, "tuist-runners") for d in apps.list_namespaced_deployment(ns).items
+    ]
     assert len(deployments) >= 8, [d.metadata.name for d in deployments]
     for d in deployments:
         assert d.spec.replicas and d.status.ready_replicas == d.spec.replicas, d.metadata.name
@@ -311,16 +314,17 @@ def test_the_outputs_are_read_through_a_stack_reference_and_a_second_preview_cha
 def start_watcher_as_its_pod(deployed: Deployed, region: str, workdir: Path) -> subprocess.Popen[bytes]:
     """`python -m watcher` with what its pod gets: the Deployment's environment, the credentials
     Secret it mounts (as files), a token of its ServiceAccount and the cluster CA where in-cluster
-    config reads them. Only the poll interval is shortened (2 s instead of 30)."""
+    config reads them, the heartbeat in a folder of its own. Only the poll interval is shortened (2 s
+    instead of 30)."""
     cluster, core = deployed.cluster, deployed.cluster.core
     deployment = k8s.AppsV1Api(cluster.api).read_namespaced_deployment(
-        f"kura-failover-watcher-{region}", KURA
+        f"kura-failover-watcher-{region}", FAILOVER
     )
     pod = deployment.spec.template.spec
     (container,) = pod.containers
     env = {e.name: e.value for e in container.env if e.value is not None}
     (volume,) = [v for v in pod.volumes or [] if v.secret]
-    secret = core.read_namespaced_secret(volume.secret.secret_name, KURA)
+    secret = core.read_namespaced_secret(volume.secret.secret_name, FAILOVER)
     credentials = workdir / "credentials"
     credentials.mkdir(parents=True)
     for key, value in (secret.data or {}).items():
@@ -330,12 +334,15 @@ def start_watcher_as_its_pod(deployed: Deployed, region: str, workdir: Path) -> 
     request = k8s.AuthenticationV1TokenRequest(
         spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
     )
-    token = core.create_namespaced_service_account_token(pod.service_account_name, KURA, request).status.token
+    token = core.create_namespaced_service_account_token(
+        pod.service_account_name, FAILOVER, request
+    ).status.token
     (account / "token").write_text(token)
     (account / "ca.crt").write_text(cluster.ca_pem)
     host, port = cluster.api_server.removeprefix("https://").rsplit(":", 1)
     env.update(
         FAILOVER_CREDENTIALS_DIR=str(credentials),
+        HEARTBEAT_FILE=str(workdir / "heartbeat"),  # the pod's emptyDir
         POLL_SECONDS="2",
         KUBERNETES_SERVICE_HOST=host,
         KUBERNETES_SERVICE_PORT=port,
