@@ -221,7 +221,15 @@ class App:
                 except (ValueError, FaultSpecError) as e:
                     return _json(400, {"error": f"behaviour: {e}"})
                 return _json(200, self.sim.behaviour.describe())
+            if route == ("POST", "/_admin/timings"):
+                body = json.loads(request.get_data(as_text=True) or "null")
+                seconds = body.get("task_seconds") if isinstance(body, dict) else None
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+                    return _json(400, {"error": "timings: task_seconds must be a number >= 0"})
+                self.sim.task_seconds = float(seconds)
+                return _json(200, {"task_seconds": self.sim.task_seconds})
             if route == ("POST", "/_admin/reset"):
+                self.sim.task_seconds = self.sim.started_task_seconds
                 self.sim.apply_inventory_settings()
                 self.sim.seed()
                 self.sim.reset_boxes()

@@ -73,6 +73,7 @@ class Sim:
     ) -> None:
         self.inventory = inventory
         self.task_seconds = task_seconds
+        self.started_task_seconds = task_seconds  # what POST /_admin/reset puts back
         self.farm = farm
         self.clock = clock
         self.lock = threading.RLock()

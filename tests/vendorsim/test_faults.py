@@ -182,6 +182,21 @@ def test_behaviours_are_listed_set_and_reset(served: Served) -> None:
     assert served.admin("GET", "behaviour").json()["ovh.ip_move_to_current"]["value"] == "reject"
 
 
+def test_task_timings_are_set_refused_when_not_a_duration_and_reset(served: Served) -> None:
+    started = served.sim.task_seconds
+    assert served.admin("POST", "timings", {"task_seconds": 4}).json() == {"task_seconds": 4.0}
+    assert served.sim.task_seconds == 4.0
+    for bad in ({"task_seconds": -1}, {"task_seconds": "5"}, {"task_seconds": True}, [5]):
+        refused = served.admin("POST", "timings", bad)
+        assert (refused.status_code, refused.json()) == (
+            400,
+            {"error": "timings: task_seconds must be a number >= 0"},
+        ), bad
+    assert served.sim.task_seconds == 4.0
+    served.admin("POST", "reset")
+    assert served.sim.task_seconds == started
+
+
 def test_ovh_move_to_the_current_service_under_each_behaviour(served: Served) -> None:
     assert ovh_signed(served, "POST", f"/ip/{IP}/move", {"to": SVC}).status_code == 400
     served.admin("POST", "behaviour", {"ovh.ip_move_to_current": "accept"})

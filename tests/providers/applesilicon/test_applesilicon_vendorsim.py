@@ -61,6 +61,7 @@ def release_cycle(client: AppleSiliconClient) -> str:
 
 
 def test_the_release_cycle_against_vendorsim(vendorsim) -> None:
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # still running when read, however loaded
     password = release_cycle(make_client(vendorsim))
     entries = vendorsim.admin("GET", "/audit?since=0")["entries"]
     server = "/scaleway/apple-silicon/v1alpha1/zones/fr-par-3/servers/a5000000-0000-4000-8000-000000000001"
@@ -83,6 +84,7 @@ def test_the_release_cycle_survives_flaky_answers(vendorsim) -> None:
     vendorsim.admin(
         "POST", "/faults", json={"vendor": "applesilicon", "error_rate": 0.4, "status": 502, "seed": 11}
     )
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # still running when read, however loaded
     release_cycle(make_client(vendorsim, attempts=20))
     assert [e for e in vendorsim.admin("GET", "/audit?since=0")["entries"] if e["method"] == "DELETE"] == []
 

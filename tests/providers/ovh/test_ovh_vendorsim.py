@@ -81,6 +81,7 @@ def test_a_second_reinstall_while_one_runs_follows_it(vendorsim, behaviour):
     """OVH documents its answer to a reinstall while one runs only for the legacy route; under
     either answer (TaskAlreadyExists, or a second task queued) the box is wiped once."""
     vendorsim.admin("POST", "/behaviour", json={"ovh.reinstall_while_running": behaviour})
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # still running when read, however loaded
     client = make_client(vendorsim)
     first = client.start_reinstall(
         SVC, hostname="kura-1", ssh_public_key=KEY, user_login="ubuntu", user_password="x"
@@ -133,6 +134,7 @@ def test_release_waits_out_404s_on_its_own_task_and_never_ends_on_the_prep_reins
         SVC, hostname="prep", ssh_public_key=KEY, user_login="ubuntu", user_password="x"
     )
     client.wait_reinstall(prep, timeout=10)
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # still running when read, however loaded
     vendorsim.admin(
         "POST",
         "/faults",
@@ -172,6 +174,7 @@ def test_a_failed_reinstall_names_ovhs_status(vendorsim, status):
 
 def test_a_reboot_task_is_no_reinstall(vendorsim):
     """Only the reinstall function counts: a newer hardReboot task neither ends nor starts one."""
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # still running when read, however loaded
     client = make_client(vendorsim)
     ticket = client.start_reinstall(
         SVC, hostname="kura-1", ssh_public_key=KEY, user_login="ubuntu", user_password="x"

@@ -60,6 +60,7 @@ def release_cycle(client: ElasticMetalClient) -> None:
 
 
 def test_the_release_cycle_against_vendorsim(vendorsim) -> None:
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # still running when read, however loaded
     release_cycle(make_client(vendorsim))
     writes = [
         (e["method"], e["path"], e["body"]) for e in vendorsim.admin("GET", "/audit?since=0")["entries"]
@@ -88,6 +89,7 @@ def test_the_release_cycle_survives_flaky_answers(vendorsim) -> None:
     vendorsim.admin(
         "POST", "/faults", json={"vendor": "scaleway_em", "error_rate": 0.2, "status": 429, "seed": 3}
     )
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # still running when read, however loaded
     release_cycle(make_client(vendorsim, attempts=20))
     injected = [e for e in vendorsim.admin("GET", "/audit?since=0")["entries"] if e["method"] == "DELETE"]
     assert injected == []
