@@ -292,6 +292,8 @@ class FailoverWatcher(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child_options(self, opts, depends_on=[self.credentials]),
+            # A replacement (another namespace, as when the watchers left the Kura namespace) goes
+            # after the old one is gone: never two watchers at once, even for the length of an up.
+            opts=child_options(self, opts, depends_on=[self.credentials], delete_before_replace=True),
         )
         self.register_outputs({"name": wname, "ip": fip.address})
