@@ -1,9 +1,10 @@
 """external-dns with the `crd` source: it reads the regions' DNSEndpoint objects (components/dns.py)
 and publishes them (seed 000: "external-dns gains the crd source").
 
-It runs in the Kura namespace, where the DNSEndpoints are, and only reads there (`--namespace`),
-so its RBAC is a namespaced Role: read DNSEndpoints, write their status (external-dns records
-the generation it has published with an update of the status subresource). Nothing else: the crd
+It runs, with its Cloudflare token, in `<kura namespace>-dns`, out of the Kura namespace whose
+gateways read every Secret. It reads the DNSEndpoints of the Kura namespace only (`--namespace`), so
+its RBAC is a Role there: read DNSEndpoints, write their status (external-dns records the generation
+it has published with an update of the status subresource). Nothing else: the crd
 source needs no Services, Nodes or Ingresses. The policy is `sync` with the TXT registry, so a
 withdrawn record (a parked failover IP, a removed region) is deleted, and only records this stack
 owns (`--txt-owner-id`) are ever touched.
@@ -90,9 +91,15 @@ def external_dns_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
     ]
 
 
+def dns_namespace(kura_namespace: str) -> str:
+    """Where external-dns and its Cloudflare token live: not the Kura namespace, whose gateways
+    (ingress-nginx, facing the internet) read every Secret there."""
+    return f"{kura_namespace}-dns"
+
+
 @dataclass(frozen=True)
 class ExternalDnsArgs:
-    namespace: str
+    namespace: str  # the Kura namespace: the DNSEndpoints it reads
     cluster: Cluster
     environment: Environment
     # The stack secret cloudflareApiToken; required with the cloudflare provider.
@@ -100,7 +107,8 @@ class ExternalDnsArgs:
 
 
 class ExternalDns(pulumi.ComponentResource):
-    """ServiceAccount, Role + RoleBinding, the token Secret (cloudflare) and the Deployment."""
+    """Its namespace (dns_namespace()), ServiceAccount, Role + RoleBinding in the Kura namespace, the
+    token Secret (cloudflare) and the Deployment."""
 
     def __init__(self, name: str, args: ExternalDnsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("tuist:external_dns:ExternalDns", name, None, opts)
@@ -112,8 +120,15 @@ class ExternalDns(pulumi.ComponentResource):
                 "external-dns publishes to Cloudflare but the cloudflareApiToken secret was not passed"
             )
         meta = k8s.meta.v1.ObjectMetaArgs
-        named = meta(name=EXTERNAL_DNS_NAME, namespace=ns, labels=LABELS)
-        child = child_options(self, opts)
+        home = dns_namespace(ns)
+        named = meta(name=EXTERNAL_DNS_NAME, namespace=home, labels=LABELS)
+        reads = meta(name=EXTERNAL_DNS_NAME, namespace=ns, labels=LABELS)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=meta(name=home, labels=LABELS),
+            opts=child_options(self, opts),
+        )
+        child = child_options(self, opts, depends_on=[self.namespace])
 
         crd = dnsendpoint_crd()
         self.crd = k8s.apiextensions.v1.CustomResourceDefinition(
@@ -124,14 +139,14 @@ class ExternalDns(pulumi.ComponentResource):
         )
 
         self.service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=named, opts=child)
-        self.role = k8s.rbac.v1.Role(f"{name}-role", metadata=named, rules=external_dns_rules(), opts=child)
+        self.role = k8s.rbac.v1.Role(f"{name}-role", metadata=reads, rules=external_dns_rules(), opts=child)
         self.role_binding = k8s.rbac.v1.RoleBinding(
             f"{name}-rolebinding",
-            metadata=named,
+            metadata=reads,
             role_ref=k8s.rbac.v1.RoleRefArgs(
                 api_group="rbac.authorization.k8s.io", kind="Role", name=EXTERNAL_DNS_NAME
             ),
-            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=EXTERNAL_DNS_NAME, namespace=ns)],
+            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=EXTERNAL_DNS_NAME, namespace=home)],
             opts=child,
         )
         env: list[k8s.core.v1.EnvVarArgs] = []
@@ -141,7 +156,7 @@ class ExternalDns(pulumi.ComponentResource):
         if cloudflare and token is not None:
             self.token = k8s.core.v1.Secret(
                 f"{name}-cloudflare",
-                metadata=meta(name=TOKEN_SECRET, namespace=ns, labels=LABELS),
+                metadata=meta(name=TOKEN_SECRET, namespace=home, labels=LABELS),
                 type="Opaque",
                 # Output.secret, whatever the caller passed: encrypted in state, masked in diffs.
                 string_data={TOKEN_KEY: pulumi.Output.secret(token)},
@@ -214,8 +229,9 @@ class ExternalDns(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child_options(self, opts, depends_on=deps),
+            # One writer of the zone at a time, also while an up moves it to its namespace.
+            opts=child_options(self, opts, depends_on=[self.namespace, *deps], delete_before_replace=True),
         )
         self.register_outputs(
-            {"provider": cluster.external_dns_provider, "namespace": ns, "crd": crd["metadata"]["name"]}
+            {"provider": cluster.external_dns_provider, "namespace": home, "crd": crd["metadata"]["name"]}
         )

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as k8s
 
 from components.dns import DnsRecords, DnsRecordsArgs
-from components.external_dns import DNSENDPOINT_GROUP, ExternalDns, ExternalDnsArgs
+from components.external_dns import DNSENDPOINT_GROUP, ExternalDns, ExternalDnsArgs, dns_namespace
 from config.models import Cluster, Environment
 from tests.cluster.k8s_support import apply, can, rendered, sa, service_account_api, suffix
 from tests.support.cluster import KubeCluster
@@ -41,6 +41,7 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     )
     apply(kube_cluster, rendered(lambda: DnsRecords("dns", records)))
     yield ns
+    kube_cluster.delete_namespace(dns_namespace(ns))
     kube_cluster.delete_namespace(ns)
 
 
@@ -63,7 +64,8 @@ def test_external_dns_reads_dnsendpoints_and_records_what_it_published(
     kube_cluster: KubeCluster, namespace: str
 ) -> None:
     # What source/crd.go does, as external-dns's ServiceAccount: list, watch, update the status.
-    custom = k8s.CustomObjectsApi(service_account_api(kube_cluster, namespace, "external-dns"))
+    # Its account lives in its own namespace (with its token); its Role is in the Kura namespace.
+    custom = k8s.CustomObjectsApi(service_account_api(kube_cluster, dns_namespace(namespace), "external-dns"))
     listing = custom.list_namespaced_custom_object(DNSENDPOINT_GROUP, "v1alpha1", namespace, "dnsendpoints")
     assert len(listing["items"]) == 2
     endpoint = listing["items"][0]
@@ -77,9 +79,10 @@ def test_external_dns_reads_dnsendpoints_and_records_what_it_published(
 
 
 def test_external_dns_can_do_nothing_else(kube_cluster: KubeCluster, namespace: str) -> None:
-    me = sa(namespace, "external-dns")
+    me = sa(dns_namespace(namespace), "external-dns")
     assert not can(kube_cluster, me, "update", "dnsendpoints", group=DNSENDPOINT_GROUP, namespace=namespace)
     assert not can(kube_cluster, me, "list", "dnsendpoints", group=DNSENDPOINT_GROUP, namespace="default")
     assert not can(kube_cluster, me, "get", "secrets", namespace=namespace)
+    assert not can(kube_cluster, me, "get", "secrets", namespace=dns_namespace(namespace))
     assert not can(kube_cluster, me, "list", "services", namespace=namespace)
     assert not can(kube_cluster, me, "list", "nodes")

@@ -119,6 +119,7 @@ def external_dns(w: Workload) -> tuple[list[Check], list[Check]]:
         Check("list", "dnsendpoints", "default", "externaldns.k8s.io"),
         Check("list", "services", ns),  # the crd source only
         Check("get", "secrets", ns),  # its Cloudflare token is a mounted file
+        Check("get", "secrets", w.namespace),
     ]
     return needs, never
 
@@ -171,6 +172,7 @@ def gateway(w: Workload) -> tuple[list[Check], list[Check]]:
         # It faces the internet and reads every Secret of its namespace: the failover watchers'
         # vendor credentials (they can reinstall boxes) live in a namespace of their own.
         Check("list", "secrets", "kura-failover"),
+        Check("list", "secrets", "kura-dns"),  # external-dns's Cloudflare token, likewise
         Check("update", "leases", ns, "coordination.k8s.io", name=other_lease),
         Check("create", "pods", ns),
         Check("delete", "services", ns),

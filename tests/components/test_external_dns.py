@@ -67,6 +67,16 @@ def test_the_cloudflare_token_is_a_file_from_a_secret_never_an_env_value(cluster
     assert pod["volumes"] == [
         {"name": "cloudflare", "secret": {"secretName": "external-dns-cloudflare", "defaultMode": 0o440}}
     ]
+    # Out of the Kura namespace, whose gateways (ingress-nginx) read every Secret; it reads the
+    # DNSEndpoints there through a Role bound to its account.
+    assert recorded.find("Secret", "external-dns-cloudflare")["metadata"]["namespace"] == "kura-dns"
+    assert recorded.find("Deployment", "external-dns")["metadata"]["namespace"] == "kura-dns"
+    assert [m["metadata"]["name"] for m in recorded.of_kind("Namespace")] == ["kura-dns"]
+    binding = recorded.find("RoleBinding", "external-dns")
+    assert binding["metadata"]["namespace"] == "kura"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "external-dns", "namespace": "kura-dns"}
+    ]
     registered = recorded.registered[("Secret", "external-dns-cloudflare")]["stringData"]
     assert registered == {
         "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",

@@ -239,7 +239,9 @@ def test_every_machine_is_a_ready_node_of_its_box(deployed: Deployed) -> None:
 def test_every_workload_is_ready_and_every_gateway_service_has_its_boxes(deployed: Deployed) -> None:
     apps = k8s.AppsV1Api(deployed.cluster.api)
     deployments = [
-        d for ns in (KURA, FAILOVER, "tuist-runners") for d in apps.list_namespaced_deployment(ns).items
+        d
+        for ns in (KURA, FAILOVER, "kura-dns", "tuist-runners")
+        for d in apps.list_namespaced_deployment(ns).items
     ]
     assert len(deployments) >= 8, [d.metadata.name for d in deployments]
     for d in deployments:
