@@ -23,6 +23,7 @@ __all__ = [
     "env_suffix",
     "metadata",
     "pool_node_selector",
+    "pool_taints",
     "pool_tolerations",
     "region_labels",
 ]
@@ -67,16 +68,26 @@ def pool_node_selector(fleet: Fleet) -> dict[str, str]:
     return {POOL_LABEL: fleet.node_pool}
 
 
+def pool_taints(fleet: Fleet) -> list[dict[str, str]]:
+    """Every taint the fleet's Nodes register with: its own, and on Robot the runner-tier taint the
+    machine adds (providers/machine/spec.py node_taints). `value` is "" when the taint has none."""
+    from providers.machine.spec import node_taints
+
+    own = [{"key": t.key, "value": t.value or "", "effect": t.effect.value} for t in fleet.taints]
+    return node_taints(fleet.vendor, own)
+
+
 def pool_tolerations(fleet: Fleet) -> list[k8s.core.v1.TolerationArgs]:
-    """One toleration per fleet taint, matching key, value and effect exactly."""
+    """One toleration per taint of the pool's Nodes (pool_taints), matching key, value and effect
+    exactly: a region's pods run on its pool whatever vendor it is on."""
     return [
         k8s.core.v1.TolerationArgs(
-            key=t.key,
-            operator="Equal" if t.value else "Exists",
-            value=t.value or None,
-            effect=t.effect.value,
+            key=t["key"],
+            operator="Equal" if t["value"] else "Exists",
+            value=t["value"] or None,
+            effect=t["effect"],
         )
-        for t in fleet.taints
+        for t in pool_taints(fleet)
     ]
 
 

@@ -14,7 +14,7 @@ from components.peer_demux import (
     PeerDemux,
     PeerDemuxArgs,
 )
-from config.models import DEMUX_DRAIN_SECONDS, Cluster, Environment, Fleet, Kura, Region
+from config.models import DEMUX_DRAIN_SECONDS, Cluster, Environment, Fleet, Kura, Region, Vendor
 from tests.components.conftest import WATCHER_IMAGE
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
@@ -191,6 +191,21 @@ def test_daemonset_runs_on_the_region_pool_tolerating_its_taints(recorded: Manif
         {"key": "tuist.dev/kura", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
         {"key": "tuist.dev/bare-metal", "operator": "Exists", "effect": "NoExecute"},
     ]
+
+
+def test_on_a_robot_pool_it_also_tolerates_the_runner_tier_taint_the_machines_add(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    # providers/machine/spec.py node_taints: every Robot Node registers with it, whatever the config.
+    robot = fleet.model_copy(update={"vendor": Vendor.ROBOT})
+    spec = pod_spec(render(region, robot, kura, cluster))
+    assert spec["tolerations"][-1] == {
+        "key": "tuist.dev/runner-tier",
+        "operator": "Equal",
+        "value": "bare-metal",
+        "effect": "NoSchedule",
+    }
+    assert len(spec["tolerations"]) == 3
 
 
 def test_the_reconciler_runs_python_m_demux_for_its_region(recorded: ManifestRecorder) -> None:
