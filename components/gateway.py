@@ -148,6 +148,25 @@ class GatewayArgs:
     image: str
 
 
+def _one_per_box(labels: dict[str, str], *, required: bool) -> k8s.core.v1.AffinityArgs:
+    """One controller per box. Required on hostNetwork (two would fight for :443). Preferred behind
+    a Service with externalTrafficPolicy Local: a box without its own controller drops the clients
+    its node port takes, but a rollout's surge pod may share a box for a while."""
+    term = k8s.core.v1.PodAffinityTermArgs(
+        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+        topology_key="kubernetes.io/hostname",
+    )
+    if required:
+        anti = k8s.core.v1.PodAntiAffinityArgs(required_during_scheduling_ignored_during_execution=[term])
+    else:
+        anti = k8s.core.v1.PodAntiAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=[
+                k8s.core.v1.WeightedPodAffinityTermArgs(weight=100, pod_affinity_term=term)
+            ]
+        )
+    return k8s.core.v1.AffinityArgs(pod_anti_affinity=anti)
+
+
 class Gateway(pulumi.ComponentResource):
     """ServiceAccount + RBAC, ConfigMap, Service, IngressClass and Deployment of one region."""
 
@@ -268,18 +287,7 @@ class Gateway(pulumi.ComponentResource):
                         dns_policy="ClusterFirstWithHostNet" if host_network else "ClusterFirst",
                         node_selector=pool_node_selector(args.fleet),
                         tolerations=pool_tolerations(args.fleet),
-                        affinity=k8s.core.v1.AffinityArgs(
-                            pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
-                                required_during_scheduling_ignored_during_execution=[
-                                    k8s.core.v1.PodAffinityTermArgs(
-                                        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
-                                        topology_key="kubernetes.io/hostname",
-                                    )
-                                ]
-                            )
-                        )
-                        if host_network
-                        else None,
+                        affinity=_one_per_box(labels, required=host_network),
                         termination_grace_period_seconds=300,
                         containers=[
                             k8s.core.v1.ContainerArgs(

@@ -110,6 +110,17 @@ def test_hostnetwork_gateway_is_one_per_box_and_never_surges(region: Region, fle
     assert term["topologyKey"] == "kubernetes.io/hostname"
 
 
+def test_a_node_port_gateway_prefers_one_per_box(region: Region, fleet: Fleet) -> None:
+    # Behind externalTrafficPolicy Local a box without its own controller drops what its node port
+    # takes; preferred, not required, so a rollout's surge pod still schedules.
+    node_port = region.model_copy(update={"gateway": GatewayMode.NODE_PORT})
+    spec = render(node_port, fleet).find("Deployment", NAME)["spec"]["template"]["spec"]
+    [term] = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["weight"] == 100
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["podAntiAffinity"]
+
+
 def test_a_parked_fleet_gets_a_gateway_with_no_replica(region: Region, fleet: Fleet) -> None:
     # Nothing can run without the fleet's boxes, and the engine must not wait for a pod that cannot.
     parked = fleet.model_copy(update={"enabled": False})
