@@ -105,6 +105,7 @@ def _stack(ctx: typer.Context, name: str) -> Iterator[tuple[Stack, Console, Cons
     stack: Stack | None = None
     try:
         stack = open_stack(source, timing=context.timing, project_dir=context.project_dir)
+        stack.warn = lambda line: err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
         yield stack, out, err
     except (OpsError, InfraError, KubeError) as error:
         # A provider error that got this far (a claim record that changed meanwhile, say) is still

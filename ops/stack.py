@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -229,6 +229,8 @@ class Stack:
     _clients: dict[Vendor, VendorClient] = field(default_factory=dict, repr=False)
     _state_tokens: dict[str, Holder] | None = field(default=None, repr=False)
     _project_stacks: dict[str, Mapping[str, Any]] | None = field(default=None, repr=False)
+    # Where a command says what it could not read but went on without (the CLI's stderr).
+    warn: Callable[[str], None] = field(default=lambda _line: None, repr=False)
 
     # --- secrets ------------------------------------------------------------------------------------
 
@@ -342,8 +344,12 @@ class Stack:
             for path in sorted(self.project_dir.glob("Pulumi.*.yaml")):
                 try:
                     stacks[path.name[len("Pulumi.") : -len(".yaml")]] = read_stack_file(path)
-                except (ConfigError, OSError, ValueError):
-                    continue
+                except (ConfigError, OSError, ValueError) as error:
+                    problem = "; ".join(error.problems) if isinstance(error, ConfigError) else str(error)
+                    self.warn(
+                        f"{path.name} skipped ({problem}): claims of its stack read as unknown, and "
+                        "its markers as no other environment's"
+                    )
             self._project_stacks = stacks
         return self._project_stacks
 

@@ -114,3 +114,24 @@ def test_an_unknown_vendor_is_one_line(ops: Ops) -> None:
     assert error_line(ops("inventory", "-s", "dev", "--vendor", "linode")) == (
         "error: --vendor 'linode' is not one of ovh, dedibox, robot, scaleway_em, applesilicon"
     )
+
+
+def test_a_stack_file_that_does_not_read_is_warned_about_once_not_skipped_silently(
+    sim: Sim, tmp_path: Path
+) -> None:
+    from ops.stack import StaticStack, open_stack
+    from tests.ops.conftest import FAST, dev_config
+
+    for name in ("dev", "staging"):
+        (tmp_path / f"Pulumi.{name}.yaml").write_text((REPO / f"Pulumi.{name}.yaml").read_text())
+    (tmp_path / "Pulumi.canary.yaml").write_text("config:\n  tuist-infra:a: 1\n<<<<<<< HEAD\n")
+    stack = open_stack(StaticStack("dev", dev_config(sim), []), timing=FAST, project_dir=tmp_path)
+    said: list[str] = []
+    stack.warn = said.append
+
+    assert sorted(stack.project_stacks()) == ["dev", "staging"]
+    stack.holders()
+    stack.other_environment_markers(stack.cfg.fleets[0].vendor)
+
+    assert len(said) == 1 and said[0].startswith("Pulumi.canary.yaml skipped ("), said
+    assert said[0].endswith("claims of its stack read as unknown, and its markers as no other environment's")
