@@ -8,6 +8,7 @@ kubelet stand-ins that joined through TLS bootstrap; their pods run and terminat
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import re
 import threading
@@ -339,29 +340,36 @@ def test_drain_timeout_names_the_pods_the_budget_keeps(
     assert ready(kube_cluster, namespace, "kura-0")
 
 
+@contextlib.contextmanager
+def node_without_kubelet(
+    cluster: KubeCluster, namespace: str, name: str, ready: str, reason: str
+) -> Iterator[k8s.CoreV1Api]:
+    """A Node object with no kubelet behind it (its Ready condition as given) running pod kura-0:
+    nothing will ever confirm that pod's end once it is evicted."""
+    core = cluster.core
+    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=name)))
+    try:
+        condition = {"type": "Ready", "status": ready, "reason": reason}
+        core.patch_node_status(name, {"status": {"conditions": [condition]}})
+        core.create_namespaced_pod(namespace, pod("kura-0", name, {"app": "kura"}))
+        yield core
+    finally:
+        core.delete_namespaced_pod("kura-0", namespace, grace_period_seconds=0)
+        core.delete_node(name)
+
+
 def test_drain_of_a_dead_node_stops_waiting_for_pods_no_kubelet_will_ever_confirm(
     kube_cluster: KubeCluster, api: k8s.ApiClient, namespace: str
 ) -> None:
     # A box that died: its Node is there, its kubelet stopped reporting (Ready Unknown), its pods
     # stay Terminating once evicted. Without a cut-off the drain times out on every `pulumi up`, and
     # the dead box is never released.
-    core = kube_cluster.core
-    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name="kube-dead-1")))
-    try:
-        core.patch_node_status(
-            "kube-dead-1",
-            {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "Lost"}]}},
-        )
-        core.create_namespaced_pod(namespace, pod("kura-0", "kube-dead-1", {"app": "kura"}))
-
+    with node_without_kubelet(kube_cluster, namespace, "kube-dead-1", "Unknown", "Lost") as core:
         evicted = kube.drain(api, "kube-dead-1", timeout=60, poll_interval=0.5)
 
         assert evicted == [f"{namespace}/kura-0"]
         left = core.read_namespaced_pod("kura-0", namespace)
         assert left.metadata.deletion_timestamp is not None  # Terminating, as on a real dead box
-    finally:
-        core.delete_namespaced_pod("kura-0", namespace, grace_period_seconds=0)
-        core.delete_node("kube-dead-1")
 
 
 def test_a_drain_waits_for_a_terminating_pod_while_the_kubelet_still_reports(
@@ -369,19 +377,12 @@ def test_a_drain_waits_for_a_terminating_pod_while_the_kubelet_still_reports(
 ) -> None:
     # The same pod on a Node whose kubelet reports (Ready True): its end will be confirmed, so it is
     # waited for, as before.
-    core = kube_cluster.core
-    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name="kube-alive-1")))
-    try:
-        core.patch_node_status(
-            "kube-alive-1",
-            {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}},
-        )
-        core.create_namespaced_pod(namespace, pod("kura-0", "kube-alive-1", {"app": "kura"}))
-        with pytest.raises(kube.KubeError, match=rf"timed out after 8s; still running: {namespace}/kura-0$"):
-            kube.drain(api, "kube-alive-1", timeout=8, poll_interval=0.5)
-    finally:
-        core.delete_namespaced_pod("kura-0", namespace, grace_period_seconds=0)
-        core.delete_node("kube-alive-1")
+    waited = rf"timed out after 8s; still running: {namespace}/kura-0$"
+    with (
+        node_without_kubelet(kube_cluster, namespace, "kube-alive-1", "True", "KubeletReady"),
+        pytest.raises(kube.KubeError, match=waited),
+    ):
+        kube.drain(api, "kube-alive-1", timeout=8, poll_interval=0.5)
 
 
 def test_relabel_moves_the_fleets_labels_and_taints_and_keeps_everyone_elses(
