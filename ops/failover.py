@@ -109,17 +109,17 @@ def status(stack: Stack, only: str | None = None) -> list[RegionRoute]:
 
 
 class _Timed:
-    """CoreV1Api whose list calls give up after KUBE_TIMEOUT: an unreachable cluster is said, not
-    waited on."""
+    """CoreV1Api whose list calls give up after KUBE_TIMEOUT (shorter than the watcher's own): an
+    unreachable cluster is said, not waited on."""
 
     def __init__(self, core: Any) -> None:
         self._core = core
 
     def list_node(self, **kwargs: Any) -> Any:
-        return self._core.list_node(_request_timeout=KUBE_TIMEOUT, **kwargs)
+        return self._core.list_node(**{**kwargs, "_request_timeout": KUBE_TIMEOUT})
 
     def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
-        return self._core.list_namespaced_pod(namespace, _request_timeout=KUBE_TIMEOUT, **kwargs)
+        return self._core.list_namespaced_pod(namespace, **{**kwargs, "_request_timeout": KUBE_TIMEOUT})
 
 
 def _kube(stack: Stack) -> tuple[Any | None, str]:
