@@ -94,10 +94,6 @@ class FailoverWatcherArgs:
     confirm_polls: int = 2
     # The stack's watchers of Robot IPs (robot_failover_watchers): they share one request budget.
     robot_failover_watchers: int = 1
-    # Where the watcher, its ServiceAccount and its credentials Secret live (failover_namespace()).
-    # Not the Kura namespace: the regions' gateways (ingress-nginx, facing the internet) read every
-    # Secret there, and these credentials can reinstall the vendor's boxes.
-    home_namespace: str | None = None
 
     def vendor_credentials(self) -> dict[str, pulumi.Input[str] | None]:
         """The IP's vendor's secrets by stack key (the Secret's keys, the mounted file names)."""
@@ -132,7 +128,9 @@ class FailoverWatcher(pulumi.ComponentResource):
                 f"{', '.join(missing)} were not passed (FailoverWatcherArgs); the watcher cannot move the IP"
             )
         region, ns = args.region, args.namespace
-        home = args.home_namespace or failover_namespace(ns)
+        # Not the Kura namespace: its gateways (ingress-nginx, facing the internet) read every Secret
+        # there, and these credentials can reinstall the vendor's boxes.
+        home = failover_namespace(ns)
         wname = watcher_name(region.id)
         labels = region_labels(name="kura-failover-watcher", component="failover-watcher", region=region.id)
         child = child_options(self, opts)

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from config.models import Environment, Fleet
+from providers.machine.spec import node_taints
 
 __all__ = [
     "MANAGED_BY",
@@ -71,8 +72,6 @@ def pool_node_selector(fleet: Fleet) -> dict[str, str]:
 def pool_taints(fleet: Fleet) -> list[dict[str, str]]:
     """Every taint the fleet's Nodes register with: its own, and on Robot the runner-tier taint the
     machine adds (providers/machine/spec.py node_taints). `value` is "" when the taint has none."""
-    from providers.machine.spec import node_taints
-
     own = [{"key": t.key, "value": t.value or "", "effect": t.effect.value} for t in fleet.taints]
     return node_taints(fleet.vendor, own)
 

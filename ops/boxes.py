@@ -19,7 +19,7 @@ from rich.console import Console
 from urllib3.exceptions import HTTPError as TransportError
 
 from config.models import Environment, Fleet
-from ops.estate import KUBE_TIMEOUT, BoxRef, BoxState, Nodes, classify, foreign_marker, get_box, marker_of
+from ops.estate import BoxRef, BoxState, Nodes, classify, foreign_marker, get_box, marker_of
 from ops.stack import OpsError, Stack
 from ops.waiting import Poll, wait_for
 from providers.errors import VendorError, VendorInputError
@@ -481,7 +481,7 @@ def run_unclaim(stack: Stack, plan: UnclaimPlan, console: Console, say: Say) -> 
 
 
 def _claim_records(stack: Stack) -> KubeClaimRecord:
-    return KubeClaimRecord(stack.kube_api(), request_timeout=KUBE_TIMEOUT)
+    return KubeClaimRecord(stack.kube_api())
 
 
 def _record_of(stack: Stack, ref: BoxRef, nodes: Nodes) -> Progress | None:

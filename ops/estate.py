@@ -26,7 +26,6 @@ _SCHEME_VENDOR = {
     "scaleway": Vendor.SCALEWAY_EM,
     "applesilicon": Vendor.APPLESILICON,
 }
-KUBE_TIMEOUT = 5  # seconds per cluster read: an unreachable cluster is said, not waited for
 
 
 class BoxState(enum.StrEnum):
@@ -145,7 +144,7 @@ class Nodes:
         from kubernetes import client as k8s
 
         try:
-            self.items = k8s.CoreV1Api(api).list_node(_request_timeout=KUBE_TIMEOUT).items
+            self.items = k8s.CoreV1Api(api).list_node().items  # bounded: Stack.kube_api
         except Exception as error:
             self.status = f"unreachable: {stack.scrub(type(error).__name__)}"
             return

@@ -15,13 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from config.models import FailoverIP, Region
-from ops.stack import OpsError, Stack
+from ops.stack import KUBE_TIMEOUT, OpsError, Stack
 from providers.errors import VendorError
 from providers.vendor import Vendor, failover_placement
 from watcher.decision import ineligibility
 from watcher.loop import WatcherSettings, kube_listers
-
-KUBE_TIMEOUT = 5
 
 
 @dataclass

@@ -71,6 +71,7 @@ class StackSource(Protocol):
 
 # How long one read of the stack through the Pulumi CLI may take (a slow S3 or KMS), in seconds.
 CLI_READ_TIMEOUT = 300
+KUBE_TIMEOUT = 5.0  # seconds per cluster call: an unreachable cluster is said, not waited for
 
 
 class PulumiStack:
@@ -379,10 +380,11 @@ class Stack:
     # --- cluster ------------------------------------------------------------------------------------
 
     def kube_api(self) -> Any | None:
-        """A kubernetes ApiClient for the stack's cluster, or None when the stack has none."""
+        """A kubernetes ApiClient for the stack's cluster, or None when the stack has none. Its calls
+        give up after KUBE_TIMEOUT: an unreachable cluster is said, not waited on."""
         if not self.cfg.cluster.api_server or not self.settings.secrets.get(KUBECONFIG):
             return None
-        return self.settings.kube_api()
+        return self.settings.kube_api(timeout=(KUBE_TIMEOUT, KUBE_TIMEOUT))
 
 
 def open_stack(

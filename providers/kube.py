@@ -89,8 +89,9 @@ class BootstrapToken:
 # --- clients ----------------------------------------------------------------------------------------
 
 
-def api_client(kubeconfig: str) -> k8s.ApiClient:
-    """A client for the cluster the kubeconfig text names (its current context)."""
+def api_client(kubeconfig: str, *, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> k8s.ApiClient:
+    """A client for the cluster the kubeconfig text names (its current context); each of its calls
+    that names no `_request_timeout` gets `timeout` (connect, read)."""
     try:
         doc = yaml.safe_load(kubeconfig)
     except yaml.YAMLError:
@@ -101,16 +102,12 @@ def api_client(kubeconfig: str) -> k8s.ApiClient:
         client = k8s_config.new_client_from_config_dict(doc)
     except Exception as error:  # the library raises ConfigException and plain errors alike
         raise KubeconfigError(f"the kubeconfig secret is unusable ({type(error).__name__})") from None
-    return _with_default_timeout(client)
-
-
-def _with_default_timeout(client: k8s.ApiClient) -> k8s.ApiClient:
-    """Every call of the client gets REQUEST_TIMEOUT unless it names its own: the library's default
-    is none, and a half-open connection to an API server would hang a `pulumi up` for good."""
+    # The library's default is no timeout at all: a half-open connection to an API server would hang
+    # a `pulumi up` for good.
     request = client.request
 
     def bounded(method: str, url: str, *args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
-        return request(method, url, *args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+        return request(method, url, *args, _request_timeout=_request_timeout or timeout, **kwargs)
 
     client.request = bounded
     return client

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from providers.errors import VendorInputError
+from providers.errors import NotFoundError, VendorInputError
 
 
 class Vendor(enum.StrEnum):
@@ -256,6 +256,21 @@ class MarkerFiltering:
 
     def list_boxes(self) -> list[Box]:
         raise NotImplementedError
+
+    def get_box(self, box_id: str) -> Box:
+        raise NotImplementedError
+
+    def boxes_still_there(self, box_ids: Iterable[str]) -> list[Box]:
+        """`get_box` of each listed id, leaving out one that went away between the listing and its
+        read (terminated, moved to another account): it is not in the account any more, and must not
+        fail the others."""
+        boxes = []
+        for box_id in box_ids:
+            try:
+                boxes.append(self.get_box(box_id))
+            except NotFoundError:
+                continue
+        return boxes
 
     def boxes_with_marker(self, marker: str) -> list[Box]:
         return boxes_with_marker(self.list_boxes(), marker)

@@ -126,13 +126,7 @@ class DediboxClient(MarkerFiltering):
         """Every server of every zone; summaries omit tags, so each one is read in full. One that went
         away between the listing and its read is not in the account any more, and does not fail the
         others."""
-        return [box for box_id in self.list_box_ids() if (box := self._box_if_any(box_id)) is not None]
-
-    def _box_if_any(self, box_id: str) -> Box | None:
-        try:
-            return self.get_box(box_id)
-        except NotFoundError:
-            return None
+        return self.boxes_still_there(self.list_box_ids())
 
     def list_box_ids(self) -> list[str]:
         """Every server of every zone as `<zone>/<id>`: one call per zone and page of 100."""

@@ -190,13 +190,10 @@ class KubeClaimRecord:
 
     where = "cluster"
 
-    def __init__(self, api: Any, request_timeout: float | None = None) -> None:
+    def __init__(self, api: Any) -> None:
         from kubernetes import client as k8s
 
         self._objects = k8s.CustomObjectsApi(api)
-        # Seconds per API call; None leaves the client's own (providers/kube.py REQUEST_TIMEOUT). An
-        # operator's tool passes a shorter one: an unreachable cluster is said, not waited on.
-        self._timeout = request_timeout
 
     def acquire(self, progress: Progress) -> Progress:
         body = to_object(progress)
@@ -204,7 +201,7 @@ class KubeClaimRecord:
             created = self._call(
                 "create",
                 lambda: self._objects.create_cluster_custom_object(
-                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body, _request_timeout=self._timeout
+                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body
                 ),
                 conflict_ok=True,
             )
@@ -214,7 +211,7 @@ class KubeClaimRecord:
                 created = self._call(
                     "create",
                     lambda: self._objects.create_cluster_custom_object(
-                        CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body, _request_timeout=self._timeout
+                        CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, body
                     ),
                 )
             elif existing.holder.token != progress.holder.token:
@@ -230,7 +227,7 @@ class KubeClaimRecord:
             obj = self._call(
                 "get",
                 lambda: self._objects.get_cluster_custom_object(
-                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, name, _request_timeout=self._timeout
+                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, name
                 ),
             )
         except _NotFound:
@@ -249,12 +246,7 @@ class KubeClaimRecord:
             saved = self._call(
                 "update status of",
                 lambda: self._objects.replace_cluster_custom_object_status(
-                    CLAIM_GROUP,
-                    CLAIM_VERSION,
-                    CLAIM_PLURAL,
-                    progress.name,
-                    body,
-                    _request_timeout=self._timeout,
+                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, progress.name, body
                 ),
             )
         except (_Conflict, _NotFound):
@@ -272,12 +264,7 @@ class KubeClaimRecord:
             self._call(
                 "delete",
                 lambda: self._objects.delete_cluster_custom_object(
-                    CLAIM_GROUP,
-                    CLAIM_VERSION,
-                    CLAIM_PLURAL,
-                    progress.name,
-                    body=options,
-                    _request_timeout=self._timeout,
+                    CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, progress.name, body=options
                 ),
             )
         except _NotFound:
@@ -289,11 +276,7 @@ class KubeClaimRecord:
         listed = self._call(
             "list",
             lambda: self._objects.list_cluster_custom_object(
-                CLAIM_GROUP,
-                CLAIM_VERSION,
-                CLAIM_PLURAL,
-                label_selector=selector,
-                _request_timeout=self._timeout,
+                CLAIM_GROUP, CLAIM_VERSION, CLAIM_PLURAL, label_selector=selector
             ),
         )
         return sorted((from_object(o) for o in listed.get("items") or []), key=lambda p: p.name)

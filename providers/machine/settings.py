@@ -84,8 +84,9 @@ class Settings:
         except VendorConfigError as error:
             raise NotConfiguredError(f"stack config {PROJECT}:{error}") from None
 
-    def kube_api(self) -> Any:
-        return kube.api_client(self.secret(KUBECONFIG, why="the machine has a cluster to join and leave"))
+    def kube_api(self, timeout: tuple[float, float] = kube.REQUEST_TIMEOUT) -> Any:
+        kubeconfig = self.secret(KUBECONFIG, why="the machine has a cluster to join and leave")
+        return kube.api_client(kubeconfig, timeout=timeout)
 
     def claim_record(self, api_server: str | None) -> ClaimRecord:
         """The cluster's MachineClaim objects when the stack has a cluster, else this process's memory."""

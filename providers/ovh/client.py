@@ -131,13 +131,7 @@ class OvhClient(MarkerFiltering):
     def list_boxes(self) -> list[Box]:
         """Every box of the account; one that went away between the listing and its read (terminated,
         moved to another account) is not in it any more, and does not fail the others."""
-        return [box for name in self.list_box_ids() if (box := self._box_if_any(name)) is not None]
-
-    def _box_if_any(self, name: str) -> Box | None:
-        try:
-            return self.get_box(name)
-        except NotFoundError:
-            return None
+        return self.boxes_still_there(self.list_box_ids())
 
     def list_box_ids(self) -> list[str]:
         """Every service name of the account: one call."""
