@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
     from kubernetes.client.exceptions import ApiException
+    from urllib3.util import retry as urllib3_retry
 else:
     # Only the provider process talks to a cluster; the program imports this module through them.
     k8s = lazy_module("kubernetes.client")
     k8s_config = lazy_module("kubernetes.config")
+    urllib3_retry = lazy_module("urllib3.util.retry")
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ BOOTSTRAP_TOKEN_TTL = dt.timedelta(hours=1)
 NODE_LOCAL_STORAGE_CLASSES = ("local-path", "scw-local-nvme")
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 REQUEST_TIMEOUT = (10.0, 60.0)  # (connect, read) seconds of every API call that names none
+REQUEST_RETRIES = 1  # so a call to a dead API server waits at most two read timeouts
 # A pod deleted this long ago on a Node whose kubelet is not reporting is not waited for: no kubelet
 # will confirm its end, and the Node's deletion takes it (Cluster API's SkipWaitForDeleteTimeout for
 # unreachable Nodes; kubectl drain --skip-wait-for-delete-timeout).
@@ -98,8 +101,12 @@ def api_client(kubeconfig: str, *, timeout: tuple[float, float] = REQUEST_TIMEOU
         raise KubeconfigError("the kubeconfig secret is not YAML") from None
     if not isinstance(doc, dict) or not doc.get("clusters"):
         raise KubeconfigError("the kubeconfig secret has no clusters")
+    configuration = k8s.Configuration()
+    # urllib3's default retries a timed-out GET three times: four read timeouts per call to a dead
+    # API server. One retry keeps the pooled-connection-closed-by-the-server case working.
+    configuration.retries = urllib3_retry.Retry(total=REQUEST_RETRIES, backoff_factor=0)
     try:
-        client = k8s_config.new_client_from_config_dict(doc)
+        client = k8s_config.new_client_from_config_dict(doc, client_configuration=configuration)
     except Exception as error:  # the library raises ConfigException and plain errors alike
         raise KubeconfigError(f"the kubeconfig secret is unusable ({type(error).__name__})") from None
     # The library's default is no timeout at all: a half-open connection to an API server would hang

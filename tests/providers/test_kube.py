@@ -436,15 +436,28 @@ def test_kubeconfig_problems_never_quote_it() -> None:
         kube.api_client("users: [{name: u, user: {token: sekrit}}]\n")
 
 
-def test_a_call_to_an_api_server_that_never_answers_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A listening socket nobody reads: the connection opens, the answer never comes (a half-open
-    # connection to a dead API server). The client's default is to wait forever.
+def test_a_call_to_an_api_server_that_never_answers_times_out_after_one_retry() -> None:
+    # A server that accepts and never answers (a half-open connection to a dead API server). The
+    # client's default is to wait forever; urllib3's default retries would wait four read timeouts.
     import socket
+    import threading
 
-    monkeypatch.setattr(kube, "REQUEST_TIMEOUT", (1.0, 1.0))
+    accepted: list[socket.socket] = []
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
+        silent.settimeout(0.2)
+
+        def accept() -> None:
+            while True:
+                try:
+                    accepted.append(silent.accept()[0])
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+
+        threading.Thread(target=accept, daemon=True).start()
         server = f"http://127.0.0.1:{silent.getsockname()[1]}"
         kubeconfig = yaml.safe_dump(
             {
@@ -454,11 +467,14 @@ def test_a_call_to_an_api_server_that_never_answers_times_out(monkeypatch: pytes
                 "current-context": "x",
             }
         )
-        api = kube.api_client(kubeconfig)
-        api.configuration.retries = 0
+        api = kube.api_client(kubeconfig, timeout=(1.0, 0.5))
         # Unbounded, this never returns (and the test's own timeout fails it).
         with pytest.raises(Exception) as raised:
             k8s.CoreV1Api(api).list_node()
+        silent.close()
+    for connection in accepted:
+        connection.close()
+    assert len(accepted) == 1 + kube.REQUEST_RETRIES == 2
     error = raised.value
     assert type(error).__module__.startswith("urllib3."), error
     from providers.machine.fsm import Error, classify
