@@ -53,6 +53,7 @@ __all__ = [
 DEMUX_PORT = 7443
 CONFIG_HASH_ANNOTATION = "tuist.dev/peer-demux-config-hash"
 RELOAD_SCRIPT = Path(__file__).resolve().parent.parent / "demux" / "nginx-reload.sh"
+FAILOVER_ADDRESS_SCRIPT = RELOAD_SCRIPT.with_name("failover-address.sh")
 
 # Where the pod mounts what (demux/nginx-reload.sh reads these through its environment).
 CONFIG_DIR = "/etc/kura-peer-demux/config"
@@ -99,7 +100,8 @@ def route_settings(region: Region, kura: Kura, environment: Environment, cluster
 
 
 def demux_config(kura: Kura, cluster: Cluster) -> dict[str, str]:
-    """The static ConfigMap data: nginx.conf and the entrypoint that reloads it on new routes.
+    """The static ConfigMap data: nginx.conf, the entrypoint that reloads it on new routes, and the
+    init container's script that puts the failover IP on the box.
 
     The resolver is the cluster DNS Service IP (what every kubelet gets as clusterDNS), so nginx
     needs no name lookup to start."""
@@ -108,6 +110,7 @@ def demux_config(kura: Kura, cluster: Cluster) -> dict[str, str]:
             port=kura.peer_port, resolver=cluster.dns_service_ip, routes_file=ROUTES_FILE
         ),
         "nginx-reload.sh": RELOAD_SCRIPT.read_text(),
+        "failover-address.sh": FAILOVER_ADDRESS_SCRIPT.read_text(),
     }
 
 
@@ -124,21 +127,23 @@ class PeerDemuxArgs:
     failover_address: str | None = None
 
 
-def _failover_address_container(image: str, address: str) -> k8s.core.v1.ContainerArgs:
+def _failover_address_container(image: str, address: str | None) -> k8s.core.v1.ContainerArgs:
     """The vendors route the failover IP to the box; its kernel takes the packets only for an address
-    of its own ("configured on every server it can be switched to", vendor-apis.md). On lo, as a /32:
-    local to the box, announced on no link (the vendors route it to the box's main address, nobody
-    asks for it by ARP). Idempotent (`replace`), and the box keeps it while it is in the pool."""
+    of its own ("configured on every server it can be switched to", vendor-apis.md).
+    demux/failover-address.sh puts it on lo as a /32 and removes the ones a changed or removed
+    failover IP left; without an address (none configured) it only removes. Idempotent: the box
+    keeps the address while it is in the pool."""
     return k8s.core.v1.ContainerArgs(
         name="failover-address",
         image=image,
-        command=["/bin/sh", "-c", f"ip addr replace {address}/32 dev lo"],
+        command=["/bin/sh", f"{CONFIG_DIR}/failover-address.sh", *([address] if address else [])],
         security_context=k8s.core.v1.SecurityContextArgs(
             capabilities=k8s.core.v1.CapabilitiesArgs(add=["NET_ADMIN"])
         ),
         resources=k8s.core.v1.ResourceRequirementsArgs(
             requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "32Mi"}
         ),
+        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_DIR, read_only=True)],
     )
 
 
@@ -212,7 +217,7 @@ class PeerDemux(pulumi.ComponentResource):
         return k8s.core.v1.PodSpecArgs(
             host_network=True,
             dns_policy="ClusterFirstWithHostNet",
-            init_containers=[_failover_address_container(kura.demux_image, address)] if address else None,
+            init_containers=[_failover_address_container(kura.demux_image, address)],
             node_selector=pool_node_selector(args.fleet),
             tolerations=pool_tolerations(args.fleet),
             termination_grace_period_seconds=kura.demux_drain_seconds + DEMUX_CONNECTION_DRAIN_SECONDS,

@@ -10,6 +10,7 @@ import pytest
 
 from components.peer_demux import (
     DEMUX_CONNECTION_DRAIN_SECONDS,
+    FAILOVER_ADDRESS_SCRIPT,
     RELOAD_SCRIPT,
     PeerDemux,
     PeerDemuxArgs,
@@ -105,14 +106,21 @@ def test_every_box_of_the_pool_takes_the_failover_ip_and_is_ready_only_answering
     spec = pod_spec(render(region, fleet, kura, cluster, failover_address="198.51.100.10"))
     [init] = spec["initContainers"]
     assert (init["name"], init["image"]) == ("failover-address", kura.demux_image)
-    assert init["command"] == ["/bin/sh", "-c", "ip addr replace 198.51.100.10/32 dev lo"]
+    assert init["command"] == ["/bin/sh", "/etc/kura-peer-demux/config/failover-address.sh", "198.51.100.10"]
+    assert init["volumeMounts"] == [
+        {"name": "config", "mountPath": "/etc/kura-peer-demux/config", "readOnly": True}
+    ]
     assert init["securityContext"] == {"capabilities": {"add": ["NET_ADMIN"]}}
     assert spec["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": 7443, "host": "198.51.100.10"}
 
 
-def test_a_parked_failover_ip_adds_no_address(recorded: ManifestRecorder) -> None:
+def test_without_a_failover_ip_the_init_container_only_removes_the_one_a_box_kept(
+    recorded: ManifestRecorder,
+) -> None:
+    # The region's IP removed (or not ordered yet): the boxes drop the address they were given.
     spec = pod_spec(recorded)
-    assert "initContainers" not in spec
+    [init] = spec["initContainers"]
+    assert init["command"] == ["/bin/sh", "/etc/kura-peer-demux/config/failover-address.sh"]
     assert spec["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": 7443}
 
 
@@ -141,6 +149,7 @@ def test_the_config_includes_the_file_the_script_installs_and_resolves_through_c
     assert "        include /run/kura-peer-demux/routes.map;\n" in data["nginx.conf"]
     assert f"    resolver {cluster.dns_service_ip} valid=10s ipv6=off;\n" in data["nginx.conf"]
     assert data["nginx-reload.sh"] == RELOAD_SCRIPT.read_text()
+    assert data["failover-address.sh"] == FAILOVER_ADDRESS_SCRIPT.read_text()
 
 
 def test_pod_template_hash_covers_the_config_and_the_script(recorded: ManifestRecorder) -> None:
