@@ -251,7 +251,7 @@ class OvhClient(MarkerFiltering):
         ids = self._install_task_ids(svc)
         # A reinstall that runs already is the one to follow: OVH's answer to a second POST is
         # TaskAlreadyExists on the accounts the reference saw, but it is not documented to be.
-        running = self._running_install_task(svc, ids)
+        running = self._running_install_task(svc, ids, unreadable_runs=False)
         if running is not None:
             log.info("OVH reinstall of %s: install task %s already runs; following it", svc, running)
             return ticket(running)
@@ -288,7 +288,7 @@ class OvhClient(MarkerFiltering):
         try:
             result = verified_write(self._retry, post, read_back, sleep=self._sleep)
         except TaskAlreadyExistsError:
-            running = self._running_install_task(svc)
+            running = self._running_install_task(svc, unreadable_runs=True)
             if running is None:
                 raise
             log.info("OVH reinstall of %s: install task %s already runs; following it", svc, running)
@@ -385,15 +385,24 @@ class OvhClient(MarkerFiltering):
         )
         return task if isinstance(task, Mapping) else {}
 
-    def _running_install_task(self, svc: str, ids: list[int] | None = None) -> int | None:
+    def _running_install_task(
+        self, svc: str, ids: list[int] | None = None, *, unreadable_runs: bool
+    ) -> int | None:
         """The reinstall task that runs now: the newest one, unless it has ended (tasks of a
-        server run one after the other). One that answers 404/500 is taken as running."""
+        server run one after the other). One that answers 404/500 is taken as running only when
+        `unreadable_runs`: after OVH refused a POST because a task runs. Before any POST it is
+        not: the newest task may be the prep reinstall, long done and purged, and following it would
+        end a release on a box nobody wiped. A second reinstall, should one run after all, only
+        wipes the box twice."""
         ids = self._install_task_ids(svc) if ids is None else ids
         if not ids:
             return None
         try:
             task = self._task(svc, ids[0])
-        except (NotFoundError, TransientVendorError):
+        except (NotFoundError, TransientVendorError) as error:
+            if not unreadable_runs:
+                log.info("OVH task %s of %s unreadable (%s); reinstalling", ids[0], svc, error)
+                return None
             return ids[0]
         if not is_install_function(str(task.get("function") or REINSTALL_FUNCTION)):
             return None

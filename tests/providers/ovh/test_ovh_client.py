@@ -295,6 +295,26 @@ def test_start_reinstall_follows_a_running_reinstall_without_posting(recorder, c
     assert not [c for c in recorder.calls() if c.startswith("POST")]
 
 
+@pytest.mark.parametrize("status", [404, 500])
+def test_start_reinstall_posts_when_the_newest_task_cannot_be_read(recorder, client, status):
+    """The newest reinstall task is most often the prep one, long done (and OVH purges old tasks):
+    unreadable, it must not stand in for the release's wipe, or the release would follow it to its
+    `done` and hand the box back unwiped. A second wipe is the safe side of the doubt."""
+    serve_install_inputs(recorder)
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [880])
+    recorder.on(
+        "GET", f"/1.0/dedicated/server/{SVC}/task/880", recorder.reply(status=status, body={"message": "x"})
+    )
+    recorder.on(
+        "POST",
+        f"/1.0/dedicated/server/{SVC}/reinstall",
+        {"taskId": 991, "function": "reinstallServer", "status": "init"},
+    )
+    ticket = client.start_reinstall(SVC, hostname="h", ssh_public_key=KEY, user_login="u", user_password="p")
+    assert ticket.task_id == "991"
+    assert recorder.calls().count(f"POST /1.0/dedicated/server/{SVC}/reinstall") == 1
+
+
 def test_start_reinstall_refused_while_one_runs_follows_the_running_one(recorder, client):
     serve_install_inputs(recorder)
     # Another release started one between our read and our POST.
