@@ -19,7 +19,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from .resources import ADOPTED_MACHINE_TYPE, Report, get, stack_of
+from .resources import ADOPTED_MACHINE_TYPE, MACHINE_CLAIM_TYPE, Report, get, stack_of
 
 PRODUCTION = "production"
 
@@ -84,11 +84,13 @@ def _production_release(args: StackValidationArgs, report: Report) -> None:
     if _stack(args) != PRODUCTION:
         args.not_applicable("not the production stack")
     for r in args.resources:
-        if r.resource_type != ADOPTED_MACHINE_TYPE:
+        # The release switches are the claim's inputs (the claim's delete is the release).
+        if r.resource_type != MACHINE_CLAIM_TYPE:
             continue
         if get(r.props, "allow_release") is True and get(r.props, "allow_production_release") is True:
+            slot = r.name.removesuffix("-claim")
             report(
-                f"{r.name} (fleet {get(r.props, 'fleet')}) may be released: allow_release and "
+                f"{slot} (fleet {get(r.props, 'fleet')}) may be released: allow_release and "
                 "allow_production_release are both on, so removing it reinstalls a production box",
                 r.urn,
             )

@@ -33,7 +33,8 @@ MACHINE_TYPE_PREFIX = "pulumi-python:dynamic/machine:"
 # One per fleet slot: the box's join. Counting machines counts these (a slot also has a claim and labels).
 ADOPTED_MACHINE_TYPE = MACHINE_TYPE_PREFIX + "AdoptedMachine"
 # Deleting either releases or unjoins a box; NodeLabels only edits a Node's labels and taints.
-BOX_HOLDING_TYPES = (MACHINE_TYPE_PREFIX + "MachineClaim", ADOPTED_MACHINE_TYPE)
+MACHINE_CLAIM_TYPE = MACHINE_TYPE_PREFIX + "MachineClaim"
+BOX_HOLDING_TYPES = (MACHINE_CLAIM_TYPE, ADOPTED_MACHINE_TYPE)
 FAILOVER_TYPE_PREFIX = "pulumi-python:dynamic/failover:"
 
 WORKLOAD_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "CronJob", "Pod"})

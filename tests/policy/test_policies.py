@@ -415,13 +415,17 @@ def test_a_shrinking_fleet_is_flagged_against_what_the_stack_holds() -> None:
 
 
 def test_a_release_in_production_is_flagged() -> None:
-    def machine(name: str, **switches: bool) -> Any:
-        props = {"fleet": "kura-us-east", "vendor": "ovh", "environment": "production", **switches}
-        return resource(MACHINE, props, name=name, stack="production", protect=True)
+    def slot(name: str, **switches: bool) -> list[Any]:
+        # The switches are the claim's inputs (components/fleet.py claim_props); the machine has none.
+        props = {"fleet": "kura-us-east", "vendor": "ovh", "environment": "production"}
+        return [
+            resource(CLAIM, {**props, **switches}, name=f"{name}-claim", stack="production", protect=True),
+            resource(MACHINE, props, name=name, stack="production", protect=True),
+        ]
 
     stack = [
-        machine("kura-us-east-0"),
-        machine("kura-us-east-1", allow_release=True, allow_production_release=True),
+        *slot("kura-us-east-0", allow_release=True),
+        *slot("kura-us-east-1", allow_release=True, allow_production_release=True),
     ]
     found = check_stack(
         advisory.production_release,
