@@ -215,7 +215,10 @@ class KuraController(pulumi.ComponentResource):
                 name=ns,
                 labels={"app.kubernetes.io/part-of": "kura", "app.kubernetes.io/managed-by": MANAGED_BY},
             ),
-            opts=child_options(self, opts),
+            # Every account's instances and their volume claims live in it, created by kura-controller:
+            # deleting it (a renamed namespace, the last region removed) wipes every region's cache.
+            # In production that takes an explicit `pulumi state unprotect`, as a machine's release does.
+            opts=child_options(self, opts, protect=args.environment is Environment.PRODUCTION),
         )
         # The failover watchers' own namespace (components/failover_watcher.py): their vendor
         # credentials stay out of the Kura namespace, whose gateways read every Secret.

@@ -109,3 +109,8 @@ def test_the_installed_crd_is_the_published_one_the_tests_validate_against() -> 
     # One definition: what the program installs is the fixture every DNSEndpoint is checked against.
     fixture = [d for d in yaml.safe_load_all((CRD_DIR / "dnsendpoint.yaml").read_text()) if d]
     assert fixture == [yaml.safe_load(DNSENDPOINT_CRD.read_text())]
+
+
+def test_a_replacement_goes_after_the_old_one_is_gone(cluster: Cluster) -> None:
+    # One writer of the zone at a time, also while an up moves it to another namespace.
+    assert render(cluster).options["external-dns-deployment"].delete_before_replace

@@ -197,3 +197,11 @@ def test_a_watcher_that_misses_its_own_heartbeat_is_restarted(
         "periodSeconds": 30,
         "failureThreshold": 2,
     }
+
+
+def test_a_replacement_goes_after_the_old_one_is_gone(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP
+) -> None:
+    # Never two watchers moving one IP, even for the length of an up.
+    options = render(watcher_args(region, fleet, failover_ip)).options
+    assert options["us-east-watcher-deployment"].delete_before_replace

@@ -231,3 +231,17 @@ def test_it_creates_the_kura_namespace_and_the_failover_watchers_own(recorded: M
 def test_every_object_is_schema_valid(recorded: ManifestRecorder) -> None:
     for manifest in recorded.manifests:
         validate_manifest(manifest)
+
+
+@pytest.mark.parametrize("environment", list(Environment))
+def test_the_kura_namespace_is_protected_in_production(
+    environment: Environment, region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    # Deleting it deletes every account's instances and volume claims: every region's cache.
+    args = KuraControllerArgs(
+        placements=placements(region, fleet, None), kura=kura, environment=environment, cluster=cluster
+    )
+    options = collect_manifests(lambda: KuraController("kura-controller", args)).options
+    assert bool(options["kura-controller-namespace"].protect) is (environment is Environment.PRODUCTION)
+    # The watchers and their credentials: nothing to lose.
+    assert not options["kura-controller-failover-namespace"].protect

@@ -168,6 +168,12 @@ class ManifestRecorder(pulumi.runtime.Mocks):
         # Pulumi resource name -> the provider reference it was registered with.
         self.providers: dict[str, str | None] = {}
         self.registered: dict[tuple[str, str | None], dict[str, Any]] = {}
+        # Pulumi resource name -> the options it was registered with (the mocks see no options;
+        # a stack transformation, which runs in the program's process, does).
+        self.options: dict[str, pulumi.ResourceOptions] = {}
+
+    def record_options(self, args: pulumi.ResourceTransformationArgs) -> None:
+        self.options[args.name] = args.opts
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         if args.typ.startswith("kubernetes:") and args.custom:
@@ -209,6 +215,7 @@ def collect_manifests(
 
     @pulumi.runtime.test  # type: ignore[misc]
     def run() -> Any:
+        pulumi.runtime.register_stack_transformation(recorder.record_options)
         return build()
 
     run()
