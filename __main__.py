@@ -150,7 +150,9 @@ def main() -> None:
         for placement in placements:
             region, fip = placement.region, placement.failover_ip
             fleet = fleets[region.fleet]
-            if fip is not None:
+            # A fleet with no machine (parked, or size 0) has no box to route the IP to: no resource
+            # (removing it leaves the IP where the vendor routes it), rather than an up that stops on it.
+            if fip is not None and placement.fleet.machine_slots > 0:
                 failover[region.id] = FailoverIP(
                     f"failover-{fip.name}",
                     FailoverIPArgs(

@@ -172,7 +172,7 @@ class BareMetalFleet(pulumi.ComponentResource):
         shared = machine_props(args, project=project, stack=stack)
         labels = label_props(args)
         self.claims, self.machines, self.node_labels = [], [], []
-        for i in range(fleet.size if fleet.enabled else 0):
+        for i in range(fleet.machine_slots):
             slot = machine_name(fleet.name, i)
             claim = MachineClaim(
                 f"{slot}-claim",

@@ -60,7 +60,7 @@ CONTROLLER_UID = 65532
 def region_exposed(region: Region, fleet: Fleet) -> bool:
     """Exposed when config says so and the fleet can have a box: a parked or empty fleet would
     advertise a region that serves nothing."""
-    return region.exposed and fleet.enabled and fleet.size > 0
+    return region.exposed and fleet.machine_slots > 0
 
 
 @dataclass(frozen=True)

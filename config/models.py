@@ -122,6 +122,16 @@ BoxId = Annotated[
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 IPv4 = Annotated[str, AfterValidator(_public_ipv4)]
 DigestImage = Annotated[str, AfterValidator(_digest_image)]
+# A repository alone, lower case (the OCI distribution spec): the tag is set apart, so a tag or digest
+# here would make `<repo>:<tag>:<tag>`, which no runtime can pull.
+_REPO_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+ImageRepository = Annotated[
+    str,
+    _pattern(
+        rf"^[a-z0-9.-]+(?::[0-9]+)?(?:/{_REPO_PART})+$",
+        "an image repository without tag or digest (e.g. ghcr.io/tuist/kura)",
+    ),
+]
 
 
 class Strict(BaseModel):
@@ -390,6 +400,11 @@ class Fleet(Strict):
     def is_macos(self) -> bool:
         return self.vendor is Vendor.APPLESILICON
 
+    @property
+    def machine_slots(self) -> int:
+        """How many machines the fleet holds now: its size, none while parked."""
+        return self.size if self.enabled else 0
+
 
 # --- failover IPs -------------------------------------------------------------
 
@@ -452,7 +467,7 @@ class Kura(Strict):
 
     namespace: DnsLabel = "kura"
     # Explicit runtime image tag; floating tags (latest, main) only in dev.
-    runtime_image: str = "ghcr.io/tuist/kura"
+    runtime_image: ImageRepository = "ghcr.io/tuist/kura"
     runtime_image_tag: str = Field(min_length=1)
     controller_image: str = Field(min_length=1)
     peer_port: int = 7443

@@ -46,10 +46,11 @@ from config.models import (
 from config.problems import Loc, Problem
 from config.text import quote
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
-from providers.vendor import MARKER_LIMITS, marker_problem
+from providers.vendor import FAILOVER_IP_VENDORS, MARKER_LIMITS, marker_problem
 
 KURA_ZONE = "kura.tuist.dev"
-FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly"})
+# The policy pack refuses the same tags (policy/tuist_policy/images.py; a test holds them equal).
+FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly", "stable", "dev", "head"})
 OVH_ENDPOINT_KEYS = ("ovh-eu", "ovh-ca", "ovh-us")
 # OVHcloud US is a separate company with its own API (ovh-us) and sells only these sites.
 OVH_US_DATACENTERS = ("vin", "hil")
@@ -490,6 +491,13 @@ def failover_ip_rules(view: View) -> Iterator[Problem]:
         yield Problem(("failover_ips", i, "address"), f"duplicate address {address} (also failover_ips[{j}])")
     known = [f.name for _, f in view.fleets]
     for i, fip in ips:
+        if fip.vendor not in FAILOVER_IP_VENDORS:
+            movable = ", ".join(v.value for v in FAILOVER_IP_VENDORS)
+            yield Problem(
+                ("failover_ips", i, "vendor"),
+                f"{quote(fip.vendor.value)} has no failover IP this program routes (only {movable})",
+            )
+            continue
         if fip.vendor not in view.present_accounts and not view.vendors_unknown:
             yield Problem(
                 ("failover_ips", i, "vendor"),

@@ -32,6 +32,11 @@ class Vendor(enum.StrEnum):
     APPLESILICON = "applesilicon"  # Scaleway Apple silicon (Mac mini)
 
 
+# The vendors whose failover IPs the program routes (providers/failover.py); Elastic Metal and Apple
+# silicon have flexible IPs and none, which nothing here moves.
+FAILOVER_IP_VENDORS = (Vendor.OVH, Vendor.DEDIBOX, Vendor.ROBOT)
+
+
 @dataclass(frozen=True)
 class Claim:
     """Who holds a box. `releasing` is set while the holder's release reinstall runs, so nobody

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import runpy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +103,16 @@ SDK_STACK_TRACE = sdk_resource._get_stack_trace
 SDK_DECLARE_DEPENDENCY = sdk_rpc.declare_dependency
 
 
-def run_program(env: str) -> ProgramMocks:
+def run_program(env: str, edit: Callable[[dict[str, Any]], None] | None = None) -> ProgramMocks:
+    """The program on `env`'s stack file; `edit` changes its config (keys without the project) first."""
     plain, cfg = _stack(env)
+    if edit is not None:
+        from config.loader import load_stack_config
+
+        bare = {k.removeprefix(f"{PROJECT}:"): v for k, v in plain.items()}
+        edit(bare)
+        plain = {f"{PROJECT}:{k}": v for k, v in bare.items()}
+        cfg = load_stack_config(bare)
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in plain.items()}
     # The operator's secrets, as stand-ins: the program only passes them on as secret Outputs.
     secret_keys = [f"{PROJECT}:{key}" for key in required_secret_keys(cfg)]
@@ -276,3 +285,23 @@ def test_the_cycle_check_still_refuses_an_edge_that_closes_a_cycle() -> None:
     assert declare(c, d) and declare(a, d)
     assert resource_cycle_breaker._deps(a) == {b, d}
     assert resource_cycle_breaker._deps(c) == {d}
+
+
+def test_a_failover_ip_of_a_fleet_with_no_machine_is_not_routed() -> None:
+    # Parked (or size 0): no box to route to. A FailoverIP with no candidate would stop every up.
+    _, cfg = _stack("dev")
+    ordered = {f.name for f in cfg.failover_ips if f.address}
+    routed = {r.id: r for r in cfg.regions if r.failover_ip in ordered}
+    region = next(iter(routed.values()))
+
+    def park(config: dict[str, Any]) -> None:
+        for fleet in config["fleets"]:
+            if fleet["name"] == region.fleet:
+                fleet["enabled"] = False
+        for other in config["regions"]:
+            if other["id"] == region.id:
+                other["exposed"] = False  # config requires it of a parked fleet's region
+
+    mocks = run_program("dev", park)
+    assert sorted(f["region"] for f in mocks.failover) == sorted(set(routed) - {region.id})
+    assert sorted(f["region"] for f in program_of("dev").failover) == sorted(routed)

@@ -281,3 +281,10 @@ def test_a_stack_file_that_is_not_yaml_is_one_problem_naming_the_file_and_line(t
         read_stack_file(stack)
     (problem,) = raised.value.problems
     assert problem.startswith(f"{stack}: not valid YAML (line 4, column "), problem
+
+
+def test_the_config_refuses_the_floating_tags_the_policy_pack_refuses() -> None:
+    from config.rules import FLOATING_TAGS
+    from policy.tuist_policy.images import FLOATING_TAGS as POLICY_FLOATING_TAGS
+
+    assert FLOATING_TAGS == POLICY_FLOATING_TAGS

@@ -255,3 +255,10 @@ def test_failover_placement_is_the_anchor_rule(current, eligible, target):
     from providers.vendor import failover_placement
 
     assert failover_placement(current, eligible) == target
+
+
+def test_config_admits_failover_ips_of_exactly_the_vendors_the_provider_moves() -> None:
+    from providers import failover
+    from providers.vendor import FAILOVER_IP_VENDORS
+
+    assert tuple(failover._BOX_ID_CHECKS) == FAILOVER_IP_VENDORS
