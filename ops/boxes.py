@@ -300,7 +300,7 @@ def unmarked_value(box: Box, fleet: Fleet) -> str:
 class MarkPlan:
     ref: BoxRef
     box: Box
-    fleet: Fleet
+    fleet: Fleet | None  # None: an unmark of a box that carries no fleet marker of the stack
     current: str
     wanted: str
 
@@ -310,18 +310,13 @@ class MarkPlan:
 
 
 def plan_mark(stack: Stack, ref: BoxRef, fleet_name: str | None, *, unmark: bool) -> MarkPlan:
+    if unmark:
+        return _plan_unmark(stack, ref, fleet_name)
     fleet = pick_fleet(stack, ref.vendor, fleet_name)
     box = get_box(stack, ref)
-    refuse_unless_free(stack, ref, box, "unmark" if unmark else "mark")
-    try:
-        marker_writer(stack.client(ref.vendor))
-    except VendorInputError:
-        raise OpsError(f"{ref}: marking {ref.vendor.value} boxes is not supported by this CLI yet") from None
+    refuse_unless_free(stack, ref, box, "mark")
+    _refuse_unless_writable(stack, ref)
     carrying = marker_of(box, stack.cfg.fleets)
-    if unmark:
-        if carrying is None or carrying.name != fleet.name:
-            return MarkPlan(ref, box, fleet, box.marker_field, box.marker_field)
-        return MarkPlan(ref, box, fleet, box.marker_field, unmarked_value(box, fleet))
     if carrying is not None and carrying.name == fleet.name:
         return MarkPlan(ref, box, fleet, box.marker_field, box.marker_field)
     if carrying is not None:
@@ -333,11 +328,44 @@ def plan_mark(stack: Stack, ref: BoxRef, fleet_name: str | None, *, unmark: bool
     return MarkPlan(ref, box, fleet, box.marker_field, marked_value(box, fleet))
 
 
-def describe_mark(plan: MarkPlan, *, unmark: bool) -> str:
+def _plan_unmark(stack: Stack, ref: BoxRef, fleet_name: str | None) -> MarkPlan:
+    """The fleet is the one whose marker the box carries: a stack with several fleets of the vendor
+    (production's two OVH regions) needs no --fleet. A --fleet naming another fleet than the box's is
+    refused (a typo must not read as "nothing to do" and leave the box marked for a deploy to adopt);
+    "nothing to do" is only for a box that carries no fleet marker of the stack."""
+    named = pick_fleet(stack, ref.vendor, fleet_name) if fleet_name is not None else None
+    box = get_box(stack, ref)
+    refuse_unless_free(stack, ref, box, "unmark")
+    _refuse_unless_writable(stack, ref)
+    carrying = marker_of(box, stack.cfg.fleets)
+    if carrying is None:
+        return MarkPlan(ref, box, named, box.marker_field, box.marker_field)
+    if named is not None and named.name != carrying.name:
+        raise OpsError(
+            f"refusing to unmark {ref}: it carries fleet {carrying.name}'s marker {carrying.marker!r}, "
+            f"not that of fleet {named.name} given by --fleet ({named.marker!r}); rerun with "
+            f"--fleet {carrying.name} (or without --fleet) to remove the marker it carries"
+        )
+    return MarkPlan(ref, box, carrying, box.marker_field, unmarked_value(box, carrying))
+
+
+def _refuse_unless_writable(stack: Stack, ref: BoxRef) -> None:
+    try:
+        marker_writer(stack.client(ref.vendor))
+    except VendorInputError:
+        raise OpsError(f"{ref}: marking {ref.vendor.value} boxes is not supported by this CLI yet") from None
+
+
+def describe_mark(stack: Stack, plan: MarkPlan, *, unmark: bool) -> str:
     field_name = MARKER_LIMITS[plan.ref.vendor].field_name.split(" (")[0]
     if not plan.changes:
-        state = "does not carry" if unmark else "already carries"
-        return f"{plan.ref}: {state} fleet {plan.fleet.name}'s marker {plan.fleet.marker!r}: nothing to do"
+        if unmark or plan.fleet is None:
+            return (
+                f"{plan.ref}: carries no fleet marker of stack {stack.name} "
+                f"({field_name} {plan.current!r}): nothing to do"
+            )
+        fleet = plan.fleet
+        return f"{plan.ref}: already carries fleet {fleet.name}'s marker {fleet.marker!r}: nothing to do"
     return f"{plan.ref}: {field_name} {plan.current!r} -> {plan.wanted!r}"
 
 

@@ -200,7 +200,9 @@ def prep(
             _say(err)("dry run: nothing was changed")
             return
         box_ops.run_prep(stack, plan, err, _say(err))
-        _say(err)(f"next: tuist-ops mark -s {stack.name} {ref}")
+        # A stack with several fleets of the vendor (production's two OVH regions): mark needs the fleet.
+        several = len(stack.fleets_of(ref.vendor)) > 1
+        _say(err)(f"next: tuist-ops mark -s {stack.name} {ref}" + (f" --fleet {plan.fleet.name}" * several))
 
 
 def _mark(
@@ -209,13 +211,13 @@ def _mark(
     with _stack(ctx, stack_name) as (stack, _out, err):
         ref = estate.parse_box(stack, box, stack.fleet(fleet) if fleet else None)
         plan = box_ops.plan_mark(stack, ref, fleet, unmark=unmark)
-        _say(err)(box_ops.describe_mark(plan, unmark=unmark))
+        _say(err)(box_ops.describe_mark(stack, plan, unmark=unmark))
         if dry_run:
             if plan.changes:
                 _say(err)("dry run: nothing was changed")
             return
         box_ops.run_mark(stack, plan)
-        if plan.changes:
+        if plan.changes and plan.fleet is not None:
             _say(err)(f"{ref}: {'unmarked' if unmark else 'marked'} for fleet {plan.fleet.name}")
 
 
@@ -232,7 +234,8 @@ def mark(
 def unmark(
     ctx: typer.Context, stack_name: StackOpt, box: BoxArg, fleet: FleetOpt = None, dry_run: DryRunOpt = False
 ) -> None:
-    """Remove the fleet marker from a box, so no deploy adopts it. Refuses claimed boxes."""
+    """Remove the fleet marker a box carries, so no deploy adopts it (--fleet, when given, must be the
+    fleet whose marker it carries). Refuses claimed and foreign boxes."""
     _mark(ctx, stack_name, box, fleet, dry_run, unmark=True)
 
 

@@ -8,7 +8,7 @@ tests/e2e/test_runbook.py drives for real. Commands run through typer's CliRunne
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,38 @@ def dev_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
     raw["fleets"] = [f for f in raw["fleets"] if f["name"] not in scaleway]
     raw["regions"] = [r for r in raw["regions"] if r["fleet"] not in scaleway]
     raw["runner_pools"] = [r for r in raw.get("runner_pools", []) if r["fleet"] not in scaleway]
+    cluster = {k: v for k, v in raw["cluster"].items() if k != "api_server"}
+    raw["cluster"] = {**cluster, "render_dir": "rendered/ops-test"}
+    return on_sim(raw, sim, key)
+
+
+def production_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
+    """Pulumi.production.yaml's config (two OVH fleets: kura-us-east, kura-us-west) with the
+    simulator's secrets and its boxes' SSH port. Its vendor accounts stay the real APIs' (config
+    refuses a loopback URL outside dev): the `on_production` fixture points the CLI's clients at the
+    simulator."""
+    return with_sim_secrets(read_stack_file(REPO / "Pulumi.production.yaml"), sim, key)
+
+
+@pytest.fixture
+def on_production(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> Ops:
+    """`tuist-ops` on the production stack's config, its vendor clients talking to the simulator."""
+    import ops.stack as stack_module
+    from providers.clients import vendor_client
+    from providers.machine.settings import settings_from_config
+
+    accounts = settings_from_config(stack_module._ConfigView(dev_config(sim))).vendors
+
+    def on_the_simulator(vendor: Any, _accounts: Any, secret: Any, timing: Any = None) -> Any:
+        return vendor_client(vendor, accounts, secret, timing)
+
+    monkeypatch.setattr(stack_module, "vendor_client", on_the_simulator)
+    return Ops(sim, config=production_config)
+
+
+def on_sim(raw: dict[str, Any], sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
+    """A stack file's config, as `pulumi config --json` decodes it, with the simulator's vendor
+    accounts and secrets and every fleet's SSH on the simulator's port."""
     creds = sim.inventory["credentials"]
     raw["vendors"] = {
         "ovh": {"endpoint": f"{sim.url}/ovh/1.0", "application_key": creds["ovh"]["application_key"]},
@@ -61,10 +93,15 @@ def dev_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
         },
         "robot": {"api_url": f"{sim.url}/robot", "username": creds["robot"]["username"]},
     }
+    return with_sim_secrets(raw, sim, key)
+
+
+def with_sim_secrets(raw: dict[str, Any], sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
+    """The config as `pulumi config --json` decodes it, with the simulator's secrets and every
+    fleet's SSH on the simulator's port."""
+    creds = sim.inventory["credentials"]
     for fleet in raw["fleets"]:
         fleet["ssh_port"] = SIM_SSH_PORT
-    cluster = {k: v for k, v in raw["cluster"].items() if k != "api_server"}
-    raw["cluster"] = {**cluster, "render_dir": "rendered/ops-test"}
     values = {f"{PROJECT}:{k}": v for k, v in raw.items()}
     key = key or sim.key
     values.update(
@@ -98,13 +135,16 @@ class Ops:
     sim: Sim
     key: FleetKey | None = None
     state: list[Mapping[str, Any]] = field(default_factory=list)
+    config: Callable[[Sim, FleetKey | None], dict[str, Any]] = dev_config
+    # None: the project holding the working directory, as the CLI finds it run by hand.
+    project_dir: Path | None = REPO
 
     def __call__(self, *args: str) -> Result:
-        values = dev_config(self.sim, self.key)
+        values = self.config(self.sim, self.key)
         context = Context(
             source=lambda name: StaticStack(name, values, self.state),
             timing=FAST,
-            project_dir=REPO,
+            project_dir=self.project_dir,
             width=240,
         )
         return CliRunner().invoke(app, list(args), obj=context)

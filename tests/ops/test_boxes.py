@@ -31,6 +31,8 @@ def test_prep_of_a_ready_box_checks_it_over_ssh_and_writes_nothing(sim: Sim, ops
     assert result.exit_code == 0, result.output
     assert "no reinstall: the fleet key logs in and sudo works" in result.stderr
     assert f"ovh:{OVH_FREE}: ready (ssh SHA256:" in result.stderr
+    # The dev stack has one OVH fleet: the next step needs no --fleet.
+    assert result.stderr.splitlines()[-1] == f"next: tuist-ops mark -s dev ovh:{OVH_FREE}"
     # The check really ran in the box, as the fleet's login, with sudo.
     calls = sim.calls(f"ovh-{OVH_FREE}")
     assert any(line.startswith("sudo") for line in calls), calls
@@ -196,6 +198,57 @@ def test_mark_and_unmark_refuse_claimed_and_foreign_boxes(sim: Sim, ops: Ops) ->
         "(carries stack production's marker 'tuist-kura-production')"
     )
     assert writes(sim, since) == []
+
+
+def test_unmark_in_a_stack_with_two_fleets_of_the_vendor_takes_the_fleet_from_the_box(
+    sim: Sim, on_production: Ops
+) -> None:
+    """Production has two OVH fleets (kura-us-east, kura-us-west). Prep's next step names the fleet,
+    mark needs it; unmark takes the fleet whose marker the box carries, refuses a --fleet that is not
+    that one (nothing written), and says "nothing to do" only once the box carries no marker of the
+    stack's fleets."""
+    ops = on_production
+    box = f"ovh:{OVH_UNMARKED}"
+    since = sim.last_audit_id()
+
+    prepped = ops("prep", "-s", "production", box, "--fleet", "kura-us-east")
+    assert prepped.exit_code == 0, prepped.output
+    assert prepped.stderr.splitlines()[-1] == f"next: tuist-ops mark -s production {box} --fleet kura-us-east"
+    assert error_line(ops("mark", "-s", "production", box)) == (
+        "error: stack production has 2 ovh fleets (kura-us-east, kura-us-west): name one with --fleet"
+    )
+    assert ops("mark", "-s", "production", box, "--fleet", "kura-us-east").exit_code == 0
+    ((_, path, body),) = writes(sim, since)
+    assert body["resource"]["displayName"].startswith("tuist-kura-production-us-east")
+    marked = sim.last_audit_id()
+
+    # A --fleet that is not the box's: refused in one line naming the box, its marker and the fleet.
+    assert error_line(ops("unmark", "-s", "production", box, "--fleet", "kura-us-west")) == (
+        f"error: refusing to unmark {box}: it carries fleet kura-us-east's marker "
+        "'tuist-kura-production-us-east', not that of fleet kura-us-west given by --fleet "
+        "('tuist-kura-production-us-west'); rerun with --fleet kura-us-east (or without --fleet) to "
+        "remove the marker it carries"
+    )
+    assert writes(sim, marked) == []
+
+    dry = ops("unmark", "-s", "production", box, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert writes(sim, marked) == []
+    result = ops("unmark", "-s", "production", box)
+    assert result.exit_code == 0, result.output
+    assert f"{box}: unmarked for fleet kura-us-east" in result.stderr
+    back = {"resource": {"displayName": OVH_UNMARKED, "name": OVH_UNMARKED}}
+    assert writes(sim, marked) == [("PUT", path, back)]
+
+    # Now it carries no fleet marker of the stack: nothing to do, whichever fleet is named.
+    for fleet in ([], ["--fleet", "kura-us-west"], ["--fleet", "kura-us-east"]):
+        again = ops("unmark", "-s", "production", box, *fleet)
+        assert again.exit_code == 0, again.output
+        assert (
+            f"{box}: carries no fleet marker of stack production "
+            f"(OVH service displayName '{OVH_UNMARKED}'): nothing to do"
+        ) in again.stderr
+    assert writes(sim, marked) == [("PUT", path, back)]
 
 
 # --- hostkey ----------------------------------------------------------------------------------------------
