@@ -69,6 +69,22 @@ class StackSource(Protocol):
         ...
 
 
+PROJECT_FILE = "Pulumi.yaml"
+
+
+def find_project_dir(start: Path | None = None) -> Path:
+    """The project's root as the Pulumi CLI finds it: the nearest of `start` (the working directory)
+    and its ancestors that holds Pulumi.yaml. Its stack files (Pulumi.<stack>.yaml) are beside it."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if (directory / PROJECT_FILE).is_file():
+            return directory
+    raise OpsError(
+        f"no {PROJECT_FILE} in {here} or any directory above it: run tuist-ops inside the project "
+        "(the repository's checkout)"
+    )
+
+
 # How long one read of the stack through the Pulumi CLI may take (a slow S3 or KMS), in seconds.
 CLI_READ_TIMEOUT = 300
 KUBE_TIMEOUT = 5.0  # seconds per cluster call: an unreachable cluster is said, not waited for
@@ -226,7 +242,7 @@ class Stack:
     settings: Settings = field(repr=False)
     source: StackSource = field(repr=False)
     timing: ClientTiming = CLI_TIMING
-    project_dir: Path = field(default_factory=Path.cwd)
+    project_dir: Path = field(default_factory=find_project_dir)
     _clients: dict[Vendor, VendorClient] = field(default_factory=dict, repr=False)
     _state_tokens: dict[str, Holder] | None = field(default=None, repr=False)
     _project_stacks: dict[str, Mapping[str, Any]] | None = field(default=None, repr=False)
@@ -316,7 +332,8 @@ class Stack:
     def holders(self) -> dict[str, Holder]:
         """token -> holder for every slot any stack of this project has or may have had: this stack's
         state, and every fleet slot (and EXTRA_SLOTS past its size) of every Pulumi.<stack>.yaml in the
-        project. A claim token is a hash of project/stack/slot, so this is how it is read back."""
+        project's root (`project_dir`). A claim token is a hash of project/stack/slot, so this is how
+        it is read back."""
         if self._state_tokens is None:
             known: dict[str, Holder] = {}
             stacks: dict[str, Sequence[Mapping[str, Any]]] = {self.name: self._fleet_dicts(self.cfg)}
@@ -390,7 +407,10 @@ class Stack:
 def open_stack(
     source: StackSource, *, timing: ClientTiming = CLI_TIMING, project_dir: Path | None = None
 ) -> Stack:
-    """The stack's config parsed by the program's loader; one OpsError naming every problem."""
+    """The stack's config parsed by the program's loader; one OpsError naming every problem.
+    `project_dir` defaults to the project holding the working directory (find_project_dir), found
+    before the config is read: the Pulumi CLI's own error for a directory outside it says less."""
+    project_dir = project_dir or find_project_dir()
     raw = source.config()
     prefix = f"{PROJECT}:"
     plain = {
@@ -409,8 +429,8 @@ def open_stack(
         settings=settings,
         source=source,
         timing=timing,
-        # The Pulumi CLI reads the project where it runs; so does this.
-        project_dir=project_dir or Path.cwd(),
+        # Where the Pulumi CLI finds the project from where it runs (searching upward); so does this.
+        project_dir=project_dir,
     )
 
 

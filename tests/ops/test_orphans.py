@@ -4,10 +4,13 @@ vendors' claims and the stack's state, with its exact fix, and the fix carried o
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from providers.claims import claim_token
 from tests.ops.conftest import Ops, claim_resource, error_line
-from tests.providers.test_machine_support import PROJECT, Sim, claim_props
+from tests.providers.test_machine_support import PROJECT, REPO, Sim, claim_props
 
 
 def token(slot: str) -> str:
@@ -180,3 +183,37 @@ def test_a_vendor_that_does_not_list_is_said_once_and_its_slots_are_not_read_one
     assert problem.endswith("; its 1 slot(s) in state were not checked"), problem
     # Each slot's box read from a vendor that just failed would cost it every retry.
     assert not [e for e in sim.audit(since) if e["path"].endswith(f"/dedicated/server/{held['box_id']}")]
+
+
+def test_orphans_run_from_a_subdirectory_reads_the_project_s_other_stacks(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From docs/, another stack's claim is still that stack's (no `--force` unclaim suggested for a
+    box it holds): the stack files are read from the project's root, as `pulumi` finds it."""
+    project = tmp_path / "project"
+    (project / "docs").mkdir(parents=True)
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
+        (project / name).write_text((REPO / name).read_text())
+    # Another stack of the dev environment (as tests/e2e/test_runbook.py's `runbook`) holds a box.
+    (project / "Pulumi.other.yaml").write_text((REPO / "Pulumi.dev.yaml").read_text())
+    held = sim.claims().create(claim_props("kura-ovh", 0, stack="other")).outs
+    assert held
+    box = f"ovh:{held['box_id']}"
+    ops = Ops(sim, project_dir=None)  # the CLI's own: the project holding the working directory
+
+    monkeypatch.chdir(project)
+    at_root = ops.json("orphans", "-s", "dev")
+    holder = {r["box"]: r["holder"] for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
+    assert holder[held["box_id"]] == "other/kura-ovh-0"
+    assert box not in {f["box"] for f in at_root["findings"]}
+
+    monkeypatch.chdir(project / "docs")
+    assert ops.json("orphans", "-s", "dev") == at_root
+    below = {r["box"]: r["holder"] for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
+    assert below == holder
+
+    monkeypatch.chdir(tmp_path)
+    assert error_line(ops("orphans", "-s", "dev")) == (
+        f"error: no Pulumi.yaml in {tmp_path.resolve()} or any directory above it: run tuist-ops inside "
+        "the project (the repository's checkout)"
+    )

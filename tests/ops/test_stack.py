@@ -1,6 +1,7 @@
 """ops.stack.PulumiStack reads a stack's config through the real Pulumi CLI (`pulumi config --json
 --show-secrets`), values typed as the program's loader reads them, and fails in one line without it;
-its state export runs beside the config read and is stopped when nothing reads it."""
+its state export runs beside the config read and is stopped when nothing reads it. The project's
+stack files are read from its root, found upward from the working directory as the CLI finds it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.stack import OpsError, PulumiStack, open_stack
-from tests.providers.test_machine_support import REPO
+from config.loader import read_stack_file
+from ops.stack import OpsError, PulumiStack, StaticStack, open_stack
+from providers.claims import claim_token
+from providers.vendor import Vendor
+from tests.providers.test_machine_support import PROJECT, REPO
 from tests.support.pulumi_home import cli_env
 
 PULUMI = REPO / ".toolchain" / "bin" / "pulumi"
@@ -89,3 +93,46 @@ def test_an_export_nothing_reads_is_stopped_and_a_failed_config_read_leaves_none
         missing.config()
     assert missing._export is None
 
+
+def test_the_project_s_stack_files_are_read_from_its_root_when_run_from_a_subdirectory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from docs/ (or deeper), tuist-ops reads the same stack files as from the root: the nearest
+    directory above holding Pulumi.yaml, where `pulumi` finds the project. Another stack's claim
+    reads as that stack's, its markers as another environment's; outside a project, one line."""
+    project = tmp_path / "project"
+    (project / "docs" / "deep").mkdir(parents=True)
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.staging.yaml"):
+        (project / name).write_text((REPO / name).read_text())
+    values = {f"{PROJECT}:{k}": v for k, v in read_stack_file(REPO / "Pulumi.dev.yaml").items()}
+    staging_claim = claim_token(PROJECT, "staging", "kura-ca-east-0")
+
+    def seen_from(directory: Path) -> tuple[Path, list[str], str, dict[str, str]]:
+        monkeypatch.chdir(directory)
+        stack = open_stack(StaticStack("dev", values))
+        return (
+            stack.project_dir,
+            sorted(stack.project_stacks()),
+            str(stack.holder(staging_claim)),
+            stack.other_environment_markers(Vendor.OVH),
+        )
+
+    at_root = seen_from(project)
+    assert at_root == (
+        project.resolve(),
+        ["dev", "staging"],
+        "staging/kura-ca-east-0",
+        {"tuist-kura-staging-ca-east": "staging"},
+    )
+    assert seen_from(project / "docs") == at_root
+    assert seen_from(project / "docs" / "deep") == at_root
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    with pytest.raises(OpsError) as error:
+        open_stack(StaticStack("dev", values))
+    assert str(error.value) == (
+        f"no Pulumi.yaml in {outside.resolve()} or any directory above it: run tuist-ops inside the "
+        "project (the repository's checkout)"
+    )
