@@ -199,13 +199,35 @@ def transport_error(vendor: str, call: str, error: Exception, *, subject: str | 
     the message: requests' own text can carry the full URL with its query string.
 
     A connect timeout or a refused connection never reached the vendor (`maybe_applied` False); a
-    read timeout or a connection dropped mid-answer may have been carried out."""
+    read timeout or a connection dropped mid-answer may have been carried out. A request that could
+    not even be built (a credential with a trailing newline in a header, an endpoint without its
+    scheme) is no transport trouble: retrying cannot help, and nothing was sent."""
+    if _unsendable(error):
+        return VendorError(
+            vendor=vendor,
+            call=call,
+            subject=subject,
+            message=(
+                f"the request could not be built ({type(error).__name__}): a credential or endpoint "
+                "in the stack config is malformed (a trailing newline or space, a URL without its "
+                "scheme); nothing was sent"
+            ),
+        )
     return TransientVendorError(
         vendor=vendor,
         call=call,
         subject=subject,
         message=f"connection failed: {type(error).__name__}",
         maybe_applied=not _never_sent(error),
+    )
+
+
+def _unsendable(error: BaseException) -> bool:
+    """requests refused to build the request: bad header value, URL or scheme."""
+    import requests.exceptions as rex
+
+    return isinstance(
+        error, rex.InvalidHeader | rex.InvalidURL | rex.MissingSchema | rex.InvalidSchema | rex.URLRequired
     )
 
 

@@ -646,3 +646,22 @@ def test_set_marker_field_posts_the_fleet_tags_keeping_the_claim_tag(recorder, c
     }
     with pytest.raises(VendorInputError, match="tag 'has space' must consist of"):
         client.set_marker_field("fr-par-2/104523", "has space")
+
+
+def test_a_secret_pasted_with_its_newline_fails_once_naming_the_config_not_the_secret(recorder, sleeps):
+    # requests refuses the header before anything is sent: not transient, nothing to retry or read
+    # back, and its message (which quotes the header value) never reaches ours.
+    client = DediboxClient(
+        api_url=recorder.url,
+        secret_key=SECRET + "\n",
+        project_id=PROJECT,
+        zones=[ZONE],
+        retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
+        sleep=sleeps.append,
+    )
+    with pytest.raises(VendorError) as raised:
+        client.list_box_ids()
+    assert not isinstance(raised.value, TransientVendorError)
+    assert "the request could not be built (InvalidHeader)" in str(raised.value)
+    assert SECRET not in str(raised.value)
+    assert (sleeps, recorder.calls()) == ([], [])
