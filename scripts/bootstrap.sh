@@ -17,6 +17,7 @@
 # directory per build keyed by a hash of its inputs), so a fresh clone on the
 # same machine links them in about a second; .toolchain/bin links them all.
 # Usage: bash scripts/bootstrap.sh
+# Sourced (tests/scripts/test_bootstrap.py), it only defines its functions and runs no stage.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -31,8 +32,31 @@ tc=$here/toolchain
 overall=$(date +%s)
 
 # --- system packages ----------------------------------------------------------------------------
+# apt_install PKG...: apt-get update, then install PKG..., with a policy-rc.d that refuses every
+# service start (installing must never start or restart services on the host). A policy-rc.d this
+# call creates is removed however the install ends (done, failed, interrupted): left behind, it
+# would stop every later install on the host from starting its service. One that was there before
+# is left as it was. TUIST_POLICY_RC_D moves it, for the tests only.
+apt_install() {
+    local policy=${TUIST_POLICY_RC_D:-/usr/sbin/policy-rc.d}
+    (
+        set -e
+        if [ ! -e "$policy" ]; then
+            # The EXIT trap runs on every exit of this subshell; a signal is turned into an exit.
+            trap 'rm -f "$policy"' EXIT
+            trap 'exit 129' HUP
+            trap 'exit 130' INT
+            trap 'exit 143' TERM
+            printf '#!/bin/sh\nexit 101\n' >"$policy"
+            chmod +x "$policy"
+        fi
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    )
+}
+
 system_packages() {
-    local missing=() pkg policy created_policy=
+    local missing=() pkg
     while read -r pkg; do
         pkg=${pkg%%#*}
         pkg=${pkg//[[:space:]]/}
@@ -42,14 +66,7 @@ system_packages() {
     if [ ${#missing[@]} -gt 0 ]; then
         [ "$(id -u)" = 0 ] || die "missing Debian packages (${missing[*]}): run as root or install them"
         echo "installing: ${missing[*]}" >&2
-        # Installing must never start services on the host: policy-rc.d refuses.
-        policy=/usr/sbin/policy-rc.d
-        if [ ! -e "$policy" ]; then
-            printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && created_policy=1
-        fi
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-        [ -z "$created_policy" ] || rm -f "$policy"
+        apt_install "${missing[@]}"
     fi
     bash "$here/check-system.sh"
 }
@@ -72,6 +89,9 @@ python_venv() {
 }
 
 # --- pulumi cli + language host -----------------------------------------------------------------
+# Each cached build's key and bin directory go to a variable first, declared on a line of its own
+# (`local x=$(...)` has local's status, not the build's): a command substitution passed straight as
+# an argument loses its status, and a failed build went on as an empty directory, the stage done.
 build_pulumi() {
     local out=$1/bin ver_pkg=github.com/pulumi/pulumi/sdk/v3/go/common/version.Version
     (cd "$tc" &&
@@ -94,7 +114,7 @@ build_langhost() {
 }
 
 pulumi_cli() {
-    local ambient bin
+    local ambient bin key langhost
     # An installed pulumi, never one of ours (.toolchain/bin may sit on PATH more than once).
     ambient=$(PATH=$(tr ':' '\n' <<<"$PATH" | grep -vxF "$root/.toolchain/bin" | paste -sd:) command -v pulumi || true)
     if [ -n "$ambient" ] && "$ambient" version 2>/dev/null | grep -qx "v$PULUMI_VERSION"; then
@@ -102,15 +122,14 @@ pulumi_cli() {
         bin=$(dirname "$ambient")
     else
         command -v go >/dev/null || die "no pulumi v$PULUMI_VERSION on PATH and no Go toolchain to build one"
-        bin=$(cached_build "pulumi-v$PULUMI_VERSION" \
-            "$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum")" \
-            build_pulumi)
+        key=$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum")
+        bin=$(cached_build "pulumi-v$PULUMI_VERSION" "$key" build_pulumi)
     fi
     link_bins "$bin"
     command -v go >/dev/null || die "no Go toolchain to build the Python language host"
-    link_bins "$(cached_build "pulumi-langhost-v$PULUMI_VERSION" \
-        "$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum" "$tc"/langhost/*.go "$tc"/shims/*)" \
-        build_langhost)"
+    key=$(inputs_key <(echo "PULUMI_VERSION=$PULUMI_VERSION") "$tc/go.mod" "$tc/go.sum" "$tc"/langhost/*.go "$tc"/shims/*)
+    langhost=$(cached_build "pulumi-langhost-v$PULUMI_VERSION" "$key" build_langhost)
+    link_bins "$langhost"
     "$root/.toolchain/bin/pulumi" version >/dev/null || die "the pulumi binary in $bin does not run"
 }
 
@@ -131,10 +150,9 @@ build_kubernetes_plugin() {
 }
 
 kubernetes_plugin() {
-    local bin
-    bin=$(cached_build "pulumi-kubernetes-v$KUBERNETES_PROVIDER_VERSION" \
-        "$(inputs_key <(echo "KUBERNETES_PROVIDER_VERSION=$KUBERNETES_PROVIDER_VERSION") "$tc/kubernetes/go.mod" "$tc/kubernetes/go.sum" "$tc/kubernetes/main.go")" \
-        build_kubernetes_plugin)
+    local bin key
+    key=$(inputs_key <(echo "KUBERNETES_PROVIDER_VERSION=$KUBERNETES_PROVIDER_VERSION") "$tc/kubernetes/go.mod" "$tc/kubernetes/go.sum" "$tc/kubernetes/main.go")
+    bin=$(cached_build "pulumi-kubernetes-v$KUBERNETES_PROVIDER_VERSION" "$key" build_kubernetes_plugin)
     link_bins "$bin"
 }
 
@@ -150,10 +168,11 @@ build_actionlint() {
 }
 
 actionlint_tool() {
-    local bin
-    command -v go >/dev/null || die "no Go toolchain to build actionlint $(actionlint_version)"
-    bin=$(cached_build "actionlint-$(actionlint_version)" \
-        "$(inputs_key "$tc/actionlint/go.mod" "$tc/actionlint/go.sum")" build_actionlint)
+    local bin key version
+    version=$(actionlint_version)
+    command -v go >/dev/null || die "no Go toolchain to build actionlint $version"
+    key=$(inputs_key "$tc/actionlint/go.mod" "$tc/actionlint/go.sum")
+    bin=$(cached_build "actionlint-$version" "$key" build_actionlint)
     link_bins "$bin"
     "$root/.toolchain/bin/actionlint" -version >/dev/null || die "the actionlint binary in $bin does not run"
 }
@@ -175,14 +194,15 @@ build_kube() {
 }
 
 kube_control_plane() {
-    local bin
+    local bin key
     command -v go >/dev/null || die "no Go toolchain to build the Kubernetes control plane"
-    bin=$(cached_build "kubernetes-v$KUBERNETES_VERSION" \
-        "$(inputs_key <(echo "KUBERNETES_VERSION=$KUBERNETES_VERSION") "$tc/kube/go.mod" "$tc/kube/go.sum" "$tc"/kube/*.go "$tc"/kube/kubelet-standin/*.go)" \
-        build_kube)
+    key=$(inputs_key <(echo "KUBERNETES_VERSION=$KUBERNETES_VERSION") "$tc/kube/go.mod" "$tc/kube/go.sum" "$tc"/kube/*.go "$tc"/kube/kubelet-standin/*.go)
+    bin=$(cached_build "kubernetes-v$KUBERNETES_VERSION" "$key" build_kube)
     link_bins "$bin"
     "$root/.toolchain/bin/kube-apiserver" --version >/dev/null || die "the kube-apiserver binary in $bin does not run"
 }
+
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
 
 stage "system packages" system_packages
 stage "python virtualenv" python_venv

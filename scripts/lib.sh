@@ -79,9 +79,13 @@ cached_build() {
     printf '%s\n' "$dest/bin"
 }
 
-# link_bins DIR: links every executable of DIR into .toolchain/bin.
+# link_bins DIR: links every executable of DIR into .toolchain/bin. An empty DIR (the output of a
+# failed build: a command substitution's status is lost when it is an argument), a missing one, or
+# one with nothing to link is an error, never a stage that reports done with stale links.
 link_bins() {
-    local dir=$1 f
+    local dir=${1:-} f linked=0
+    [ -n "$dir" ] || die "link_bins: no directory given (did the build before it fail?)"
+    [ -d "$dir" ] || die "link_bins: $dir is not a directory"
     mkdir -p "$TUIST_ROOT/.toolchain/bin"
     if [ "$(cd "$dir" && pwd -P)" = "$(cd "$TUIST_ROOT/.toolchain/bin" && pwd -P)" ]; then
         die "link_bins: $dir is .toolchain/bin itself"
@@ -89,5 +93,7 @@ link_bins() {
     for f in "$dir"/*; do
         if [ ! -f "$f" ] || [ ! -x "$f" ]; then continue; fi
         ln -sfn "$f" "$TUIST_ROOT/.toolchain/bin/$(basename "$f")"
+        linked=$((linked + 1))
     done
+    [ "$linked" -gt 0 ] || die "link_bins: $dir has no executable to link"
 }
