@@ -174,11 +174,21 @@ make_pki() {
     cert admin "/O=system:masters/CN=kubernetes-admin"
     cert controller-manager "/CN=system:kube-controller-manager"
     cert scheduler "/CN=system:kube-scheduler"
-    if [ ! -f "$pki/sa.key" ]; then
-        openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
-        openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
-        chmod 600 "$pki/sa.key"
-    fi
+    sa_keys
+}
+
+# sa_keys: the service-account signing key pair, sa.key and sa.pub, made afresh unless both are
+# there. Both are written to temporary files first and the old pair removed before either is moved
+# in, so an interrupted run leaves one of them missing (made afresh next time), never a sa.key
+# without its sa.pub or a pair that does not match.
+sa_keys() {
+    if [ -f "$pki/sa.key" ] && [ -f "$pki/sa.pub" ]; then return 0; fi
+    rm -f "$pki/sa.key.tmp" "$pki/sa.pub.tmp"
+    (umask 077 && openssl genrsa -out "$pki/sa.key.tmp" 2048 2>/dev/null)
+    openssl rsa -in "$pki/sa.key.tmp" -pubout -out "$pki/sa.pub.tmp" 2>/dev/null
+    rm -f "$pki/sa.key" "$pki/sa.pub"
+    mv "$pki/sa.key.tmp" "$pki/sa.key"
+    mv "$pki/sa.pub.tmp" "$pki/sa.pub"
 }
 
 # kubeconfig FILE USER-CERT: a kubeconfig for the API server with a client certificate, inline.
@@ -210,8 +220,23 @@ EOF
 
 # --- ports --------------------------------------------------------------------------------------
 
+PORT_VARS=(ETCD_PORT ETCD_PEER_PORT APISERVER_PORT CONTROLLER_MANAGER_PORT SCHEDULER_PORT)
+
+# ports_complete: ports.env is there and sets every port (one written in place by an interrupted
+# start, before ports.env was written whole, may be empty or set only some).
+ports_complete() {
+    local v
+    [ -f "$dir/ports.env" ] || return 1
+    for v in "${PORT_VARS[@]}"; do
+        grep -qE "^$v=[0-9]+\$" "$dir/ports.env" || return 1
+    done
+}
+
 pick_ports() {
-    if [ ! -f "$dir/ports.env" ]; then
+    if ! ports_complete; then
+        if [ -f "$dir/ports.env" ]; then
+            echo "cluster: $dir/ports.env does not set every port (an interrupted start?): picking them afresh" >&2
+        fi
         pick_free_ports
     fi
     # shellcheck source=/dev/null
@@ -226,16 +251,25 @@ pick_ports() {
 }
 
 pick_free_ports() {
+    local tmp
+    # Written whole or not at all: a temporary file in the same directory, then renamed.
+    tmp=$(mktemp "$dir/.ports.env.XXXXXX")
     # Bound all at once, so the five are distinct; released just before the processes bind them.
-    python3 - >"$dir/ports.env" <<'EOF'
-import socket
+    if ! python3 - "${PORT_VARS[@]}" >"$tmp" <<'EOF'
+import socket, sys
 socks = []
-for name in ("ETCD_PORT", "ETCD_PEER_PORT", "APISERVER_PORT", "CONTROLLER_MANAGER_PORT", "SCHEDULER_PORT"):
+for name in sys.argv[1:]:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
     print(f"{name}={s.getsockname()[1]}")
 EOF
+    then
+        rm -f "$tmp"
+        die "could not pick free ports for $dir"
+    fi
+    chmod 644 "$tmp"
+    mv -f "$tmp" "$dir/ports.env"
 }
 
 port_free() { python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
@@ -445,10 +479,12 @@ EOF
 
 status() {
     local name pid any=0 down=0
-    if [ -f "$dir/ports.env" ]; then
+    if ports_complete; then
         # shellcheck source=/dev/null
         . "$dir/ports.env"
         echo "api server: https://127.0.0.1:$APISERVER_PORT   kubeconfig: $dir/admin.kubeconfig"
+    elif [ -f "$dir/ports.env" ]; then
+        echo "ports: $dir/ports.env does not set every port (the next start picks them afresh)"
     fi
     for name in "${COMPONENTS[@]}" $(all_names | grep -vxF -e etcd -e kube-apiserver -e kube-controller-manager -e kube-scheduler || true); do
         if pid=$(pid_of "$name"); then
