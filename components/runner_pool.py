@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import MANAGED_BY, pool_node_selector
+from components.k8s import MANAGED_BY, pool_node_selector, pool_taints
 from config import models
 
 RUNNER_POOL_GROUP = "tuist.dev"
@@ -79,6 +79,20 @@ def autoscaling_spec(autoscaling: models.Autoscaling) -> dict[str, Any]:
     return spec
 
 
+def runner_tolerations(fleet: models.Fleet) -> list[dict[str, str]]:
+    """Every taint the fleet's Nodes carry (its own and the runner tier's, components/k8s.py
+    pool_taints), tolerated exactly: a runner fleet with a taint of its own still runs its pods."""
+    tolerations = [
+        {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
+        if t["value"]
+        else {"key": t["key"], "operator": "Exists", "effect": t["effect"]}
+        for t in pool_taints(fleet)
+    ]
+    if not any(t["key"] == RUNNER_TIER_TAINT_KEY for t in tolerations):
+        tolerations.append(dict(RUNNER_TIER_TOLERATION))
+    return tolerations
+
+
 def runner_pool_spec(pool: models.RunnerPool, fleet: models.Fleet) -> dict[str, Any]:
     """spec of the pool's RunnerPool object.
 
@@ -101,7 +115,7 @@ def runner_pool_spec(pool: models.RunnerPool, fleet: models.Fleet) -> dict[str, 
         spec["runtimeClass"] = KATA_RUNTIME_CLASS
         # Kata's label, plus the fleet's pool label so two Linux fleets never share pods.
         spec["nodeSelector"] = {**KATA_NODE_LABELS, **pool_node_selector(fleet)}
-        spec["tolerations"] = [dict(RUNNER_TIER_TOLERATION)]
+        spec["tolerations"] = runner_tolerations(fleet)
     return spec
 
 

@@ -20,6 +20,7 @@ from components.runner_pool import (
     KATA_HOST_OVERHEAD_MIB,
     KATA_POD_OVERHEAD,
     runner_pool_manifest,
+    runner_pool_spec,
 )
 from components.runners import RunnerPools, RunnerPoolsArgs
 from config.loader import load_stack_config
@@ -352,6 +353,26 @@ def test_linux_pool_runs_as_kata_microvms_on_the_runner_tier(rendered: ManifestR
     }
     assert spec["tolerations"] == [
         {"key": "tuist.dev/runner-tier", "operator": "Equal", "value": "bare-metal", "effect": "NoSchedule"}
+    ]
+
+
+def test_a_runner_fleet_with_a_taint_of_its_own_still_runs_its_pods() -> None:
+    # The Nodes carry the fleet's taints and the runner tier's; the pods tolerate each exactly.
+    fleet = robot_fleet()
+    fleet = fleet.model_copy(
+        update={
+            "taints": [
+                *fleet.taints,
+                Taint(key="tuist.dev/dedicated", value="ci", effect="NoSchedule"),
+                Taint(key="tuist.dev/draining", effect="NoExecute"),
+            ]
+        }
+    )
+    spec = runner_pool_spec(linux_pool(**ZERO_AUTOSCALING), fleet)
+    assert spec["tolerations"] == [
+        {"key": "tuist.dev/runner-tier", "operator": "Equal", "value": "bare-metal", "effect": "NoSchedule"},
+        {"key": "tuist.dev/dedicated", "operator": "Equal", "value": "ci", "effect": "NoSchedule"},
+        {"key": "tuist.dev/draining", "operator": "Exists", "effect": "NoExecute"},
     ]
 
 
