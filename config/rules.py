@@ -710,14 +710,20 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
                     "runners need a fleet of their own",
                 )
         scaling = pool.autoscaling
-        if (
-            scaling.min_warm_pool_floor is not None
-            and scaling.max_replicas is not None  # an explicit 0 is a ceiling of 0 (docs/config.md)
-            and scaling.min_warm_pool_floor > scaling.max_replicas
-        ):
+        floor, ceiling = scaling.min_warm_pool_floor, scaling.max_replicas
+        if scaling.enabled and ceiling == 0 and floor:
+            # The runners controller reads maxReplicas <= 0 as "autoscaling off" and leaves replicas
+            # alone (tuist-anchor.md 6.1), as the CRD's description says: the floor would never apply.
+            yield Problem(
+                ("runner_pools", i, "autoscaling", "max_replicas"),
+                f"0 turns the autoscaler off (the runners controller leaves replicas alone), so the "
+                f"min_warm_pool_floor of {floor} never applies; set max_replicas to at least {floor}, "
+                "or enabled: false",
+            )
+        elif floor is not None and ceiling and floor > ceiling:
             yield Problem(
                 ("runner_pools", i, "autoscaling", "min_warm_pool_floor"),
-                f"{scaling.min_warm_pool_floor} exceeds max_replicas {scaling.max_replicas}",
+                f"{floor} exceeds max_replicas {ceiling}",
             )
 
 
