@@ -264,8 +264,11 @@ def test_dev_stack_on_s3_read_by_other_teams(on_s3: Engine, s3: S3, tmp_path: Pa
         consumed = _run_consumer_program(engine, tmp_path)
         assert consumed["outputs_version"] == 1
         assert consumed["peer_endpoints"] == {
-            rid: f"{r['peer_host']}:7443" for rid, r in outputs["regions"].items() if r["exposed"]
+            rid: f"{r['peer_host']}:7443"
+            for rid, r in outputs["regions"].items()
+            if r["exposed"] and not r["private"]
         }
+        assert set(consumed["peer_endpoints"]) == set(outputs["available_regions"])
         assert consumed["runner_slots"] == outputs["capacity"]["total"]["runner_slots"]
 
         # A plain script (docs/outputs.md) with nothing but the CLI, from outside any project.
