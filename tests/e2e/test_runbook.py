@@ -28,6 +28,7 @@ STACK = "runbook"
 PROJECT = "tuist-infra"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
+KURA_IMAGES = ("runtime_image_tag", "controller_image", "failover_watcher_image")
 
 
 def procedures() -> dict[str, str]:
@@ -80,6 +81,19 @@ def ovh_rows(engine: Engine) -> dict[str, dict[str, Any]]:
     return {r["box"]: r for r in ops_json(engine, "inventory", "--vendor", "ovh")["boxes"]}
 
 
+def test_every_preview_and_up_in_the_runbook_runs_the_policy_pack() -> None:
+    """As CI's (scripts/ci/deploy.sh, scripts/ci/preview.py): an operator's deploy of a real stack
+    without the pack would skip the invariants it enforces (protected production machines, ...)."""
+    commands = [
+        line.strip()
+        for script in procedures().values()
+        for line in script.splitlines()
+        if re.search(r"\bpulumi\s+(preview|up|destroy)\b", line)
+    ]
+    assert len(commands) == 4, commands
+    assert [c for c in commands if "--policy-pack policy" not in c.split("#")[0]] == []
+
+
 def test_the_runbook_procedures_run_as_written(engine: Engine) -> None:
     assert set(procedures()) == {
         "Bring a region's box online",
@@ -101,6 +115,12 @@ def test_the_runbook_procedures_run_as_written(engine: Engine) -> None:
         fleet["size"] = {"kura-ovh": 1, "kura-dedibox": 1, "runners-linux": 0}[fleet["name"]]
     # No runner box: no runner pool either (its replicas must fit the fleet).
     dev["config"].pop(f"{PROJECT}:runner_pools")
+    # The runbook previews and deploys with the policy pack, which allows the dev config's floating
+    # image tags (latest, main) to the dev stack alone: this stack pins production's images.
+    production = yaml.safe_load((engine.project / "Pulumi.production.yaml").read_text())["config"]
+    for key, fields in (("kura", KURA_IMAGES), ("cluster", ("runners_controller_image",))):
+        for name in fields:
+            config[f"{PROJECT}:{key}"][name] = production[f"{PROJECT}:{key}"][name]
     (engine.project / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(dev, sort_keys=False))
     engine.run("stack", "select", STACK, "--create")
     engine.run("up", "-s", STACK, "--yes", "--skip-preview")
