@@ -49,6 +49,7 @@ from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 from providers.vendor import FAILOVER_IP_VENDORS, MARKER_LIMITS, marker_problem
 
 KURA_ZONE = "kura.tuist.dev"
+PEER_PORT = 7443
 # The policy pack refuses the same tags (policy/tuist_policy/images.py; a test holds them equal).
 FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly", "stable", "dev", "head"})
 OVH_ENDPOINT_KEYS = ("ovh-eu", "ovh-ca", "ovh-us")
@@ -753,8 +754,14 @@ def kura_rules(view: View) -> Iterator[Problem]:
         problem = image_pin_problem(kura.failover_watcher_image)
         if problem:
             yield Problem(("kura", "failover_watcher_image"), problem)
-    if not 1 <= kura.peer_port <= 65535:
-        yield Problem(("kura", "peer_port"), f"{kura.peer_port} is not a TCP port (1-65535)")
+    if kura.peer_port != PEER_PORT:
+        # Seed 000's public peer endpoint, which self-hosted Kura nodes dial and the policy pack
+        # holds the demux to (peer-demux-sni-passthrough-7443).
+        yield Problem(
+            ("kura", "peer_port"),
+            f"{kura.peer_port}: the peer plane answers on {PEER_PORT} (seed 000's public peer endpoint, "
+            "which every Kura node dials); leave peer_port out",
+        )
     if env not in (None, Environment.DEV):
         floors = (
             (
