@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def test_pull_requests_preview_every_real_stack_into_one_comment() -> None:
     doc = workflow("pull-request.yml")
     jobs = doc["jobs"]
     assert sorted(jobs["preview"]["strategy"]["matrix"]["stack"]) == REAL_STACKS
-    assert "bash .ci/run" in _run_steps({"jobs": {"test": jobs["test"]}})
+    assert "bash scripts/ci/test.sh" in _run_steps({"jobs": {"test": jobs["test"]}})
     assert jobs["comment"]["needs"] == "preview"
     assert jobs["comment"]["permissions"]["pull-requests"] == "write"
     # Nothing else in the workflow may write to the repository or the PR.
@@ -101,3 +102,28 @@ def test_the_watcher_image_is_pushed_by_digest_and_the_digest_is_what_gets_pinne
     assert _run_steps({"jobs": {"pin": jobs["pin"]}}) == [
         'bash scripts/ci/watcher-pin-pr.sh "${{ needs.build.outputs.image }}"'
     ]
+
+
+def test_the_test_job_runs_ci_run_as_root_through_sudo_keeping_home_and_path() -> None:
+    # The runner's user is not root; the tests are (scripts/netns.sh). A stand-in sudo records
+    # what it was asked to run, in a folder the unprivileged user can read (pytest's are root's).
+    with tempfile.TemporaryDirectory() as name:
+        fake = Path(name)
+        fake.chmod(0o755)
+        (fake / "sudo").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+        (fake / "sudo").chmod(0o755)
+        path = f"{fake}:/usr/bin:/bin"
+        done = _as_nobody(path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["-E", "env", f"PATH={path}", "bash", f"{REPO}/.ci/run"]
+
+
+def _as_nobody(path: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "scripts/ci/test.sh"],
+        cwd=REPO,
+        env={"PATH": path, "HOME": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
