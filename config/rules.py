@@ -549,6 +549,12 @@ def region_rules(view: View) -> Iterator[Problem]:
     used_fips: dict[str, tuple[int, str]] = {}
     for i, region in regions:
         raw = view.raw_regions[i] if i < len(view.raw_regions) else {}
+        if len(REGION_SERVICE_PREFIX) + len(region.id) > DNS_LABEL_MAX:
+            yield Problem(
+                ("regions", i, "id"),
+                f"{len(region.id)} characters: at most {DNS_LABEL_MAX - len(REGION_SERVICE_PREFIX)}, so that "
+                f"its gateway Service ({REGION_SERVICE_PREFIX}<id>) stays a DNS label",
+            )
         m = _CLUSTER_ID.match(region.cluster_id)
         # A private region is named after what it serves on its cluster (scw-fr-par-runners on scw-fr-par).
         private_name = region.private and region.id.startswith(f"{region.cluster_id}-")
@@ -728,6 +734,34 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
             )
 
 
+# Namespaces Kubernetes itself owns: deleting the Kura namespace's objects there, or its protection,
+# would touch the cluster's own.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The longest names the program derives, which must stay DNS labels (63): the watchers' namespace
+# `<namespace>-failover` (components/failover_watcher.py) and the gateway Service
+# `kura-gateway-<region id>` (components/gateway.py); a test holds these to the components.
+NAMESPACE_SUFFIX = "-failover"
+REGION_SERVICE_PREFIX = "kura-gateway-"
+DNS_LABEL_MAX = 63
+
+
+def _kura_namespace_rules(namespace: str, cluster: Cluster | None) -> Iterator[Problem]:
+    where = ("kura", "namespace")
+    if namespace in RESERVED_NAMESPACES:
+        yield Problem(where, f"{quote(namespace)} belongs to Kubernetes; name a namespace of Kura's own")
+    if cluster is not None and namespace == cluster.runners_namespace:
+        yield Problem(
+            where,
+            f"{quote(namespace)} is also cluster.runners_namespace; Kura and the runners each need their own",
+        )
+    if len(namespace) + len(NAMESPACE_SUFFIX) > DNS_LABEL_MAX:
+        yield Problem(
+            where,
+            f"{len(namespace)} characters: at most {DNS_LABEL_MAX - len(NAMESPACE_SUFFIX)}, so that "
+            f"the failover watchers' namespace ({namespace[:20]}...{NAMESPACE_SUFFIX}) stays a DNS label",
+        )
+
+
 def kura_rules(view: View) -> Iterator[Problem]:
     kura = view.kura
     if kura is None:
@@ -754,6 +788,7 @@ def kura_rules(view: View) -> Iterator[Problem]:
         problem = image_pin_problem(kura.failover_watcher_image)
         if problem:
             yield Problem(("kura", "failover_watcher_image"), problem)
+    yield from _kura_namespace_rules(kura.namespace, view.cluster)
     if kura.peer_port != PEER_PORT:
         # Seed 000's public peer endpoint, which self-hosted Kura nodes dial and the policy pack
         # holds the demux to (peer-demux-sni-passthrough-7443).

@@ -288,3 +288,13 @@ def test_the_config_refuses_the_floating_tags_the_policy_pack_refuses() -> None:
     from policy.tuist_policy.images import FLOATING_TAGS as POLICY_FLOATING_TAGS
 
     assert FLOATING_TAGS == POLICY_FLOATING_TAGS
+
+
+def test_the_name_limits_the_config_checks_are_the_components_names() -> None:
+    from components.failover_watcher import failover_namespace
+    from components.gateway import gateway_name
+    from config.rules import DNS_LABEL_MAX, NAMESPACE_SUFFIX, REGION_SERVICE_PREFIX
+
+    assert failover_namespace("kura") == "kura" + NAMESPACE_SUFFIX
+    assert gateway_name("eu-central") == REGION_SERVICE_PREFIX + "eu-central"
+    assert DNS_LABEL_MAX == 63
