@@ -8,6 +8,9 @@
 # ordering prevents. Running it again converges: files are rewritten only when their content changes
 # and services restart only then.
 set -euo pipefail
+# `... | put FILE` runs put in this shell, not a subshell: what it records in CHANGED (which decides the
+# restarts below) must survive the pipeline.
+shopt -s lastpipe
 
 : "${NODE_NAME:?NODE_NAME is required}"
 : "${NODE_IP:?NODE_IP is required}"
@@ -256,13 +259,19 @@ printf 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkg
   "$K8S_MINOR" | put /etc/apt/sources.list.d/kubernetes.list 0644
 as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
 
-# 13. The kubelet, held at this minor; it registers itself through the bootstrap token.
-as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kubelet
+# 13. The kubelet, held at this minor; it registers itself through the bootstrap token. A rejoin for a
+#     new kubernetes_minor moves the held package on purpose (apt refuses that unless told), and a new
+#     kubelet binary counts as a change: the running kubelet restarts onto it.
+kubelet_version() { dpkg -s kubelet 2>/dev/null | sed -n 's/^Version: //p' || true; }
+kubelet_before=$(kubelet_version)
+as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-change-held-packages kubelet
 as_root apt-mark hold kubelet
+[ "$(kubelet_version)" = "$kubelet_before" ] || CHANGED+=(/usr/bin/kubelet)
 as_root systemctl daemon-reload
 # The bootstrap kubeconfig is no trigger: the kubelet reads it only until it holds its own certificate.
 if systemctl is-active --quiet kubelet; then
-  if changed /etc/systemd/system/kubelet.service /var/lib/kubelet/config.yaml /etc/kubernetes/pki/ca.crt; then
+  if changed /etc/systemd/system/kubelet.service /var/lib/kubelet/config.yaml /etc/kubernetes/pki/ca.crt \
+    /usr/bin/kubelet; then
     as_root systemctl restart kubelet
   fi
 fi

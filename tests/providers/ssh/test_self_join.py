@@ -171,7 +171,7 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
 
     # 12-13. Keyring for the minor, update after adding the source, kubelet installed, held, enabled.
     assert index_of(calls, "curl -fsSL https://pkgs.k8s.io/core:/stable:/v1.34/deb/Release.key") < index_of(
-        calls, "apt-get install -y -q kubelet"
+        calls, "apt-get install -y -q --allow-change-held-packages kubelet"
     )
     assert (box.root / "etc/apt/sources.list.d/kubernetes.list").read_text() == (
         "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] "
@@ -235,6 +235,36 @@ def test_running_the_self_join_twice_converges(make_box: Callable[..., Box], fle
     assert not [c for c in second_calls if "systemctl restart" in c]
     assert not [c for c in second_calls if c.startswith("install ")]
     assert (box.root / "etc/fstab").read_text().count("/data/kubelet /var/lib/kubelet") == 1
+
+
+def test_a_rejoin_with_a_new_cluster_dns_restarts_the_kubelet_once(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # The kubelet reads its config at start: a rewritten config.yaml (here clusterDNS, a REJOIN input)
+    # only takes effect through a restart, and an unchanged one must not cause one.
+    box = make_box(data_is_separate=True)
+    join(box, fleet_key)
+    log_length = len(box.calls())
+    rejoin = SelfJoinParams(**{**PARAMS.__dict__, "cluster_dns": "10.96.0.53"})
+    join(box, fleet_key, rejoin, sudo_password=None)
+    rejoin_calls = box.calls()[log_length:]
+    assert "10.96.0.53" in box_sh(box, fleet_key, "cat /var/lib/kubelet/config.yaml")
+    assert [c for c in rejoin_calls if c.startswith("systemctl restart")] == ["systemctl restart kubelet"]
+
+
+def test_a_rejoin_for_a_new_kubernetes_minor_moves_the_held_kubelet_and_restarts_it(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # The kubelet is held (apt-mark hold): apt refuses to move a held package unless told, as the
+    # box's apt does; the kubelet's repository follows the control plane's minor.
+    box = make_box(data_is_separate=True)
+    join(box, fleet_key)
+    log_length = len(box.calls())
+    bumped = SelfJoinParams(**{**PARAMS.__dict__, "kubernetes_minor": "v1.35"})
+    join(box, fleet_key, bumped, sudo_password=None)
+    rejoin_calls = box.calls()[log_length:]
+    assert "Version: 1.35.0-1.1" in box_sh(box, fleet_key, "dpkg -s kubelet")
+    assert [c for c in rejoin_calls if c.startswith("systemctl restart")] == ["systemctl restart kubelet"]
 
 
 def test_without_a_separate_data_filesystem_nothing_moves_to_data(
