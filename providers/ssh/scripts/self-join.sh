@@ -53,6 +53,14 @@ changed() {
   return 1
 }
 
+# apt as the join needs it: no questions (a changed conffile keeps the box's own copy), and a lock held
+# by someone else waited for, within the step's budget: a box reinstalled moments ago runs
+# unattended-upgrades at its first boot, exactly when the join runs.
+apt_get() {
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
+}
+
 # /data is its own filesystem (not a directory of /): then the kubelet and containerd roots live there.
 data_is_separate() {
   mountpoint -q /data && [ "$(findmnt -n -o SOURCE /data)" != "$(findmnt -n -o SOURCE /)" ]
@@ -216,15 +224,15 @@ as_root rm -f /etc/sysctl.d/*cilium* /etc/sysctl.d/*-cilium.conf
 as_root sysctl --system
 
 # 9.-11. containerd: Ubuntu's package, or the one a Robot box's post-install baked in with Kata.
-as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+apt_get update -q
 if [ "$CONTAINERD_SOURCE" = apt ]; then
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd
+  apt_get install -y -q apt-transport-https ca-certificates curl gpg containerd
   containerd_config=$(containerd config default)
   containerd_config=$(printf '%s\n' "$containerd_config" | sed -E \
     -e 's/SystemdCgroup = false/SystemdCgroup = true/' \
     -e '/\[plugins\."io\.containerd\.grpc\.v1\.cri"\.registry\]/,/config_path/ s|config_path = ""|config_path = "/etc/containerd/certs.d"|')
 else
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q apt-transport-https ca-certificates curl gpg
+  apt_get install -y -q apt-transport-https ca-certificates curl gpg
   if [ ! -f /etc/containerd/config.toml ]; then
     echo "self-join: CONTAINERD_SOURCE=preinstalled but /etc/containerd/config.toml is missing" >&2
     exit 1
@@ -257,14 +265,14 @@ curl -fsSL "https://pkgs.k8s.io/core:/stable:/${K8S_MINOR}/deb/Release.key" |
   as_root gpg --dearmor --batch --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
 printf 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/%s/deb/ /\n' \
   "$K8S_MINOR" | put /etc/apt/sources.list.d/kubernetes.list 0644
-as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+apt_get update -q
 
 # 13. The kubelet, held at this minor; it registers itself through the bootstrap token. A rejoin for a
 #     new kubernetes_minor moves the held package on purpose (apt refuses that unless told), and a new
 #     kubelet binary counts as a change: the running kubelet restarts onto it.
 kubelet_version() { dpkg -s kubelet 2>/dev/null | sed -n 's/^Version: //p' || true; }
 kubelet_before=$(kubelet_version)
-as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-change-held-packages kubelet
+apt_get install -y -q --allow-change-held-packages kubelet
 as_root apt-mark hold kubelet
 [ "$(kubelet_version)" = "$kubelet_before" ] || CHANGED+=(/usr/bin/kubelet)
 as_root systemctl daemon-reload

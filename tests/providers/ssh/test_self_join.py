@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -171,7 +172,9 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
 
     # 12-13. Keyring for the minor, update after adding the source, kubelet installed, held, enabled.
     assert index_of(calls, "curl -fsSL https://pkgs.k8s.io/core:/stable:/v1.34/deb/Release.key") < index_of(
-        calls, "apt-get install -y -q --allow-change-held-packages kubelet"
+        calls,
+        "apt-get -o DPkg::Lock::Timeout=120 -o Dpkg::Options::=--force-confdef "
+        "-o Dpkg::Options::=--force-confold install -y -q --allow-change-held-packages kubelet",
     )
     assert (box.root / "etc/apt/sources.list.d/kubernetes.list").read_text() == (
         "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] "
@@ -265,6 +268,18 @@ def test_a_rejoin_for_a_new_kubernetes_minor_moves_the_held_kubelet_and_restarts
     rejoin_calls = box.calls()[log_length:]
     assert "Version: 1.35.0-1.1" in box_sh(box, fleet_key, "dpkg -s kubelet")
     assert [c for c in rejoin_calls if c.startswith("systemctl restart")] == ["systemctl restart kubelet"]
+
+
+def test_a_dpkg_lock_held_at_the_first_boot_is_waited_for(make_box: Callable[..., Box], fleet_key: KeyPair):
+    # A box reinstalled moments ago runs unattended-upgrades, which holds dpkg's lock, exactly when the
+    # join runs; apt gives up at once unless told to wait. The box's apt shim reads the holder and
+    # when it lets go from the lock file (written before the session, so the box sees it).
+    box = make_box(data_is_separate=True)
+    lock = box.root / "var/lib/sim/dpkg-lock"
+    lock.write_text(f"unattended-upgr {int(time.time()) + 15}\n")
+    result = join(box, fleet_key)
+    assert "\nself-join: kura-us-east-1 configured\n" in result.output_tail
+    assert not lock.exists()  # apt got it once its holder let go
 
 
 def test_without_a_separate_data_filesystem_nothing_moves_to_data(
