@@ -11,7 +11,10 @@ Secrets reach the box on the session's stdin only: never in the command line (vi
 sshd logs) and never as environment variables of the exec request. The remote command is a fixed
 reader that takes one line per secret into shell variables, then runs the rest of stdin (the script):
 
-    bash -c 'IFS= read -r SUDO_PASSWORD && IFS= read -r BOOTSTRAP_TOKEN && source /dev/stdin'
+    bash -c 'IFS= read -r SUDO_PASSWORD && IFS= read -r BOOTSTRAP_TOKEN && eval "$(cat)"'
+
+`eval "$(cat)"`, not `source /dev/stdin`: macOS's /bin/bash is 3.2, whose `source` reads a pipe only as
+far as its size says, which for a pipe is whatever happens to be buffered (often nothing).
 
 No Pulumi import here: the dynamic providers call this.
 """
@@ -147,7 +150,7 @@ def run_script(
             raise ValueError(f"env_secrets key {name!r} is not a shell variable name (A-Z, 0-9, _)")
         if "\n" in value or "\r" in value:
             raise ValueError(f"env_secrets[{name!r}] contains a line break; secrets travel one per line")
-    reader = " && ".join([*(f"IFS= read -r {name}" for name in env_secrets), "source /dev/stdin"])
+    reader = " && ".join([*(f"IFS= read -r {name}" for name in env_secrets), 'eval "$(cat)"'])
     command = f"bash -c '{reader}'"
     stdin = "".join(f"{value}\n" for value in env_secrets.values()) + script
     pkey = load_private_key(private_key)
