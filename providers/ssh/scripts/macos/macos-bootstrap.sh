@@ -221,7 +221,9 @@ load() { # load LABEL PLIST [RELOAD]
 }
 guard_reload='' agent_reload=''
 if changed "$GUARD_PLIST" || changed "$LIBEXEC/sshguard-rearm.sh"; then guard_reload=reload; fi
-if changed "$AGENT_PLIST" || changed "$AGENT" || changed "$bootstrap_kubeconfig"; then agent_reload=reload; fi
+# The bootstrap kubeconfig is no trigger (as on Linux): each run brings a new token, the agent reads it
+# only until it holds its own certificate, and a reload ends the runner VMs the agent is running.
+if changed "$AGENT_PLIST" || changed "$AGENT"; then agent_reload=reload; fi
 load "$GUARD_LABEL" "$GUARD_PLIST" "$guard_reload"
 load "$AGENT_LABEL" "$AGENT_PLIST" "$agent_reload"
 
