@@ -125,10 +125,13 @@ unset BOOTSTRAP_TOKEN
 set -x
 
 printf '%s' "$CA_BUNDLE_B64" | base64 -d | put /etc/kubernetes/pki/ca.crt 0644
-# A new cluster CA (the box joins another cluster): the client certificate the kubelet holds was
-# signed by the old one and would still look valid to it, so it would never bootstrap again.
-if changed /etc/kubernetes/pki/ca.crt; then
+# A new cluster CA (the box joins another cluster), or another API server: the kubeconfig and client
+# certificate the kubelet holds name the old ones and would still look valid to it, so it would never
+# read the bootstrap kubeconfig again. Without them it bootstraps anew (and restarts, below).
+kubelet_server=$(as_root sed -n 's/^[[:space:]]*server:[[:space:]]*//p' /var/lib/kubelet/kubeconfig 2>/dev/null || true)
+if changed /etc/kubernetes/pki/ca.crt || { [ -n "$kubelet_server" ] && [ "$kubelet_server" != "$API_SERVER" ]; }; then
   as_root sh -c 'rm -f /var/lib/kubelet/kubeconfig /var/lib/kubelet/pki/kubelet-client-*.pem'
+  CHANGED+=(/var/lib/kubelet/kubeconfig)
 fi
 
 put /etc/modules-load.d/k8s.conf 0644 <<'EOF'
@@ -279,7 +282,7 @@ as_root systemctl daemon-reload
 # The bootstrap kubeconfig is no trigger: the kubelet reads it only until it holds its own certificate.
 if systemctl is-active --quiet kubelet; then
   if changed /etc/systemd/system/kubelet.service /var/lib/kubelet/config.yaml /etc/kubernetes/pki/ca.crt \
-    /usr/bin/kubelet; then
+    /usr/bin/kubelet /var/lib/kubelet/kubeconfig; then
     as_root systemctl restart kubelet
   fi
 fi

@@ -282,6 +282,28 @@ def test_a_dpkg_lock_held_at_the_first_boot_is_waited_for(make_box: Callable[...
     assert not lock.exists()  # apt got it once its holder let go
 
 
+def test_a_rejoin_for_another_api_server_makes_the_kubelet_bootstrap_anew(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # The kubelet's own kubeconfig (written by its TLS bootstrap) names the old server; while it holds
+    # it, it never reads the bootstrap kubeconfig that names the new one.
+    box = make_box(data_is_separate=True)
+    join(box, fleet_key)
+    own = "/var/lib/kubelet/kubeconfig"
+    written = f"clusters:\\n- cluster:\\n    server: {PARAMS.api_server}\\n"
+    box_sh(box, fleet_key, f"printf '{written}' | sudo tee {own}")
+    log_length = len(box.calls())
+    join(box, fleet_key, sudo_password=None)  # the same server: the kubelet keeps its kubeconfig
+    assert PARAMS.api_server in box_sh(box, fleet_key, f"sudo cat {own}")
+    moved = SelfJoinParams(**{**PARAMS.__dict__, "api_server": "https://cp2.staging.example.net:6443"})
+    join(box, fleet_key, moved, sudo_password=None)
+    rejoin_calls = box.calls()[log_length:]
+    assert box_sh(box, fleet_key, f"sudo test -e {own} && echo kept || echo gone").strip() == "gone"
+    bootstrap = box_sh(box, fleet_key, "sudo cat /var/lib/kubelet/bootstrap-kubeconfig")
+    assert "server: https://cp2.staging.example.net:6443" in bootstrap
+    assert [c for c in rejoin_calls if c.startswith("systemctl restart")] == ["systemctl restart kubelet"]
+
+
 def test_without_a_separate_data_filesystem_nothing_moves_to_data(
     make_box: Callable[..., Box], fleet_key: KeyPair
 ):
