@@ -141,7 +141,10 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     "public_ipv4": InputRule(Change.REJOIN, "the kubelet's --node-ip"),
     "provider_id": InputRule(Change.REJOIN, "the kubelet's --provider-id"),
     "kubernetes_minor": InputRule(Change.REJOIN, "the kubelet's apt repository must track the control plane"),
-    "api_server": InputRule(Change.REJOIN, "the kubelet's bootstrap kubeconfig names it"),
+    "api_server": InputRule(
+        Change.REJOIN,
+        "the kubelet's bootstrap kubeconfig names it; the kubelet drops its own and bootstraps anew",
+    ),
     "cluster_dns": InputRule(
         Change.REJOIN, "the kubelet's clusterDNS: every pod's resolv.conf names it; the kubelet restarts"
     ),
