@@ -11,8 +11,26 @@ set -euo pipefail
 # rendered into the line below by providers/ssh/robot_install.py. Every download is checked against
 # its sha256 before it is used.
 # @ARTIFACT_PINS@
-# The NIC that must not get DHCPv6 / router advertisements (implicit DHCPv6 left boxes unreachable).
-PUBLIC_NIC=enp3s0
+# The NIC that must not get DHCPv6 / router advertisements (implicit DHCPv6 left boxes unreachable), as
+# the installed system's netplan names it: models differ (enp3s0, enp41s0, eno1, ...), and a name that
+# is not the box's makes the fix silently do nothing.
+public_nic() {
+  local file nic
+  for file in /etc/netplan/01-netcfg.yaml /etc/netplan/*.yaml; do
+    [ -f "$file" ] || continue
+    nic=$(awk '/^  ethernets:/ { on = 1; next } /^  [^ ]/ { on = 0 }
+               on && /^    [A-Za-z0-9._-]+:[[:space:]]*$/ { sub(/:.*/, "", $1); print $1; exit }' "$file")
+    if [ -n "$nic" ]; then
+      printf '%s\n' "$nic"
+      return 0
+    fi
+  done
+}
+PUBLIC_NIC=$(public_nic)
+if [ -z "$PUBLIC_NIC" ]; then
+  echo "robot-postinstall: no ethernet interface in /etc/netplan; cannot turn DHCPv6 off on the public NIC" >&2
+  exit 1
+fi
 
 for pin in RUNC_URL RUNC_SHA256 CONTAINERD_URL CONTAINERD_SHA256 KATA_STATIC_URL; do
   if [ -z "${!pin:-}" ]; then

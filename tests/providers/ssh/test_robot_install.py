@@ -296,6 +296,21 @@ def test_post_install_bakes_containerd_2_and_kata_and_the_self_join_keeps_them(
     assert "--provider-id=hrobot://2345678" in unit
 
 
+def test_post_install_turns_dhcp6_off_on_the_nic_the_installed_system_names(
+    make_box: Callable[..., Box], fleet_key: KeyPair, served: ArtifactServer
+) -> None:
+    # Hetzner's models name their NIC differently; installimage writes the real name into 01-netcfg.
+    box = make_box(user="root", sudo_password=None)
+    (box.root / "etc/netplan/01-netcfg.yaml").write_text(
+        "### Hetzner Online GmbH installimage\nnetwork:\n  version: 2\n  renderer: networkd\n"
+        "  ethernets:\n    enp41s0:\n      addresses:\n        - 203.0.113.5/32\n"
+    )
+    sh(box, fleet_key, render_postinstall(served.pins()), step="robot post-install")
+    assert (box.root / "etc/netplan/99-tuist-disable-dhcp6.yaml").read_text() == (
+        "network:\n  version: 2\n  ethernets:\n    enp41s0:\n      dhcp6: false\n      accept-ra: false\n"
+    )
+
+
 def test_installimage_config_renders_raid1_on_the_pair() -> None:
     config = render_installimage_config(
         drive1="/dev/nvme0n1", drive2="/dev/nvme1n1", hostname="tuist-bm-staging-1"
