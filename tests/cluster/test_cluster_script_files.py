@@ -14,23 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.test_cluster_script import _functions as shell_functions
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
 PORT_VARS = ("ETCD_PORT", "ETCD_PEER_PORT", "APISERVER_PORT", "CONTROLLER_MANAGER_PORT", "SCHEDULER_PORT")
 
 
 def _functions(*names: str) -> str:
-    """The named shell functions (and PORT_VARS) of cluster.sh as its text has them (the script itself
-    runs on load)."""
+    """The named shell functions of cluster.sh, and its PORT_VARS, as its text has them (the script
+    itself runs on load)."""
     text = CLUSTER_SH.read_text()
     start = text.index("\nPORT_VARS=(") + 1
-    out = [text[start : text.index("\n", start) + 1]]
-    for name in names:
-        start = text.index(f"\n{name}() {{") + 1
-        first_line = text[start : text.index("\n", start) + 1]
-        end = start + len(first_line) if first_line.rstrip().endswith("}") else text.index("\n}\n", start) + 3
-        out.append(text[start:end])
-    return "".join(out)
+    return text[start : text.index("\n", start) + 1] + shell_functions(*names)
 
 
 def _bash(script: str, path: str | None = None) -> subprocess.CompletedProcess[str]:

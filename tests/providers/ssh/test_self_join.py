@@ -240,19 +240,23 @@ def test_running_the_self_join_twice_converges(make_box: Callable[..., Box], fle
     assert (box.root / "etc/fstab").read_text().count("/data/kubelet /var/lib/kubelet") == 1
 
 
+def rejoin_restarts(box: Box, fleet_key: KeyPair, **change: str) -> list[str]:
+    """Join, then join again with `change` to the parameters: the services the rejoin restarted."""
+    join(box, fleet_key)
+    log_length = len(box.calls())
+    join(box, fleet_key, SelfJoinParams(**{**PARAMS.__dict__, **change}), sudo_password=None)
+    return [c for c in box.calls()[log_length:] if c.startswith("systemctl restart")]
+
+
 def test_a_rejoin_with_a_new_cluster_dns_restarts_the_kubelet_once(
     make_box: Callable[..., Box], fleet_key: KeyPair
 ):
     # The kubelet reads its config at start: a rewritten config.yaml (here clusterDNS, a REJOIN input)
     # only takes effect through a restart, and an unchanged one must not cause one.
     box = make_box(data_is_separate=True)
-    join(box, fleet_key)
-    log_length = len(box.calls())
-    rejoin = SelfJoinParams(**{**PARAMS.__dict__, "cluster_dns": "10.96.0.53"})
-    join(box, fleet_key, rejoin, sudo_password=None)
-    rejoin_calls = box.calls()[log_length:]
+    restarts = rejoin_restarts(box, fleet_key, cluster_dns="10.96.0.53")
     assert "10.96.0.53" in box_sh(box, fleet_key, "cat /var/lib/kubelet/config.yaml")
-    assert [c for c in rejoin_calls if c.startswith("systemctl restart")] == ["systemctl restart kubelet"]
+    assert restarts == ["systemctl restart kubelet"]
 
 
 def test_a_rejoin_for_a_new_kubernetes_minor_moves_the_held_kubelet_and_restarts_it(
@@ -261,13 +265,9 @@ def test_a_rejoin_for_a_new_kubernetes_minor_moves_the_held_kubelet_and_restarts
     # The kubelet is held (apt-mark hold): apt refuses to move a held package unless told, as the
     # box's apt does; the kubelet's repository follows the control plane's minor.
     box = make_box(data_is_separate=True)
-    join(box, fleet_key)
-    log_length = len(box.calls())
-    bumped = SelfJoinParams(**{**PARAMS.__dict__, "kubernetes_minor": "v1.35"})
-    join(box, fleet_key, bumped, sudo_password=None)
-    rejoin_calls = box.calls()[log_length:]
+    restarts = rejoin_restarts(box, fleet_key, kubernetes_minor="v1.35")
     assert "Version: 1.35.0-1.1" in box_sh(box, fleet_key, "dpkg -s kubelet")
-    assert [c for c in rejoin_calls if c.startswith("systemctl restart")] == ["systemctl restart kubelet"]
+    assert restarts == ["systemctl restart kubelet"]
 
 
 def test_a_dpkg_lock_held_at_the_first_boot_is_waited_for(make_box: Callable[..., Box], fleet_key: KeyPair):
