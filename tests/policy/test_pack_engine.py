@@ -132,8 +132,8 @@ def _broken_dev_config(project: Path, stack: str) -> None:
     config["tuist-infra:failover_ips"] = [
         f for f in config["tuist-infra:failover_ips"] if f["fleet"] != "kura-dedibox"
     ]
-    # The peer demux moved off the public peer port.
-    config["tuist-infra:kura"]["peer_port"] = 8443
+    # (A demux off the public peer port is config's to refuse now, kura.peer_port: tests/config/bad/117;
+    # the pack's peer-demux-sni-passthrough-7443 still fires on the breaks fixture's demux.)
     # The runner pool leaves its floor and cooldown to the CRD defaults.
     config["tuist-infra:runner_pools"][0]["autoscaling"] = {"enabled": True, "max_replicas": 8}
     (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(stack_file, sort_keys=False))
@@ -155,7 +155,6 @@ def test_a_config_that_breaks_the_invariants_fails_with_each_policy_s_message(pr
         "no-load-balancer-on-bare-metal": (
             "Service kura-gateway-eu-central in region eu-central is type LoadBalancer"
         ),
-        "peer-demux-sni-passthrough-7443": "the demux listens on 8443, not 7443 (the public peer port)",
         "runner-pool-autoscaling-explicit": (
             "RunnerPool linux: spec.autoscaling leaves minWarmPoolFloor, "
             "scaleDownCooldownSeconds to the CRD default"
