@@ -25,6 +25,7 @@ __all__ = [
     "metadata",
     "pool_node_selector",
     "pool_taints",
+    "pool_toleration_dicts",
     "pool_tolerations",
     "region_labels",
 ]
@@ -76,17 +77,25 @@ def pool_taints(fleet: Fleet) -> list[dict[str, str]]:
     return node_taints(fleet.vendor, own)
 
 
-def pool_tolerations(fleet: Fleet) -> list[k8s.core.v1.TolerationArgs]:
+def pool_toleration_dicts(fleet: Fleet) -> list[dict[str, str]]:
     """One toleration per taint of the pool's Nodes (pool_taints), matching key, value and effect
-    exactly: a region's pods run on its pool whatever vendor it is on."""
+    exactly, as a pod spec (or a controller's settings) has it: a pool's pods run on it whatever
+    vendor it is on."""
+    return [
+        {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
+        if t["value"]
+        else {"key": t["key"], "operator": "Exists", "effect": t["effect"]}
+        for t in pool_taints(fleet)
+    ]
+
+
+def pool_tolerations(fleet: Fleet) -> list[k8s.core.v1.TolerationArgs]:
+    """pool_toleration_dicts, typed for a pod spec the program writes."""
     return [
         k8s.core.v1.TolerationArgs(
-            key=t["key"],
-            operator="Equal" if t["value"] else "Exists",
-            value=t["value"] or None,
-            effect=t["effect"],
+            key=t["key"], operator=t["operator"], value=t.get("value"), effect=t["effect"]
         )
-        for t in pool_taints(fleet)
+        for t in pool_toleration_dicts(fleet)
     ]
 
 

@@ -26,7 +26,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.failover_watcher import failover_namespace
-from components.k8s import MANAGED_BY, child_options, pool_node_selector, pool_taints
+from components.k8s import MANAGED_BY, child_options, pool_node_selector, pool_toleration_dicts
 from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
 
 __all__ = [
@@ -72,11 +72,7 @@ class RegionPlacement:
 
 def _region_settings(p: RegionPlacement, kura: Kura, environment: Environment) -> dict[str, Any]:
     region, fleet = p.region, p.fleet
-    tolerations = [
-        {"key": t["key"], "operator": "Equal" if t["value"] else "Exists", "effect": t["effect"]}
-        | ({"value": t["value"]} if t["value"] else {})
-        for t in pool_taints(fleet)
-    ]
+    tolerations = pool_toleration_dicts(fleet)
     private = (
         {
             # A private region (the reference's scw-fr-par-runners): never offered to accounts, reached

@@ -39,7 +39,6 @@ from demux.routes import ROUTES_KEY, RouteSettings, render_demux_config
 __all__ = [
     "CONFIG_HASH_ANNOTATION",
     "DEMUX_CONNECTION_DRAIN_SECONDS",
-    "DEMUX_PORT",
     "PeerDemux",
     "PeerDemuxArgs",
     "demux_config",
@@ -50,7 +49,6 @@ __all__ = [
     "routes_name",
 ]
 
-DEMUX_PORT = 7443
 CONFIG_HASH_ANNOTATION = "tuist.dev/peer-demux-config-hash"
 RELOAD_SCRIPT = Path(__file__).resolve().parent.parent / "demux" / "nginx-reload.sh"
 FAILOVER_ADDRESS_SCRIPT = RELOAD_SCRIPT.with_name("failover-address.sh")

@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import MANAGED_BY, pool_node_selector, pool_taints
+from components.k8s import MANAGED_BY, pool_node_selector, pool_toleration_dicts
 from config import models
 
 RUNNER_POOL_GROUP = "tuist.dev"
@@ -81,13 +81,8 @@ def autoscaling_spec(autoscaling: models.Autoscaling) -> dict[str, Any]:
 
 def runner_tolerations(fleet: models.Fleet) -> list[dict[str, str]]:
     """Every taint the fleet's Nodes carry (its own and the runner tier's, components/k8s.py
-    pool_taints), tolerated exactly: a runner fleet with a taint of its own still runs its pods."""
-    tolerations = [
-        {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
-        if t["value"]
-        else {"key": t["key"], "operator": "Exists", "effect": t["effect"]}
-        for t in pool_taints(fleet)
-    ]
+    pool_toleration_dicts), tolerated exactly: a runner fleet with a taint of its own still runs its pods."""
+    tolerations = pool_toleration_dicts(fleet)
     if not any(t["key"] == RUNNER_TIER_TAINT_KEY for t in tolerations):
         tolerations.append(dict(RUNNER_TIER_TOLERATION))
     return tolerations

@@ -454,6 +454,8 @@ class Region(Strict):
 
 
 # The peer demux's roll timings outside dev (docs/peer-demux.md, "A roll keeps the peer plane").
+# Seed 000's public peer endpoint: every Kura node dials it, and the demux listens there.
+PEER_PORT = 7443
 DEMUX_DRAIN_SECONDS = 60
 DEMUX_MIN_READY_SECONDS = 30
 
@@ -470,7 +472,7 @@ class Kura(Strict):
     runtime_image: ImageRepository = "ghcr.io/tuist/kura"
     runtime_image_tag: str = Field(min_length=1)
     controller_image: str = Field(min_length=1)
-    peer_port: int = 7443
+    peer_port: int = PEER_PORT
     bootstrap_tmp_dir_max_bytes: int = Field(default=8 * 1024**3, gt=0)
     bootstrap_max_concurrent_peers: int = Field(default=4, gt=0)
     bootstrap_artifact_concurrency: int = Field(default=16, gt=0)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, StrictBool, TypeAdapter, ValidationError
 from config.models import (
     DEMUX_DRAIN_SECONDS,
     DEMUX_MIN_READY_SECONDS,
+    PEER_PORT,
     AppleSiliconAccount,
     Cluster,
     ControlPlaneFirewallConfig,
@@ -49,7 +50,6 @@ from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 from providers.vendor import FAILOVER_IP_VENDORS, MARKER_LIMITS, marker_problem
 
 KURA_ZONE = "kura.tuist.dev"
-PEER_PORT = 7443
 # The policy pack refuses the same tags (policy/tuist_policy/images.py; a test holds them equal).
 FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly", "stable", "dev", "head"})
 OVH_ENDPOINT_KEYS = ("ovh-eu", "ovh-ca", "ovh-us")
