@@ -60,8 +60,8 @@ def failover_namespace(kura_namespace: str) -> str:
 
 def robot_failover_watchers(regions: Sequence[Region], failover_ips: Sequence[FailoverIP]) -> int:
     """How many of the stack's watchers poll Robot: one per region whose failover IP is a routed Robot
-    IP. They share the account's hourly GET /failover/{ip} budget, so each one polls that much slower
-    (watcher/__main__.py, docs/vendor-behaviour.md section 5). At least 1."""
+    IP. They share the account's hourly GET /failover/{ip} budget, so each one reads its route that
+    much less often (watcher/__main__.py, docs/vendor-behaviour.md section 5). At least 1."""
     by_name = {fip.name: fip for fip in failover_ips}
     robot = [
         region.id

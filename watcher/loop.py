@@ -38,6 +38,14 @@ KUBE_TIMEOUT = (5, 30)
 POLL_BUDGET_SECONDS = 120.0
 
 
+class _NotDue(Exception):
+    """No route is known and the vendor may not be read yet (its request budget)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"next vendor read in {seconds:.0f}s")
+        self.seconds = seconds
+
+
 class Mover(Protocol):
     """The vendor failover API (providers.vendor.VendorClient implements it)."""
 
@@ -58,7 +66,13 @@ class WatcherSettings:
     region: str
     node_pool: str
     namespace: str = "kura"
+    # How often the loop reads Kubernetes (nodes, demux pods): cheap, and what a move waits for.
     poll_seconds: float = 30.0
+    # The shortest time between two reads of the vendor's route (Robot: what half its hourly budget
+    # for GET /failover/{ip} allows; 0: every poll). Between reads the loop decides on the route it
+    # last read or last set by its own move, so a demux going unready is acted on within
+    # `confirm_polls` Kubernetes polls, not within one budget-limited vendor read.
+    route_read_seconds: float = 0.0
     confirm_polls: int = 2
     # After a vendor's request budget ran out (Robot's hourly limits), the next read waits this long
     # rather than spend what refills on more refusals.
@@ -122,14 +136,39 @@ def kube_listers(core_v1: Any, settings: WatcherSettings) -> tuple[NodeLister, P
 
 class FailoverWatcher:
     def __init__(
-        self, settings: WatcherSettings, list_nodes: NodeLister, list_pods: PodLister, mover: Mover
+        self,
+        settings: WatcherSettings,
+        list_nodes: NodeLister,
+        list_pods: PodLister,
+        mover: Mover,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self._list_nodes = list_nodes
         self._list_pods = list_pods
         self._mover = mover
+        self._clock = clock
         self._confirmer = MoveConfirmer(settings.confirm_polls)
         self._rate_limited = False
+        # The route as last read from the vendor or set by this loop's own move, in a 1-tuple since
+        # an unrouted IP reads None; None: unknown.
+        self._route: tuple[str | None] | None = None
+        self._route_read_at: float | None = None  # when the vendor was last asked (answered or not)
+
+    def _current_route(self) -> str | None:
+        """The box the IP routes to: the vendor's answer when a read is due, else the route known.
+        Raises _NotDue when no route is known (a read or a move failed) and no read is due yet."""
+        now = self._clock()
+        last = self._route_read_at
+        if last is not None and now - last < self.settings.route_read_seconds:
+            if self._route is None:
+                raise _NotDue(self.settings.route_read_seconds - (now - last))
+            return self._route[0]
+        # A refused or failed read spent a request too: the next one waits its turn all the same.
+        self._route_read_at, self._route = now, None
+        route = self._mover.failover_target(self.settings.ip)
+        self._route = (route,)
+        return route
 
     def poll_once(self) -> Decision | None:
         """One observation. Returns the decision, or None when a read failed (nothing changes)."""
@@ -138,7 +177,10 @@ class FailoverWatcher:
         try:
             nodes = self._list_nodes()
             pods = self._list_pods()
-            current = self._mover.failover_target(ip)
+            current = self._current_route()
+        except _NotDue as wait:
+            log.info("failover %s: route unknown (a read or move failed): %s", ip, wait)
+            return None
         except RateLimitError as exc:
             # Not evidence of anything either; the message names the budget that ran out.
             self._rate_limited = True
@@ -147,7 +189,7 @@ class FailoverWatcher:
             )
             return None
         except Exception as exc:
-            # A failed read is not evidence a box died: keep the route and retry next poll.
+            # A failed read is not evidence a box died: keep the route and read again when due.
             log.warning("failover %s: read failed, keeping the current route: %s", ip, exc)
             return None
         decision = decide(current, nodes, pods)
@@ -177,9 +219,18 @@ class FailoverWatcher:
                 )
                 return decision
             except Exception as exc:
-                log.error("failover %s: move to %s failed, retrying next poll: %s", ip, decision.target, exc)
+                # The move may have happened all the same (an answer lost): the route is unknown
+                # until the vendor is read again, and the move is retried only after that read.
+                self._route = None
+                log.error(
+                    "failover %s: move to %s failed, retrying after the next vendor read: %s",
+                    ip,
+                    decision.target,
+                    exc,
+                )
                 return decision
             log.info("failover %s: moved to %s (%s): %s", ip, decision.target, decision.node, decision.reason)
+            self._route = (decision.target,)
             self._confirmer.reset()
         return decision
 

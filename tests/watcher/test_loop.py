@@ -8,6 +8,7 @@ through the kubernetes client as it does in its pod.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -381,7 +382,9 @@ def test_a_spent_request_budget_keeps_the_route_alerts_and_pauses(
     assert w.next_wait() == healthy.settings.poll_seconds
 
 
-def test_robot_watcher_polls_no_faster_than_half_the_budget_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_robot_watcher_reads_its_route_no_faster_than_half_the_budget_allows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import watcher.__main__ as watcher_main
 
     for key, value in {
@@ -389,17 +392,79 @@ def test_robot_watcher_polls_no_faster_than_half_the_budget_allows(monkeypatch: 
         "FAILOVER_VENDOR": "robot",
         "REGION": "us-east",
         "NODE_POOL": "kura-us-east",
-        "POLL_SECONDS": "30",
+        "POLL_SECONDS": "5",
     }.items():
         monkeypatch.setenv(key, value)
-    assert watcher_main.settings_from_env().poll_seconds == 72.0
+    # Kubernetes every poll as asked; Robot's GET /failover/{ip} once every 72 s per watcher.
+    settings = watcher_main.settings_from_env()
+    assert (settings.poll_seconds, settings.route_read_seconds) == (5.0, 72.0)
     monkeypatch.setenv("ROBOT_FAILOVER_WATCHERS", "2")
-    assert watcher_main.settings_from_env().poll_seconds == 144.0
+    assert watcher_main.settings_from_env().route_read_seconds == 144.0
     monkeypatch.setenv("FAILOVER_VENDOR", "ovh")
-    assert watcher_main.settings_from_env().poll_seconds == 30.0
+    settings = watcher_main.settings_from_env()
+    assert (settings.poll_seconds, settings.route_read_seconds) == (5.0, 0.0)
     monkeypatch.setenv("POLL_SECONDS", "soon")
     with pytest.raises(SystemExit, match=r"POLL_SECONDS='soon' is not a number"):
         watcher_main.settings_from_env()
+
+
+@dataclass
+class Clock:
+    t: float = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def budgeted(cluster: KubeCluster, region: Region, mover: RecordingMover, clock: Clock) -> FailoverWatcher:
+    """A watcher as a Robot region's: Kubernetes every 5 s, the vendor's route every 72 s."""
+    settings = dataclasses.replace(region.settings, poll_seconds=5, route_read_seconds=72)
+    list_nodes, list_pods = kube_listers(k8s.CoreV1Api(cluster.api), settings)
+    return FailoverWatcher(settings, list_nodes, list_pods, mover, clock=clock)
+
+
+def test_a_budgeted_watcher_leaves_a_failing_box_within_two_kubernetes_polls(
+    kube_cluster: KubeCluster, healthy: Region
+) -> None:
+    """The demux drains for 60 s once it goes unready; a vendor read every 72 s could miss all of it.
+    The watcher decides on the route it knows between reads, and knows where its own move put the IP."""
+    clock, mover = Clock(), RecordingMover(BOX[A])
+    w = budgeted(kube_cluster, healthy, mover, clock)
+
+    def poll_at(t: float) -> Action | None:
+        clock.t = t
+        decision = w.poll_once()
+        return decision.action if decision else None
+
+    assert [poll_at(t) for t in (0, 5, 10)] == [Action.KEEP] * 3
+    assert mover.calls == [("failover_target", IP)]  # one vendor read, three Kubernetes reads
+    make_unready(kube_cluster, healthy, A)
+    assert [poll_at(t) for t in (15, 20, 25)] == [Action.MOVE, Action.MOVE, Action.KEEP]
+    assert mover.calls == [("failover_target", IP), ("move_failover", IP, BOX[B])]
+    # The route is read again once the budget allows, and agrees with the move.
+    assert poll_at(72) is Action.KEEP
+    assert mover.calls[2:] == [("failover_target", IP)]
+
+
+def test_a_budgeted_watcher_retries_a_failed_move_after_its_next_vendor_read(
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed move may have happened all the same: the route is unknown until the vendor is read,
+    and that read waits its turn, so a vendor refusing moves is not asked every 5 s."""
+    kube_cluster.core.patch_node(A, {"spec": {"unschedulable": True}})
+    clock, mover = Clock(), RecordingMover(BOX[A], fail_moves=1)
+    w = budgeted(kube_cluster, healthy, mover, clock)
+    w.poll_once()
+    assert mover.calls == [("failover_target", IP), ("move_failover", IP, BOX[B])]
+    clock.t = 5
+    with caplog.at_level(logging.INFO, logger="watcher"):
+        assert w.poll_once() is None
+    assert f"failover {IP}: route unknown (a read or move failed): next vendor read in 67s" in caplog.messages
+    assert len(mover.calls) == 2
+    clock.t = 72
+    w.poll_once()
+    assert mover.calls[2:] == [("failover_target", IP), ("move_failover", IP, BOX[B])]
+    assert mover.route == BOX[B]
 
 
 def test_the_loop_promises_its_next_heartbeat_before_each_poll_and_each_wait(tmp_path: Any) -> None:
