@@ -427,6 +427,11 @@ def test_launchctl_and_pfctl_keep_state_as_macos_does(mac_box: tuple[Served, Box
         == "1/1 addresses added.\n"
     )
     assert root("pfctl -a com.apple/tuist.sshguard -t bruteforce -T show")[1] == "   203.0.113.9\n"
+    # -T expire N deletes what went in at least N seconds ago.
+    expire = "pfctl -a com.apple/tuist.sshguard -t bruteforce -T expire"
+    assert root(f"{expire} 3600")[2] == "0/1 addresses expired.\n"
+    assert root(f"{expire} 0")[2] == "1/1 addresses expired.\n"
+    assert root("pfctl -a com.apple/tuist.sshguard -t bruteforce -T show")[1] == ""
     assert root("pfctl -e")[2] == "pf enabled\n"
     assert root("pfctl -e")[::2] == (1, "pfctl: pf already enabled\n")
     bad = root("printf 'pass in all\\nallow ssh\\n' > /tmp/bad.conf && pfctl -a com.apple/x -f /tmp/bad.conf")
@@ -435,6 +440,46 @@ def test_launchctl_and_pfctl_keep_state_as_macos_does(mac_box: tuple[Served, Box
         "",
         "/tmp/bad.conf:2: syntax error\npfctl: Syntax error in config file: pf rules not loaded\n",
     )
+
+
+def test_the_sshguard_rearm_lets_go_of_sources_blocked_an_hour_ago(
+    mac_box: tuple[Served, BoxFarm, int, Path],
+) -> None:
+    """providers/ssh/scripts/macos/sshguard-rearm.sh, run by launchd every minute on the Mac: a source
+    `overload` put in <sshguard> is dropped for an hour, not for good."""
+    _, farm, port, key = mac_box
+    scripts = REPO / "providers/ssh/scripts/macos"
+
+    def root(command: str, stdin: str = "") -> tuple[int, str, str]:
+        done = ssh(
+            port, key, f"sudo -S -p '' bash -c {command!r}", user="m1", stdin="prep-sudo-pass\n" + stdin
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    rules = (scripts / "sshguard.pf").read_text().replace("__SSH_PORT__", "22")
+    assert root("cat > /etc/pf.anchors/tuist.sshguard", stdin=rules)[0] == 0
+    rearm = (scripts / "sshguard-rearm.sh").read_text()
+    assert root("bash -s", stdin=rearm) == (
+        0,
+        "sshguard: com.apple/tuist.sshguard reloaded from /etc/pf.anchors/tuist.sshguard\n"
+        "sshguard: pf enabled\n",
+        "",
+    )
+    table = "pfctl -a com.apple/tuist.sshguard -t sshguard"
+    assert root(f"{table} -T add 198.51.100.7 203.0.113.9")[0] == 0
+    # 198.51.100.7 went in an hour ago (pf's own record of it, as the simulator keeps it).
+    times = (
+        farm.info(f"mac-{MAC1}").sandbox_root
+        / "var/lib/sim/pf/table-times/com.apple%tuist.sshguard%%sshguard"
+    )
+    lines = times.read_text().splitlines()
+    times.write_text(
+        "".join(f"{a} {int(t) - 3600 if a == '198.51.100.7' else t}\n" for a, t in map(str.split, lines))
+    )
+    assert root("bash -s", stdin=rearm) == (0, "sshguard: 1/2 addresses expired.\n", "")
+    assert root(f"{table} -T show")[1] == "   203.0.113.9\n"
+    # Nothing to let go of: nothing said.
+    assert root("bash -s", stdin=rearm) == (0, "", "")
 
 
 def test_a_reinstall_lays_down_the_new_macos_and_wipes_launchd_and_pf(
