@@ -33,6 +33,8 @@ MACHINE_PROVIDER_RULES: list[tuple[str, list[str], list[str]]] = [
     (CLAIM_GROUP, [f"{CLAIM_PLURAL}/status"], ["update"]),
     # Leaving: cordon, relabel (NodeLabels), delete the Node; read (refresh) and list (import).
     ("", ["nodes"], ["get", "list", "patch", "delete"]),
+    # NodeLabels: the Node's extended resources (its egress budget) live in its status.
+    ("", ["nodes/status"], ["patch"]),
     # Drain: the pods on the Node, evicted through the Eviction API (PodDisruptionBudgets apply).
     ("", ["pods"], ["list"]),
     ("", ["pods/eviction"], ["create"]),

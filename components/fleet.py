@@ -20,7 +20,7 @@ import pulumi
 
 from config.models import Cluster, Environment, Fleet
 from providers.machine import AdoptedMachine, MachineClaim, NodeLabels
-from providers.machine.spec import node_labels, node_taints
+from providers.machine.spec import node_capacity, node_labels, node_taints
 
 FLEET_TYPE = "tuist:fleet:BareMetalFleet"
 CLAIM_TYPE = "pulumi-python:dynamic/machine:MachineClaim"
@@ -118,6 +118,7 @@ def label_props(args: BareMetalFleetArgs) -> dict[str, Any]:
     return {
         "labels": node_labels(fleet.vendor, fleet.name, fleet.node_pool, fleet.labels),
         "taints": node_taints(fleet.vendor, _taints(fleet)),
+        "capacity": node_capacity(fleet.vendor, fleet.egress_budget_mbps),
         "api_server": args.cluster.api_server,
     }
 

@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 from components.failover_watcher import failover_namespace
 from components.k8s import MANAGED_BY, child_options, pool_node_selector, pool_toleration_dicts
 from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
+from providers.machine.spec import EGRESS_MBPS_RESOURCE
 
 __all__ = [
     "CONTROLLER_LEASE_NAME",
@@ -46,7 +47,8 @@ __all__ = [
 CONTROLLER_NAME = "kura-controller"
 CONTROLLER_LEASE_NAME = "kura-controller.tuist.dev"
 KURA_GROUP = "kura.tuist.dev"
-EGRESS_FLOOR_RESOURCE = "tuist.dev/egress-mbps"
+# Requested per pod (its floor), advertised per Node (the fleet's budget: components/fleet.py).
+EGRESS_FLOOR_RESOURCE = EGRESS_MBPS_RESOURCE
 EGRESS_BANDWIDTH_ANNOTATION = "kubernetes.io/egress-bandwidth"
 LABELS = {
     "app.kubernetes.io/name": CONTROLLER_NAME,

@@ -377,7 +377,10 @@ class Fleet(Strict):
     # Box ids this fleet lets go (docs/runbook.md: rotate a box out): a slot holding one is released
     # (reinstalled) and claims another box in the same up; no claim takes one.
     excluded_boxes: list[BoxId] = Field(default_factory=list)
-    egress_budget_mbps: int | None = Field(default=None, gt=0)
+    # The egress each box's Node advertises as `tuist.dev/egress-mbps` (Mbit/s); every Kura pod requests
+    # its region's floor of it, so no box takes more accounts than its NIC holds. 1000: the public
+    # bandwidth OVH, Dedibox and Hetzner guarantee their boxes by default; raise it for a faster link.
+    egress_budget_mbps: int = Field(default=1000, gt=0)
     # Robot fleets only (their boxes are installed by the program); None: the defaults.
     install_artifacts: InstallArtifacts | None = None
     # Elastic Metal fleets only: the Private Network every box joins as VLAN pn0.

@@ -629,6 +629,12 @@ def region_rules(view: View) -> Iterator[Problem]:
                 ("regions", i, "egress_floor_mbps"),
                 f"{region.egress_floor_mbps} exceeds egress_burst_mbps {region.egress_burst_mbps}",
             )
+        if fleet is not None and region.egress_floor_mbps > fleet.egress_budget_mbps:
+            yield Problem(
+                ("regions", i, "egress_floor_mbps"),
+                f"{region.egress_floor_mbps} exceeds the egress_budget_mbps {fleet.egress_budget_mbps} of "
+                f"fleet {quote(fleet.name)}: no box of it could take one account's pod",
+            )
         if env is not None:
             want = expected_host(region.id, env)
             if region.host != want:

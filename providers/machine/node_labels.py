@@ -1,4 +1,5 @@
-"""NodeLabels: a machine's Node labels and taints after registration, as a resource of their own.
+"""NodeLabels: a machine's Node labels, taints and extended resources after registration, as a
+resource of their own.
 
 The kubelet registers the Node with the fleet's labels and taints (AdoptedMachine's join: nothing may
 schedule onto a box before its taints exist). Every later edit flows through this resource, so a label
@@ -9,6 +10,13 @@ removed; labels and taints others put on the Node (controllers, operators) stay.
 are one list in the API (no merge key), so they are read, edited and written back with the Node's
 resourceVersion as a precondition: a controller's taint (not-ready, unreachable) added in between
 makes the write fail with 409 and the edit is done again on the fresh Node.
+
+The Node's extended resources (`capacity`: the fleet's egress budget, which every Kura pod requests
+its floor of) exist only in the Node's status: no kubelet flag sets them, so they are patched there
+once the Node is registered, and again on every update. The kubelet keeps an extended resource it
+does not manage across its status updates and copies it to allocatable; a kubelet that starts on an
+empty state directory (a reinstalled box: a new Node) zeroes them, and the next join's NodeLabels
+advertises them again.
 
 Without a cluster (the dev stack) the resource only records the sets. delete leaves the Node alone:
 the machine's delete deletes it.
@@ -33,6 +41,7 @@ NODE_LABELS_INPUTS: dict[str, InputRule] = {
     "node_name": InputRule(Change.REPLACE, "another Node"),
     "labels": InputRule(Change.REJOIN, "the Node's labels are edited in place"),
     "taints": InputRule(Change.REJOIN, "the Node's taints are edited in place"),
+    "capacity": InputRule(Change.REJOIN, "the Node's extended resources are edited in place"),
     "api_server": InputRule(Change.RECORD, "where the Node is"),
     "resource_name": InputRule(Change.IGNORE, "names the resource in progress lines"),
     "urn": InputRule(Change.IGNORE, "where progress lines attach"),
@@ -59,7 +68,32 @@ def problems(props: Mapping[str, Any]) -> list[tuple[str, str]]:
         found.append(
             ("taints", f"must be a list of {{key, value, effect}} (effect one of {', '.join(TAINT_EFFECTS)})")
         )
+    capacity = props.get("capacity", {})
+    if not isinstance(capacity, Mapping) or not all(
+        isinstance(k, str) and "/" in k and isinstance(v, str) and v.isdigit() for k, v in capacity.items()
+    ):
+        found.append(("capacity", "must be a mapping of extended resource name (domain/name) to a count"))
     return found
+
+
+def advertise(api: Any, node: str, *, old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+    """Set the Node's extended resources to `new` (those of `old` it no longer has are removed);
+    False when there is no such Node (yet). Capacity and allocatable both: the scheduler reads
+    allocatable, which the kubelet otherwise fills in only at its next status update."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    if not old and not new:
+        return True
+    wanted: dict[str, str | None] = {key: None for key in old if key not in new}
+    wanted.update(new)
+    try:
+        k8s.CoreV1Api(api).patch_node_status(node, {"status": {"capacity": wanted, "allocatable": wanted}})
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise NodeLabelsError(f"patch the status of Node {node} failed (HTTP {error.status})") from None
+    return True
 
 
 def taint_dict(taint: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,33 +155,50 @@ class NodeLabelsProvider(_Stateless):
         found = table_diff(NODE_LABELS_INPUTS, olds, news)
         replaces = found[Change.REPLACE]
         changed = bool(replaces or found[Change.REJOIN] or found[Change.RECORD])
+        # A Node that was not registered when its extended resources were due gets them on the next up.
+        unadvertised = bool(news.get("api_server") and news.get("capacity") and olds.get("applied") is False)
+        changed = changed or unadvertised
         return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=False)
 
-    def _apply(self, props: dict[str, Any], old_labels: Mapping[str, str], old_taints: Sequence[Any]) -> bool:
+    def _apply(
+        self,
+        props: dict[str, Any],
+        old_labels: Mapping[str, str],
+        old_taints: Sequence[Any],
+        old_capacity: Mapping[str, str],
+    ) -> bool:
         if not props.get("api_server"):
             return False
+        api, node = self._config().kube_api(), str(props["node_name"])
         applied = relabel(
-            self._config().kube_api(),
-            str(props["node_name"]),
+            api,
+            node,
             old_labels=old_labels,
             new_labels=props["labels"],
             old_taints=old_taints,
             new_taints=props["taints"],
-        )
+        ) and advertise(api, node, old=old_capacity, new=props.get("capacity") or {})
         engine_link.progress(
             f"{props.get('resource_name')}: Node {props['node_name']} "
-            + ("relabelled" if applied else "not registered yet: it registers with these labels"),
+            + (
+                "relabelled"
+                if applied
+                else "not registered yet: it registers with these labels; the next up advertises its "
+                "extended resources"
+            ),
             props.get("urn"),
         )
         return applied
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        applied = self._apply(props, {}, [])
+        applied = self._apply(props, {}, [], {})
         outs = {k: v for k, v in props.items() if k != PROVIDER_KEY}
         return dyn.CreateResult(id_=str(props["node_name"]), outs={**outs, "applied": applied})
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        applied = self._apply(news, olds.get("labels") or {}, olds.get("taints") or [])
+        applied = self._apply(
+            news, olds.get("labels") or {}, olds.get("taints") or [], olds.get("capacity") or {}
+        )
         outs = {k: v for k, v in news.items() if k != PROVIDER_KEY}
         return dyn.UpdateResult(outs={**outs, "applied": applied})
 
@@ -159,7 +210,7 @@ class NodeLabelsProvider(_Stateless):
 
 
 class NodeLabels(DynamicResource, module="machine", name="NodeLabels"):
-    """The labels and taints of one machine's Node after registration."""
+    """The labels, taints and extended resources of one machine's Node after registration."""
 
     applied: pulumi.Output[bool]
 

@@ -402,6 +402,19 @@ def node_labels(vendor: Vendor, fleet: str, node_pool: str, labels: Mapping[str,
     return dict(sorted(result.items()))
 
 
+# The extended resource a box's Node advertises and each Kura pod requests its egress floor of
+# (kura-controller's pod_resource_requests): the scheduler then places no more accounts on a box than
+# its NIC's budget holds. Nothing else advertises it (in the reference, the CAPI provider did).
+EGRESS_MBPS_RESOURCE = "tuist.dev/egress-mbps"
+
+
+def node_capacity(vendor: Vendor, egress_budget_mbps: int) -> dict[str, str]:
+    """The extended resources a box's Node advertises: its egress budget. A Mac runs no Kura pod."""
+    if vendor is Vendor.APPLESILICON:
+        return {}
+    return {EGRESS_MBPS_RESOURCE: str(egress_budget_mbps)}
+
+
 def node_taints(vendor: Vendor, taints: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
     """The fleet's taints, and on Robot the runner-tier taint only runner pods tolerate."""
     result = [{"key": t["key"], "value": str(t.get("value") or ""), "effect": t["effect"]} for t in taints]

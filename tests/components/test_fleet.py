@@ -152,6 +152,11 @@ def test_each_slot_is_a_claim_a_machine_on_its_box_and_node_labels() -> None:
         "tuist.dev/region": "ca-east",
     }
     assert labels["taints"] == [{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}]
+    # What each Kura pod requests its region's floor of: the fleet's egress budget (default 1000).
+    assert labels["capacity"] == {"tuist.dev/egress-mbps": "1000"}
+    assert build(fleet_args(egress_budget_mbps=2500))[0].inputs[LABELS]["kura-ovh-0-labels"]["capacity"] == {
+        "tuist.dev/egress-mbps": "2500"
+    }
     # The fleet's SSH port reaches every claim and machine (the dev stack's boxes answer on 2222).
     dev = build(fleet_args(ssh_port=2222))[0]
     assert {m["ssh_port"] for kind in (CLAIM, MACHINE) for m in dev.inputs[kind].values()} == {2222}
@@ -219,6 +224,7 @@ def test_elastic_metal_machines_carry_the_private_network_and_macs_their_node_ag
     machine = recorder.inputs[MACHINE]["runners-macos-0"]
     claim = recorder.inputs[CLAIM]["runners-macos-0-claim"]
     assert machine["node_agent"] == {"url": agent.url, "sha256": "a" * 64, "registers_node": True}
+    assert recorder.inputs[LABELS]["runners-macos-0-labels"]["capacity"] == {}  # a Mac runs no Kura pod
     # A Mac's fleet defaults: reinstalled with the newest Tahoe, logged into as Scaleway's m1.
     assert (claim["os"], claim["ssh_user"], machine["ssh_user"]) == ("macos-tahoe", "m1", "m1")
 

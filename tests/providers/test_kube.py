@@ -21,8 +21,8 @@ import yaml
 from kubernetes import client as k8s
 
 from providers import kube
-from providers.machine.node_labels import relabel
-from tests.support.cluster import KubeCluster, Kubelet, wait_until
+from providers.machine.node_labels import advertise, relabel
+from tests.support.cluster import KubeCluster, Kubelet, node_ready, wait_until
 
 FLEET = "kube-tests"
 
@@ -422,6 +422,66 @@ def test_relabel_moves_the_fleets_labels_and_taints_and_keeps_everyone_elses(
     assert node.spec.unschedulable is True
     # A Node that is not there (yet): nothing to do, and said so.
     assert relabel(api, "kube-missing-1", old_labels={}, new_labels={}, old_taints=[], new_taints=[]) is False
+
+
+def test_advertise_gives_the_node_its_egress_budget_the_kubelet_keeps_and_the_scheduler_counts(
+    kube_cluster: KubeCluster, api: k8s.ApiClient, join: Callable[..., Kubelet]
+) -> None:
+    """Kura pods request their region's egress floor of tuist.dev/egress-mbps: without a Node that
+    advertises it, every one of them stays Pending."""
+    join("kube-egress-1", fleet=FLEET, labels={"node.cluster.x-k8s.io/pool": "kura-ovh"})
+    egress = "tuist.dev/egress-mbps"
+    assert advertise(api, "kube-egress-1", old={}, new={egress: "1000"})
+    node = kube_cluster.core.read_node("kube-egress-1")
+    # (The apiserver keeps quantities in canonical form: 1000 is "1k".)
+    assert (node.status.capacity[egress], node.status.allocatable[egress]) == ("1k", "1k")
+    # The kubelet's next status post keeps it (it manages cpu, memory, pods; not this): make it post by
+    # marking the Node's Ready condition as the node controller would, and wait for its answer.
+    kube_cluster.core.patch_node_status(
+        "kube-egress-1",
+        {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}},
+    )
+    wait_until("the kubelet's status post", lambda: node_ready(kube_cluster, "kube-egress-1"), timeout=90)
+    assert kube_cluster.core.read_node("kube-egress-1").status.allocatable[egress] == "1k"
+
+    # The scheduler places pods against it: 600 + 600 does not fit in 1000.
+    namespace = kube_cluster.namespace("egress")
+
+    def pod(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "kube-egress-1"},
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "kura:test",
+                        "resources": {"requests": {egress: "600"}, "limits": {egress: "600"}},
+                    }
+                ],
+            },
+        }
+
+    kube_cluster.core.create_namespaced_pod(namespace, pod("first"))
+    wait_until(
+        "the first pod bound",
+        lambda: kube_cluster.core.read_namespaced_pod("first", namespace).spec.node_name,
+    )
+    kube_cluster.core.create_namespaced_pod(namespace, pod("second"))
+
+    def unschedulable() -> str | None:
+        status = kube_cluster.core.read_namespaced_pod("second", namespace).status
+        return next((c.message for c in status.conditions or [] if c.reason == "Unschedulable"), None)
+
+    message = wait_until("the second pod refused", unschedulable)
+    assert f"Insufficient {egress}" in str(message)
+    assert kube_cluster.core.read_namespaced_pod("second", namespace).spec.node_name is None
+
+    # A budget the fleet no longer has is taken back; a Node that is not there (yet) is said so.
+    assert advertise(api, "kube-egress-1", old={egress: "1000"}, new={})
+    assert egress not in (kube_cluster.core.read_node("kube-egress-1").status.capacity or {})
+    assert advertise(api, "kube-missing-1", old={}, new={egress: "1000"}) is False
+    kube_cluster.delete_namespace(namespace)
 
 
 # --- the kubeconfig secret ------------------------------------------------------------------------------

@@ -242,7 +242,7 @@ def test_the_providers_do_their_whole_job_with_exactly_the_roles_the_program_def
     near that."""
     from components.claims_crd import BOOTSTRAP_TOKENS_ROLE, MACHINE_PROVIDER_ROLE, MachineClaimsCRD
     from providers import kube
-    from providers.machine.node_labels import relabel
+    from providers.machine.node_labels import advertise, relabel
     from tests.cluster.k8s_support import apply, can, rendered
 
     apply(
@@ -304,6 +304,9 @@ def test_the_providers_do_their_whole_job_with_exactly_the_roles_the_program_def
             api, node, old_labels={}, new_labels={"tuist.dev/tier": "gold"}, old_taints=[], new_taints=[]
         )
         assert crd.core.read_node(node).metadata.labels["tuist.dev/tier"] == "gold"
+        # NodeLabels' extended resources (the egress budget), through the status subresource.
+        assert advertise(api, node, old={}, new={"tuist.dev/egress-mbps": "1000"})
+        assert crd.core.read_node(node).status.allocatable["tuist.dev/egress-mbps"] == "1k"
         assert machines.read(f"ovh:{machine['box_id']}", machine).id == f"ovh:{machine['box_id']}"
         assert claims.read(f"ovh:{claim['box_id']}", claim).id == f"ovh:{claim['box_id']}"
         k8s.CoreV1Api(api).list_node()

@@ -253,3 +253,27 @@ def test_dev_placeholder_ca_is_stable_and_a_ca() -> None:
     assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
     assert dev_placeholder_ca.__wrapped__() == pem  # deterministic, not just cached
     assert DEV_API_SERVER.endswith(".invalid:6443")
+
+
+def test_node_labels_advertise_on_the_next_up_what_a_node_not_yet_registered_missed() -> None:
+    """NodeLabels created before its Node registered could not advertise the Node's extended resources
+    (no kubelet flag sets them): its next diff is a change until they are, with a cluster only."""
+    provider = NodeLabelsProvider()
+    props = {
+        "node_name": "kura-ovh-ns1",
+        "labels": {"node.cluster.x-k8s.io/pool": "kura-ovh"},
+        "taints": [],
+        "capacity": {"tuist.dev/egress-mbps": "1000"},
+        "api_server": "https://cp.staging.tuist.dev:6443",
+    }
+    assert provider.diff("kura-ovh-ns1", {**props, "applied": True}, props).changes is False
+    assert provider.diff("kura-ovh-ns1", {**props, "applied": False}, props).changes is True
+    # A Mac advertises nothing, and without a cluster there is no Node: nothing to catch up on.
+    mac = {**props, "capacity": {}}
+    assert provider.diff("kura-ovh-ns1", {**mac, "applied": False}, mac).changes is False
+    rendered = {**props, "api_server": None}
+    assert provider.diff("kura-ovh-ns1", {**rendered, "applied": False}, rendered).changes is False
+    # A new budget is an in-place edit of the Node.
+    raised = {**props, "capacity": {"tuist.dev/egress-mbps": "2500"}}
+    diff = provider.diff("kura-ovh-ns1", {**props, "applied": True}, raised)
+    assert (diff.changes, diff.replaces) == (True, [])

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"reflect"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -329,6 +330,16 @@ func (k *kubelet) getPodCIDR() string {
 func (k *kubelet) nodeStatus(previous *corev1.NodeStatus) corev1.NodeStatus {
 	now := metav1.Now()
 	capacity, allocatable := k.hw.capacity(k.s)
+	// As the kubelet does: an extended resource someone else advertised (a device plugin, or a PATCH
+	// of status.capacity: the program's egress budget) stays, and allocatable follows its capacity.
+	if previous != nil {
+		for name, quantity := range previous.Capacity {
+			if isExtendedResource(name) {
+				capacity[name] = quantity.DeepCopy()
+				allocatable[name] = quantity.DeepCopy()
+			}
+		}
+	}
 	condition := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
 		c := corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
 		if previous != nil {
@@ -367,6 +378,13 @@ func (k *kubelet) nodeStatus(previous *corev1.NodeStatus) corev1.NodeStatus {
 			Architecture:            runtime.GOARCH,
 		},
 	}
+}
+
+// isExtendedResource: a resource name with a domain outside kubernetes.io (v1helper.IsExtendedResourceName).
+func isExtendedResource(name corev1.ResourceName) bool {
+	domain, _, found := strings.Cut(string(name), "/")
+	return found && !strings.HasPrefix(string(name), "requests.") &&
+		domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
 }
 
 // statusLoop posts the node status every nodeStatusUpdateFrequency when it changed, and at least
