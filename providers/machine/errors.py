@@ -30,6 +30,10 @@ class ReleaseRefusedError(MachineError):
     """A production box was asked to be released without the switches that allow it."""
 
 
+class ReleaseUnfinishedError(MachineError):
+    """A machine was asked to join a box whose release (reinstall) died before it finished."""
+
+
 class ClaimLostError(MachineError):
     """The cluster-side claim of a box is held by someone else, or changed under this process."""
 

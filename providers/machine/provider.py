@@ -23,8 +23,13 @@ from pulumi.dynamic.dynamic import PROVIDER_KEY
 from providers import kube
 from providers.errors import NotFoundError
 from providers.machine import engine_link
-from providers.machine.errors import MachineInputError, NotConfiguredError, ReleaseRefusedError
-from providers.machine.fsm import Clock, Run, Runner, SystemClock
+from providers.machine.errors import (
+    MachineInputError,
+    NotConfiguredError,
+    ReleaseRefusedError,
+    ReleaseUnfinishedError,
+)
+from providers.machine.fsm import DONE, Clock, Run, Runner, SystemClock
 from providers.machine.record import ClaimRecord, Holder, Phase, Progress
 from providers.machine.release import release_refusal, release_table, resume_state
 from providers.machine.robot_install import INSTALL_STATES
@@ -370,13 +375,26 @@ class MachineProvider(_Stateless):
             extra["client"] = settings.vendor_client(spec.vendor)
         record = settings.claim_record(spec.api_server)
         progress = self._progress(record, spec)
+        if progress.phase == Phase.RELEASING:
+            # A release of this box died (its claim's delete failed) and the slot is wanted again: the
+            # box may be mid-reinstall, so joining it would put a Node on a disk being wiped.
+            raise ReleaseUnfinishedError(
+                f"{spec.resource_name}: the release of {spec.vendor.value} box {spec.box_id} stopped at "
+                f"{progress.state} ({progress.error_type or 'no error recorded'}) and has not finished; "
+                "finish it first: `pulumi destroy --target` the claim (its URN: `tuist-ops urn -s STACK "
+                f"{spec.vendor.value}:{spec.box_id}`), then `pulumi up` claims a box for this slot again"
+            )
         network = bool(spec.private_network)
         table = adopt_table(spec.vendor, network)
         resume = progress.phase == Phase.ADOPTING and progress.state in table
-        # READY with a pinned host key: this holder adopted the box and no delete left the cluster
-        # since (a create whose answer was lost, or a refresh that found its Node gone). A Robot box
-        # is installed already: join it again, never reinstall it under its workloads.
-        installed = progress.phase == Phase.READY and bool(progress.facts.get(PIN))
+        # READY (or the adoption's DONE, saved just before READY) with a pinned host key: this holder
+        # adopted the box and no delete left the cluster since (a create whose answer was lost, or a
+        # refresh that found its Node gone). A Robot box is installed already: join it again, never
+        # reinstall it under its workloads.
+        adopted = progress.phase == Phase.READY or (
+            progress.phase == Phase.ADOPTING and progress.state == DONE
+        )
+        installed = adopted and bool(progress.facts.get(PIN))
         if resume:
             start = progress.state
         elif installed:

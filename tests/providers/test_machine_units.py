@@ -277,3 +277,104 @@ def test_node_labels_advertise_on_the_next_up_what_a_node_not_yet_registered_mis
     raised = {**props, "capacity": {"tuist.dev/egress-mbps": "2500"}}
     diff = provider.diff("kura-ovh-ns1", {**props, "applied": True}, raised)
     assert (diff.changes, diff.replaces) == (True, [])
+
+
+# --- where a machine's create starts, from the box's record ------------------------------------------------
+
+ROBOT_MACHINE = {
+    "project": "tuist-infra",
+    "stack": "dev",
+    "resource_name": "runners-0",
+    "environment": "staging",
+    "fleet": "runners",
+    "vendor": "robot",
+    "box_id": "2345601",
+    "public_ipv4": "198.18.3.1",
+    "provider_id": "hrobot://2345601",
+    "claim_token": "0123456789ab",
+    "node_pool": "runners",
+    "ssh_user": "root",
+    "kubernetes_minor": "v1.34",
+    "api_server": None,
+    "install_artifacts": {
+        "runc_url": "https://x/a",
+        "runc_sha256": "a" * 64,
+        "containerd_url": "https://x/b",
+        "containerd_sha256": "b" * 64,
+        "kata_static_url": "https://x/c",
+        "kata_static_sha256": "c" * 64,
+    },
+}
+
+
+def _create_from_record(
+    monkeypatch: pytest.MonkeyPatch, phase: str, state: str, facts: dict[str, str]
+) -> str:
+    """The state MachineProvider.create starts the flow at, given the box's record."""
+    from providers.machine import provider as machine_provider
+    from providers.machine.record import ProcessClaimRecord, Progress
+
+    store: dict[str, object] = {}
+    record = ProcessClaimRecord(store)  # type: ignore[arg-type]
+    holder = Holder("tuist-infra", "dev", "runners-0", "0123456789ab")
+    held = record.acquire(Progress("robot", "2345601", "runners", holder))
+    record.save(
+        Progress(
+            "robot", "2345601", "runners", holder, phase=phase, state=state, facts=facts, version=held.version
+        )
+    )
+    started: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    class Runner:
+        def __init__(self, *_args: object) -> None:
+            pass
+
+        def start(self, state: str) -> None:
+            started.append(state)
+            raise Stop
+
+    class Settings:
+        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
+            return record
+
+        def vendor_client(self, _vendor: object) -> object:
+            return object()
+
+        def secret_values(self) -> list[str]:
+            return []
+
+    monkeypatch.setattr(machine_provider, "Runner", Runner)
+    provider = MachineProvider()
+    provider._settings = Settings()  # type: ignore[assignment]
+    with pytest.raises(Stop):
+        provider.create(dict(ROBOT_MACHINE))
+    return started[0]
+
+
+def test_a_machine_whose_adoption_ended_before_ready_was_saved_joins_again_and_never_reinstalls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The flow saves (Adopting, DONE), then the provider saves READY: a provider killed between the
+    two left an installed, joined Robot box, which a full install would wipe under its workloads."""
+    pinned = {"pin": "SHA256:x", "installed_host_key": "SHA256:x"}
+    assert _create_from_record(monkeypatch, "Adopting", "DONE", pinned) == "JOINING"
+    assert _create_from_record(monkeypatch, "Ready", "READY", pinned) == "JOINING"
+    # A record with no pin never joined: it is installed from the start.
+    assert _create_from_record(monkeypatch, "Adopting", "DONE", {}) == "RESCUE_BOOT"
+
+
+def test_a_machine_never_joins_a_box_whose_release_did_not_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A destroy's release died waiting for the reinstall, and the slot is wanted again (a revert): the
+    box may be mid-wipe. The create refuses, runs nothing, and says how to finish the release."""
+    from providers.machine.errors import ReleaseUnfinishedError
+
+    with pytest.raises(ReleaseUnfinishedError) as refused:
+        _create_from_record(monkeypatch, "Releasing", "RELEASE_WAIT_INSTALL", {"reinstall": "{}"})
+    assert str(refused.value) == (
+        "runners-0: the release of robot box 2345601 stopped at RELEASE_WAIT_INSTALL (no error recorded) and "
+        "has not finished; finish it first: `pulumi destroy --target` the claim (its URN: `tuist-ops urn -s "
+        "STACK robot:2345601`), then `pulumi up` claims a box for this slot again"
+    )
