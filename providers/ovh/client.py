@@ -417,12 +417,14 @@ class OvhClient(MarkerFiltering):
         target = (routed or {}).get("serviceName")
         return str(target) if target else None
 
-    def move_failover(self, ip: str, box_id: str) -> None:
+    def move_failover(self, ip: str, box_id: str, *, _after_other: bool = False) -> None:
         """Route `ip` to `box_id` and wait until OVH routes it there; a no-op when it already is.
 
         The POST is sent again only when a read-back shows the first one moved nothing and started
         no move task; a refusal (moving to where the IP is, a move already running) is settled by
-        reading where the IP is routed and following the running move."""
+        reading where the IP is routed and following the running move. A move someone else started
+        (the watcher, an operator) is waited for, then this one is made once more if it went
+        elsewhere."""
         svc = check_service_name(box_id)
         block = ip_block_segment(ip)
         if self.failover_target(ip) == svc:
@@ -448,12 +450,20 @@ class OvhClient(MarkerFiltering):
         except VendorError as refused:
             if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
                 raise
-            # "already routed there" or "a move already runs": where is it, what runs?
+            # "already routed there" or "a move already runs": where is it, what runs? OVH runs one
+            # move of an IP at a time, and the one running may predate this call (after=0).
             found = read_back()
-            if found is None:
+            other = None if found is not None else self._running_ip_task(ip, block)
+            if found is None and other is None:
                 raise
             log.info("OVH move of %s to %s refused (%s); settled by reading back", ip, svc, refused.message)
-            task_id = found
+            task_id = found if found is not None else other
+            if other is not None:
+                self._wait_other_move(ip, block, other)
+                if self.failover_target(ip) != svc and not _after_other:
+                    self.move_failover(ip, box_id, _after_other=True)
+                    return
+                task_id = 0
         if task_id:
             self._wait_ip_task(ip, block, task_id, svc)
         if self.failover_target(ip) != svc:
@@ -493,6 +503,34 @@ class OvhClient(MarkerFiltering):
             if task.get("status") in _RUNNING:
                 return task_id
         return None
+
+    def _wait_other_move(self, ip: str, block: str, task_id: int) -> None:
+        """Wait for a move task someone else started to end, wherever it routes the IP."""
+        call = "GET /ip/{ip}/task/{taskId}"
+
+        def check() -> bool | None:
+            try:
+                task = self._call("GET", "/ip/{ip}/task/{taskId}", f"/ip/{block}/task/{task_id}", subject=ip)
+            except (NotFoundError, TransientVendorError):
+                return None
+            return None if task.get("status") in _RUNNING else True
+
+        try:
+            poll(
+                check,
+                timeout=self._task_timeout,
+                policy=self._poll,
+                what=f"IP move task {task_id}",
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+        except PollTimeout:
+            raise TaskTimeoutError(
+                vendor=VENDOR,
+                call=call,
+                subject=ip,
+                message=f"another IP move, task {task_id}, still runs after {self._task_timeout:.0f}s",
+            ) from None
 
     def _wait_ip_task(self, ip: str, block: str, task_id: int, svc: str) -> None:
         call = "GET /ip/{ip}/task/{taskId}"

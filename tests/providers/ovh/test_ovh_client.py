@@ -589,6 +589,66 @@ def test_move_failover_refused_because_it_is_there_already_is_success(recorder, 
     assert recorder.calls().count("POST /1.0/ip/198.51.100.7%2F32/move") == 1
 
 
+def test_move_failover_refused_while_another_move_runs_follows_it(recorder, client):
+    """OVH runs one move of an IP at a time: a deploy's move while the watcher's runs is refused.
+    The running move (older than this call) is followed; it took the IP where this one would."""
+    recorder.on(
+        "GET",
+        "/1.0/ip/198.51.100.7%2F32",
+        {"routedTo": {"serviceName": "ns-other.eu"}},
+        {"routedTo": {"serviceName": "ns-other.eu"}},
+        {"routedTo": {"serviceName": SVC}},
+    )
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task", [41])
+    recorder.on(
+        "POST",
+        "/1.0/ip/198.51.100.7%2F32/move",
+        recorder.reply(
+            status=409,
+            body={"class": "Client::Conflict::TaskAlreadyExists", "message": "a task already runs"},
+        ),
+    )
+    recorder.on(
+        "GET",
+        "/1.0/ip/198.51.100.7%2F32/task/41",
+        {"taskId": 41, "status": "doing"},
+        {"taskId": 41, "status": "doing"},
+        {"taskId": 41, "status": "done"},
+    )
+    client.move_failover("198.51.100.7", SVC)
+    assert recorder.calls().count("POST /1.0/ip/198.51.100.7%2F32/move") == 1
+    assert recorder.calls().count("GET /1.0/ip/198.51.100.7%2F32/task/41") == 3
+
+
+def test_move_failover_after_another_move_that_went_elsewhere_moves_once_more(recorder, client):
+    recorder.on(
+        "GET",
+        "/1.0/ip/198.51.100.7%2F32",
+        {"routedTo": {"serviceName": "ns-other.eu"}},
+        {"routedTo": {"serviceName": "ns-other.eu"}},
+        {"routedTo": {"serviceName": "ns-third.eu"}},  # where the other move took it
+        {"routedTo": {"serviceName": "ns-third.eu"}},
+        {"routedTo": {"serviceName": SVC}},
+    )
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task", [41], [41], [41], [42, 41])
+    recorder.on(
+        "POST",
+        "/1.0/ip/198.51.100.7%2F32/move",
+        recorder.reply(
+            status=409,
+            body={"class": "Client::Conflict::TaskAlreadyExists", "message": "a task already runs"},
+        ),
+        {"taskId": 42, "status": "init", "function": "genericMoveFloatingIp"},
+    )
+    recorder.on(
+        "GET", "/1.0/ip/198.51.100.7%2F32/task/41", {"taskId": 41, "status": "doing"}, {"status": "done"}
+    )
+    recorder.on("GET", "/1.0/ip/198.51.100.7%2F32/task/42", {"taskId": 42, "status": "done"})
+    client.move_failover("198.51.100.7", SVC)
+    assert recorder.calls().count("POST /1.0/ip/198.51.100.7%2F32/move") == 2
+    assert recorder.calls().count("GET /1.0/ip/198.51.100.7%2F32/task/42") == 1
+
+
 def test_move_failover_is_a_noop_when_already_routed(recorder, client):
     recorder.on("GET", "/1.0/ip/198.51.100.7%2F32", {"routedTo": {"serviceName": SVC}})
     client.move_failover("198.51.100.7", SVC)
