@@ -153,19 +153,21 @@ class FailoverWatcher:
         # The route as last read from the vendor or set by this loop's own move, in a 1-tuple since
         # an unrouted IP reads None; None: unknown.
         self._route: tuple[str | None] | None = None
-        self._route_read_at: float | None = None  # when the vendor was last asked (answered or not)
+        # When the vendor may next be asked where the IP routes (None: now). A read, answered or not,
+        # spends a request; so does a move, which checks the route itself (Robot) before its POST.
+        self._next_read_at: float | None = None
+        self._failed_moves = 0  # in a row: each doubles the wait before the next read and move
 
     def _current_route(self) -> str | None:
         """The box the IP routes to: the vendor's answer when a read is due, else the route known.
         Raises _NotDue when no route is known (a read or a move failed) and no read is due yet."""
         now = self._clock()
-        last = self._route_read_at
-        if last is not None and now - last < self.settings.route_read_seconds:
+        if self._next_read_at is not None and now < self._next_read_at:
             if self._route is None:
-                raise _NotDue(self.settings.route_read_seconds - (now - last))
+                raise _NotDue(self._next_read_at - now)
             return self._route[0]
         # A refused or failed read spent a request too: the next one waits its turn all the same.
-        self._route_read_at, self._route = now, None
+        self._next_read_at, self._route = now + self.settings.route_read_seconds, None
         route = self._mover.failover_target(self.settings.ip)
         self._route = (route,)
         return route
@@ -221,7 +223,12 @@ class FailoverWatcher:
             except Exception as exc:
                 # The move may have happened all the same (an answer lost): the route is unknown
                 # until the vendor is read again, and the move is retried only after that read.
+                # A vendor that keeps refusing is asked half as often each time (Robot: 50 moves an
+                # hour), from one read period up to 32.
                 self._route = None
+                self._failed_moves += 1
+                backoff = self.settings.route_read_seconds * 2 ** min(self._failed_moves, 5)
+                self._next_read_at = self._clock() + backoff
                 log.error(
                     "failover %s: move to %s failed, retrying after the next vendor read: %s",
                     ip,
@@ -230,7 +237,9 @@ class FailoverWatcher:
                 )
                 return decision
             log.info("failover %s: moved to %s (%s): %s", ip, decision.target, decision.node, decision.reason)
-            self._route = (decision.target,)
+            self._route, self._failed_moves = (decision.target,), 0
+            # The move read the route itself (Robot checks it before the POST): the next read waits.
+            self._next_read_at = self._clock() + self.settings.route_read_seconds
             self._confirmer.reset()
         return decision
 

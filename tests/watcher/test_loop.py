@@ -441,29 +441,41 @@ def test_a_budgeted_watcher_leaves_a_failing_box_within_two_kubernetes_polls(
     make_unready(kube_cluster, healthy, A)
     assert [poll_at(t) for t in (15, 20, 25)] == [Action.MOVE, Action.MOVE, Action.KEEP]
     assert mover.calls == [("failover_target", IP), ("move_failover", IP, BOX[B])]
-    # The route is read again once the budget allows, and agrees with the move.
-    assert poll_at(72) is Action.KEEP
+    # The move read the route itself (Robot's checks it first): the next read is one period after it,
+    # and agrees with the move.
+    assert poll_at(91) is Action.KEEP
+    assert mover.calls[2:] == []
+    assert poll_at(92) is Action.KEEP
     assert mover.calls[2:] == [("failover_target", IP)]
 
 
 def test_a_budgeted_watcher_retries_a_failed_move_after_its_next_vendor_read(
     kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A failed move may have happened all the same: the route is unknown until the vendor is read,
-    and that read waits its turn, so a vendor refusing moves is not asked every 5 s."""
+    """A failed move may have happened all the same: the route is unknown until the vendor is read.
+    Each failure in a row doubles the wait before that read and the next move (Robot allows 50 moves
+    an hour), so a vendor refusing moves is not asked every 5 s."""
     kube_cluster.core.patch_node(A, {"spec": {"unschedulable": True}})
-    clock, mover = Clock(), RecordingMover(BOX[A], fail_moves=1)
+    clock, mover = Clock(), RecordingMover(BOX[A], fail_moves=2)
     w = budgeted(kube_cluster, healthy, mover, clock)
     w.poll_once()
     assert mover.calls == [("failover_target", IP), ("move_failover", IP, BOX[B])]
     clock.t = 5
     with caplog.at_level(logging.INFO, logger="watcher"):
         assert w.poll_once() is None
-    assert f"failover {IP}: route unknown (a read or move failed): next vendor read in 67s" in caplog.messages
-    assert len(mover.calls) == 2
-    clock.t = 72
+    assert (
+        f"failover {IP}: route unknown (a read or move failed): next vendor read in 139s" in caplog.messages
+    )
+    clock.t = 143
+    assert w.poll_once() is None and len(mover.calls) == 2
+    clock.t = 144  # two read periods after the first failure
     w.poll_once()
     assert mover.calls[2:] == [("failover_target", IP), ("move_failover", IP, BOX[B])]
+    clock.t = 144 + 4 * 72 - 1  # the second failure in a row: four periods
+    assert w.poll_once() is None and len(mover.calls) == 4
+    clock.t = 144 + 4 * 72
+    w.poll_once()
+    assert mover.calls[4:] == [("failover_target", IP), ("move_failover", IP, BOX[B])]
     assert mover.route == BOX[B]
 
 
