@@ -70,7 +70,9 @@ class MachineClaimsCRD(pulumi.ComponentResource):
             "machineclaims",
             metadata=manifest["metadata"],
             spec=manifest["spec"],
-            opts=child,
+            # Deleting a CRD deletes every object of its kind (here: which box each slot holds): the
+            # resource going from the program (a rename, a removed component) must leave it in place.
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
         )
         self.role = k8s.rbac.v1.ClusterRole(
             f"{name}-provider",

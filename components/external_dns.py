@@ -135,7 +135,9 @@ class ExternalDns(pulumi.ComponentResource):
             f"{name}-dnsendpoint-crd",
             metadata=meta(name=crd["metadata"]["name"], annotations=crd["metadata"].get("annotations")),
             spec=crd["spec"],
-            opts=child_options(self, opts),
+            # Deleting a CRD deletes every object of its kind: the resource going from the program
+            # (a rename, a removed component) must leave it in the cluster.
+            opts=child_options(self, opts, retain_on_delete=True),
         )
 
         self.service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=named, opts=child)

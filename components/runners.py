@@ -475,7 +475,9 @@ class RunnerPools(pulumi.ComponentResource):
                 ),
                 versions=crd_spec["versions"],
             ),
-            opts=child,
+            # Deleting a CRD deletes every object of its kind: the resource going from the program
+            # (a rename, a removed component) must leave it in the cluster.
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True)),
         )
         namespace = args.cluster.runners_namespace
         fleets = {fleet.name: fleet for fleet in args.fleets}
