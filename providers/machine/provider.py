@@ -30,7 +30,7 @@ from providers.machine.errors import (
     ReleaseUnfinishedError,
 )
 from providers.machine.fsm import DONE, Clock, Run, Runner, SystemClock
-from providers.machine.record import ClaimRecord, Holder, Phase, Progress
+from providers.machine.record import ClaimHeldError, ClaimRecord, Holder, Phase, Progress
 from providers.machine.release import release_refusal, release_table, resume_state
 from providers.machine.robot_install import INSTALL_STATES
 from providers.machine.selection import claim_box
@@ -289,24 +289,32 @@ class ClaimProvider(_Stateless):
         client = settings.vendor_client(vendor)
         record = settings.claim_record(spec.api_server)
         holder = Holder(spec.project, spec.stack, spec.resource_name, token)
-        progress = record.acquire(
-            Progress(vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder)
-        )
 
         def log(message: str) -> None:
             engine_link.progress(message, spec.urn)
 
+        def let_go() -> None:
+            """Drop this holder's record of the box, if any; another holder's record is theirs."""
+            held = record.get(vendor.value, box_id)
+            if held is not None and held.holder.token == token:
+                record.release(held)
+
+        # The box is read before its record is taken: a box this slot no longer holds (an operator
+        # unclaimed it and another slot claimed it) is left alone, not refused on every run.
         try:
             box = client.get_box(box_id)
         except NotFoundError:
             log(f"{spec.resource_name}: {box_id} no longer exists at {vendor.value}; nothing to release")
-            record.release(progress)
+            let_go()
             return
         if box.claim is None or box.claim.token != token:
             holder_text = box.claim.token if box.claim else "nobody"
             log(f"{spec.resource_name}: {box_id} is held by {holder_text}, not this machine; left alone")
-            record.release(progress)
+            let_go()
             return
+        progress = record.acquire(
+            Progress(vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder)
+        )
         table = release_table(vendor)
         start = resume_state(
             table, progress.phase == Phase.RELEASING, progress.state, progress.facts, progress.error_type
@@ -492,7 +500,18 @@ class MachineProvider(_Stateless):
             return
         settings = self._config()
         record = settings.claim_record(spec.api_server)
-        progress = self._progress(record, spec)
+        try:
+            progress = self._progress(record, spec)
+        except ClaimHeldError as held:
+            # Another slot holds the box in the cluster now: its Node is not this machine's to drain.
+            engine_link.progress(
+                f"{spec.resource_name}: {spec.vendor.value} box {spec.box_id} is held by {held.holder}; "
+                "its Node is left alone",
+                spec.urn,
+                ephemeral=False,
+                warning=True,
+            )
+            return
         table = leave_table()
         start = progress.state if progress.phase == Phase.LEAVING and progress.state in table else "CORDONING"
         run = self._machine_run(spec, props, kube=settings.kube_api())

@@ -378,3 +378,69 @@ def test_a_machine_never_joins_a_box_whose_release_did_not_finish(monkeypatch: p
         "has not finished; finish it first: `pulumi destroy --target` the claim (its URN: `tuist-ops urn -s "
         "STACK robot:2345601`), then `pulumi up` claims a box for this slot again"
     )
+
+
+def test_deleting_a_slot_whose_box_another_slot_holds_now_leaves_the_box_and_its_record_alone() -> None:
+    """An operator unclaimed the box (`tuist-ops unclaim --force`) and another slot claimed it: the old
+    slot's delete leaves box and record alone, every run, instead of failing on the other's record."""
+    from providers.claims import claim_token
+    from providers.machine.record import ProcessClaimRecord, Progress
+
+    props = claim_props("kura-ovh", 0)
+    mine = claim_token("tuist-infra", props["stack"], "kura-ovh-0")
+    theirs = Holder("tuist-infra", props["stack"], "kura-ovh-1", "fedcba987654")
+    store: dict[str, object] = {}
+    record = ProcessClaimRecord(store)  # type: ignore[arg-type]
+    record.acquire(Progress("ovh", "ns1.ip-1-2-3.eu", "kura-ovh", theirs))
+    reads: list[str] = []
+
+    class Client:
+        def get_box(self, box_id: str) -> Box:
+            reads.append(box_id)
+            return box(box_id, "tuist-kura-dev", claim=Claim("fedcba987654"))
+
+        def set_claim(self, *_args: object) -> None:
+            raise AssertionError("the box is another slot's: nothing may be written")
+
+    class Settings:
+        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
+            return record
+
+        def vendor_client(self, _vendor: object) -> Client:
+            return Client()
+
+        def secret_values(self) -> list[str]:
+            return []
+
+    provider = ClaimProvider()
+    provider._settings = Settings()  # type: ignore[assignment]
+    for _ in range(2):
+        provider.delete("ovh:ns1.ip-1-2-3.eu", {**props, "claim_token": mine})
+    assert reads == ["ns1.ip-1-2-3.eu"] * 2
+    held = record.get("ovh", "ns1.ip-1-2-3.eu")
+    assert held is not None and held.holder == theirs
+
+
+def test_a_machine_whose_box_another_slot_holds_now_leaves_that_slots_node_alone() -> None:
+    from providers.machine.record import ProcessClaimRecord, Progress
+
+    store: dict[str, object] = {}
+    record = ProcessClaimRecord(store)  # type: ignore[arg-type]
+    theirs = Holder("tuist-infra", "dev", "runners-1", "fedcba987654")
+    record.acquire(Progress("robot", "2345601", "runners", theirs))
+
+    class Settings:
+        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
+            return record
+
+        def kube_api(self) -> object:
+            raise AssertionError("another slot's Node: nothing may be cordoned, drained or deleted")
+
+        def secret_values(self) -> list[str]:
+            return []
+
+    provider = MachineProvider()
+    provider._settings = Settings()  # type: ignore[assignment]
+    provider.delete("robot:2345601", {**ROBOT_MACHINE, "api_server": "https://cp.staging.tuist.dev:6443"})
+    held = record.get("robot", "2345601")
+    assert held is not None and held.holder == theirs
