@@ -514,12 +514,29 @@ class DediboxClient(MarkerFiltering):
         self._wait_fip(zone, fip_id, ip, lambda current: not current.get("server_id"))
 
     def _wait_fip(self, zone: str, fip_id: int, ip: str, arrived: Any) -> None:
+        """Until the IP is `ready` where `arrived` says. Ready elsewhere after having been `busy` is
+        an operation that ended without getting there: failed at once, not waited out to the timeout
+        (the watcher is blocked meanwhile and the IP stays on the box it is leaving)."""
         last: Mapping[str, Any] = {}
+        seen_busy = False
 
         def check() -> bool | None:
-            nonlocal last
+            nonlocal last, seen_busy
             last = self._fip(zone, fip_id, ip)
-            return True if last.get("status") == "ready" and arrived(last) else None
+            if last.get("status") != "ready":
+                seen_busy = seen_busy or last.get("status") == "busy"
+                return None
+            if arrived(last):
+                return True
+            if seen_busy:
+                raise TaskFailedError(
+                    vendor=VENDOR,
+                    call="GET /dedibox/v1/zones/{zone}/failover-ips/{ip_id}",
+                    subject=ip,
+                    code="ready",
+                    message=f"the failover IP operation ended with the IP on {self._target_of(zone, last)}",
+                )
+            return None
 
         try:
             poll(

@@ -581,6 +581,20 @@ def test_attach_whose_answer_is_lost_is_not_sent_twice(recorder, client):
     assert recorder.calls().count(f"POST {fips}/attach") == 1
 
 
+def test_an_attach_that_ends_with_the_ip_where_it_was_fails_at_once(recorder, client, sleeps):
+    """Busy, then ready on the old server: the attach failed. The caller hears it now, not after the
+    task timeout (the watcher retries on its next poll; a deploy fails naming where the IP is)."""
+    fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
+    recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{fips}/attach", {"failover_ips": [fip(104523, "busy")]})
+    recorder.on("GET", f"{fips}/9001", fip(104524), fip(104524, "busy"), fip(104524))
+    with pytest.raises(TaskFailedError, match=r"ended with the IP on fr-par-2/104524"):
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    # Ready where it was before the attach showed busy is not taken for a failure (not started yet).
+    assert recorder.calls().count(f"GET {fips}/9001") == 3
+    assert sleeps == [0.01, 0.01]
+
+
 def test_move_is_noop_when_there_and_times_out_when_stuck(recorder, client):
     fips = f"/dedibox/v1/zones/{ZONE}/failover-ips"
     recorder.on("GET", fips, {"total_count": 1, "failover_ips": [fip(104523)]})
