@@ -545,7 +545,7 @@ def region_rules(view: View) -> Iterator[Problem]:
                 )
     fleets = [f.name for _, f in view.fleets]
     fips = [f.name for _, f in view.failover_ips]
-    host_network_fleets: dict[str, tuple[int, str]] = {}
+    region_fleets: dict[str, tuple[int, str]] = {}
     used_fips: dict[str, tuple[int, str]] = {}
     for i, region in regions:
         raw = view.raw_regions[i] if i < len(view.raw_regions) else {}
@@ -574,17 +574,19 @@ def region_rules(view: View) -> Iterator[Problem]:
             yield Problem(
                 ("regions", i, "fleet"), f"unknown fleet {quote(region.fleet)} (known: {_known(fleets)})"
             )
+        # Every region's demux binds the peer port on each box of its fleet, and its local volumes are
+        # named per box (components/storage.py): two regions on one fleet collide in any gateway mode.
+        if region.fleet in region_fleets:
+            j, other = region_fleets[region.fleet]
+            yield Problem(
+                ("regions", i, "fleet"),
+                f"fleet {quote(region.fleet)} already serves regions[{j}] ({other}); a region needs boxes "
+                "of its own (its demux binds the peer port on each, its local volumes are named after "
+                "them, a host_network gateway binds ports 80 and 443)",
+            )
+        else:
+            region_fleets[region.fleet] = (i, region.id)
         if region.gateway is GatewayMode.HOST_NETWORK:
-            if region.fleet in host_network_fleets:
-                j, other = host_network_fleets[region.fleet]
-                yield Problem(
-                    ("regions", i, "fleet"),
-                    f"fleet {quote(region.fleet)} already serves regions[{j}] ({other}); "
-                    "a host_network region "
-                    "needs boxes of its own (ports 80, 443 and the peer port)",
-                )
-            else:
-                host_network_fleets[region.fleet] = (i, region.id)
             if isinstance(raw, Mapping) and "failover_ip" not in raw:
                 yield Problem(
                     ("regions", i, "failover_ip"),
