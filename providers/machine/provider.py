@@ -14,7 +14,7 @@ credentials reach them only through `configure()` and clients are built per call
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pulumi.dynamic as dyn
@@ -315,6 +315,8 @@ class ClaimProvider(_Stateless):
         progress = record.acquire(
             Progress(vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder)
         )
+        if spec.api_server and progress.phase != Phase.RELEASING:
+            progress = self._leave_first(spec, vendor, box_id, record, progress)
         table = release_table(vendor)
         start = resume_state(
             table, progress.phase == Phase.RELEASING, progress.state, progress.facts, progress.error_type
@@ -336,6 +338,35 @@ class ClaimProvider(_Stateless):
         done = Runner(table, run, record, progress, Phase.RELEASING).start(start)
         record.release(done)
         log(f"{spec.resource_name}: {box_id} returned to the {spec.fleet} pool")
+
+    def _leave_first(
+        self, spec: ClaimSpec, vendor: Vendor, box_id: str, record: ClaimRecord, progress: Progress
+    ) -> Progress:
+        """A Node of the box still in the cluster when its claim is deleted: its machine is not in state
+        (a create that failed after the kubelet registered, or a pending create cleared by hand), so
+        nothing else will leave. The box leaves as a machine's delete would (cordon, drain, the Node
+        and its local claims), then is wiped; a wiped box under a live Node and its claims is what the
+        reference's incidents were made of."""
+        settings = self._config()
+        api = settings.kube_api()
+        node = node_name_for(spec.fleet, box_id)
+        if not kube.node_exists(api, node):
+            return progress
+        run = self._run(spec.resource_name, vendor, box_id, spec, spec.urn, spec=_LeavingNode(node), kube=api)
+        run.log(
+            f"{spec.resource_name}: Node {node} of {run.box_label} is still in the cluster: it leaves first"
+        )
+        table = leave_table()
+        start = progress.state if progress.phase == Phase.LEAVING and progress.state in table else "CORDONING"
+        done = Runner(table, run, record, progress, Phase.LEAVING).start(start)
+        return record.save(replace(done, phase=Phase.CLAIMED, state="CLAIMED"))
+
+
+@dataclass(frozen=True)
+class _LeavingNode:
+    """What the leave states read of a machine's spec: the Node's name."""
+
+    node_name: str
 
 
 # --- AdoptedMachine -------------------------------------------------------------------------------------

@@ -209,6 +209,26 @@ def test_a_slot_with_a_cluster_records_its_progress_there_and_destroy_removes_it
     assert claims_in_state(sim.state())[claim["box_id"]] == "tuist-kura-dev"
 
 
+def test_a_claim_deleted_without_its_machine_leaves_the_cluster_before_the_wipe(
+    sim: Sim, crd: KubeCluster, record: KubeClaimRecord, fleet_rbac: Callable[[str], None]
+) -> None:
+    """The machine is not in state (its create failed after the kubelet registered, or the pending
+    create was cleared by hand), so only the claim is destroyed: its Node must not stay behind, Ready
+    or not, pointing at a wiped disk."""
+    fleet_rbac("kura-dedibox")
+    kubeconfig = crd.kubeconfig.read_text()
+    claims, machines = sim.claims(kubeconfig=kubeconfig), sim.machines(kubeconfig=kubeconfig)
+    claim, machine = sim.adopt(
+        "kura-dedibox", 6, claims=claims, machines=machines, claim={"api_server": crd.api_server}
+    )
+    node = machine["node_name"]
+    assert node in {n.metadata.name for n in crd.core.list_node().items}
+    sim.destroy(claim, None, claims=claims, machines=machines)  # the claim alone
+    assert node not in {n.metadata.name for n in crd.core.list_node().items}
+    assert record.get("dedibox", claim["box_id"]) is None
+    assert claims_in_state(sim.state())[claim["box_id"]] == "tuist-kura-dev"
+
+
 # --- the identity the providers need ---------------------------------------------------------------------
 
 
