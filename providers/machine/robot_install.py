@@ -111,13 +111,18 @@ def _announced(run: Run) -> list[str]:
 
 def _is_rescue(run: Run, seen: tuple[str, str]) -> bool:
     """Whether the key seen is the rescue system's: one Robot announced at activation; where Robot
-    announced none, any key other than the one the box had before (the first one is trusted)."""
+    announced none, any key other than the one the box had before (the first one is trusted). Where
+    the box did not answer before either, a key alone cannot tell the rescue system from the old OS
+    answering again: the activation must also be consumed (Robot clears it at the boot it causes)."""
     if not seen[0]:
         return False
     announced = _announced(run)
     if announced:
         return any(form in announced for form in seen)
-    return seen[0] != run.facts.get(BEFORE, "")
+    before = run.facts.get(BEFORE, "")
+    if before:
+        return seen[0] != before
+    return not installer(run).rescue_state(run.box_id).active
 
 
 def rescue_boot(run: Run) -> Result:

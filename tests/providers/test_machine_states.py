@@ -367,21 +367,27 @@ class FakeRobot:
     announced: tuple[str, ...] = ("SHA256:rescue",)
     lost: tuple[int, ...] = ()
     resets: int = 0
+    armed: bool = False  # an activation the next boot has not consumed yet
 
     def register_ssh_key(self, name: str, public_key: str) -> str:
         self.calls.append(("register_ssh_key", name))
         return "aa:bb"
 
     def rescue_state(self, box_id: str) -> RescueInfo:
-        raise AssertionError("the install flow reads the activation's answer, not the rescue state")
+        # Read only where Robot announced no key and the box did not answer before the reset.
+        assert not self.announced, "the install flow reads the activation's answer, not the rescue state"
+        self.calls.append(("rescue_state", box_id))
+        return RescueInfo(box_id, None, self.armed, (), (), password=None)
 
     def activate_rescue(self, box_id: str, key_fingerprint: str) -> RescueInfo:
         self.calls.append(("activate_rescue", box_id))
+        self.armed = True
         return RescueInfo(box_id, None, True, (key_fingerprint,), self.announced, password="rescue-pw")
 
     def reset(self, box_id: str, kind: str = "hw", *, verify: Callable[[], bool] | None = None) -> None:
         self.calls.append(("reset", kind))
         self.resets += 1
+        self.armed = False  # the boot it causes consumes the activation (a lost answer's too)
         if self.resets in self.lost:
             raise OutcomeUnknownError(
                 vendor="robot", call="POST /reset/{server-number}", message="read timeout; may have happened"
@@ -481,6 +487,22 @@ def test_an_announcement_in_md5_form_pins_the_key_it_names(
     done = install(world)
     assert scripts == ["lsblk pinned SHA256:rescue", "installimage pinned SHA256:rescue"]
     assert done.facts["rescue_host_key"] == "SHA256:rescue"
+
+
+def test_where_the_box_did_not_answer_before_and_robot_announced_no_key_the_old_os_is_not_taken_for_rescue(
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]],
+) -> None:
+    """The box did not answer when the install began (a blip), and Robot announced no rescue key:
+    the old OS answering again must not pass for the rescue system (no reset, installimage on a live
+    OS, every later run stuck in INSTALLIMAGE). Until the activation is consumed it is not."""
+    world, robot, keys, scripts = robot_run
+    robot.announced = ()
+    keys += ["", "SHA256:old", "SHA256:rescue", "SHA256:rescue", "", "SHA256:installed"]
+    done = install(world)
+    assert [call for call in robot.calls if call[0] == "reset"] == [("reset", "hw"), ("reset", "hw")]
+    assert ("rescue_state", "2345601") in robot.calls
+    assert scripts == ["lsblk pinned SHA256:rescue", "installimage pinned SHA256:rescue"]
+    assert done.facts["installed_host_key"] == "SHA256:installed"
 
 
 def test_a_reset_whose_answer_was_lost_is_waited_for_not_sent_again(
