@@ -197,9 +197,17 @@ class ClaimProvider(_Stateless):
         def log(message: str) -> None:
             engine_link.progress(message, spec.urn)
 
-        # No budget is printed: each vendor call of the claim is bounded by the client's own timeouts.
-        log(f"{spec.resource_name}: CLAIMING on {spec.vendor.value} fleet {spec.fleet}")
-        box, progress = claim_box(client, record, spec, log, settings.pools)
+        budget = spec.timeout("claiming")
+        log(f"{spec.resource_name}: CLAIMING on {spec.vendor.value} fleet {spec.fleet} (budget {budget:g}s)")
+        box, progress = claim_box(
+            client,
+            record,
+            spec,
+            log,
+            settings.pools,
+            deadline=self.clock.now() + budget,
+            clock=self.clock.now,
+        )
         record.save(replace(progress, phase=Phase.CLAIMED, state="CLAIMED"))
         return dyn.CreateResult(
             id_=resource_id(spec.vendor, box.id), outs=self._outs(props, spec, box, record)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -224,12 +225,16 @@ def claim_box(
     spec: ClaimSpec,
     log: Callable[[str], None],
     pools: CandidatePools | None = None,
+    *,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[Box, Progress]:
     """Claim a box of the fleet for `spec`: its own claim if it already holds one, else the lexically
     lowest free box. Every claim is recorded, then mirrored to the vendor marker and read back.
 
     `pools` is the process's candidate cache (CandidatePools); without one the account is listed for
-    this claim alone. No lock is held across a vendor or cluster call."""
+    this claim alone. No lock is held across a vendor or cluster call. Past `deadline` (by `clock`: the
+    state's `claiming` budget) no further candidate is tried; each vendor call has its own timeout."""
     pools = pools or CandidatePools()
     holder = holder_of(spec)
     key: PoolKey = (spec.vendor.value, spec.fleet, spec.marker, spec.datacenter_prefix or "")
@@ -261,6 +266,13 @@ def claim_box(
             return box, progress
     relisted = False
     while True:
+        if deadline is not None and clock() > deadline:
+            raise NoAdoptableBoxError(
+                f"{spec.resource_name}: no box of fleet {spec.fleet} claimed within the claiming budget "
+                f"({len(skipped)} tried and skipped: "
+                + (", ".join(f"{box_id}: {why}" for box_id, why in skipped) or "none")
+                + "); the next `pulumi up` tries again"
+            )
         candidate = pools.take(pool, recorded)
         if candidate is None:
             if relisted:

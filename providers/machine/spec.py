@@ -49,6 +49,7 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # Seconds each state may take; `timeouts` overrides any of them. None is shared between states.
 DEFAULT_TIMEOUTS: dict[str, float] = {
+    "claiming": 300,
     "rescue_boot": 300,
     "reset": 300,
     "wait_rescue_ssh": 900,

@@ -142,9 +142,7 @@ def run_script(
     `script_path_or_text` is a Path to a .sh file, or the script's text. Raises HostKeyMismatchError,
     SshTimeoutError, SshConnectError or RemoteCommandError; output in errors is scrubbed of secrets.
     """
-    script = (
-        script_path_or_text.read_text() if isinstance(script_path_or_text, Path) else script_path_or_text
-    )
+    script = script_path_or_text.read_text() if isinstance(script_path_or_text, Path) else script_path_or_text
     for name, value in env_secrets.items():
         if not _SECRET_NAME.match(name):
             raise ValueError(f"env_secrets key {name!r} is not a shell variable name (A-Z, 0-9, _)")
@@ -209,8 +207,10 @@ def _open_socket(target: SshTarget, timeout: float) -> socket.socket:
 
 
 def _is_timeout(e: BaseException) -> bool:
-    return isinstance(e, (TimeoutError, socket.timeout)) or "timeout" in str(e).lower() or (
-        "banner" in str(e).lower()
+    return (
+        isinstance(e, (TimeoutError, socket.timeout))
+        or "timeout" in str(e).lower()
+        or ("banner" in str(e).lower())
     )
 
 

@@ -35,10 +35,15 @@ _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The kubelet may set only these labels in the kubernetes.io / k8s.io namespaces (NodeRestriction).
 _KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 _KUBELET_LABELS = (
-    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
-    "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type",
-    "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
-    "topology.kubernetes.io/region", "topology.kubernetes.io/zone",
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
 )
 
 

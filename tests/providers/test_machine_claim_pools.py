@@ -195,3 +195,31 @@ def test_a_slot_whose_claim_is_on_a_box_it_cannot_adopt_claims_no_second_box() -
         "(`tuist-ops unclaim -s dev ovh:ns001`), then run this again"
     )
     assert ovh.calls["set_claim"] == writes
+
+
+def test_a_claim_tries_no_further_candidate_past_its_claiming_budget() -> None:
+    """The claiming budget bounds the candidate loop (each vendor call has its own timeout): a fleet
+    whose every box another writer keeps taking does not claim forever."""
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    taken = ovh.set_claim
+
+    def someone_else_writes_after_us(box_id: str, claim_: Claim | None) -> None:
+        taken(box_id, Claim("fedcba987654"))  # the last writer wins: ours never sticks
+
+    ovh.set_claim = someone_else_writes_after_us  # type: ignore[method-assign]
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 10  # each look at the clock: ten seconds of vendor calls
+        return now[0]
+
+    with pytest.raises(NoAdoptableBoxError) as refused:
+        claim_box(
+            ovh, ProcessClaimRecord({}), spec("kura-ovh", 0), lambda _line: None, deadline=25, clock=clock
+        )  # type: ignore[arg-type]
+    message = str(refused.value)
+    assert message.startswith(
+        "kura-ovh-0: no box of fleet kura-ovh claimed within the claiming budget (2 tried"
+    )
+    assert message.endswith("); the next `pulumi up` tries again")
+    assert ovh.calls["set_claim"] == 2  # two candidates, then the budget: the third was never tried
