@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import POOL_LABEL, child_options, metadata, region_labels
 from config.models import FailoverIP, Fleet, Region, Vendor, Vendors
 from providers.clients import SECRET_KEYS_BY_VENDOR
+from watcher.loop import MOVE_BUDGET_SECONDS, POLL_BUDGET_SECONDS
 from watcher.mover import (
     DEFAULT_CREDENTIALS_DIR,
     ENV_ACCOUNT,
@@ -252,6 +253,9 @@ class FailoverWatcher(pulumi.ComponentResource):
                                 ]
                             )
                         ),
+                        # SIGTERM ends the loop after its current poll; a move in flight (a Dedibox
+                        # detach, then attach) must not be killed between its two halves.
+                        termination_grace_period_seconds=int(POLL_BUDGET_SECONDS + MOVE_BUDGET_SECONDS),
                         containers=[
                             k8s.core.v1.ContainerArgs(
                                 name="watcher",

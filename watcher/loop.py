@@ -36,6 +36,9 @@ POOL_LABEL = "node.cluster.x-k8s.io/pool"
 KUBE_TIMEOUT = (5, 30)
 # What one poll may take besides a move: the two lists and the vendor's route read, each bounded.
 POLL_BUDGET_SECONDS = 120.0
+# What one move may take: a Dedibox move detaches, then attaches, each waited for up to the clients'
+# task timeout (providers.clients.ClientTiming.task_timeout, 600 s; a test holds them together).
+MOVE_BUDGET_SECONDS = 2 * 600.0 + 60.0
 
 
 class _NotDue(Exception):
@@ -81,7 +84,7 @@ class WatcherSettings:
     # liveness probe restarts a watcher that missed it (components/failover_watcher.py). None: not kept.
     heartbeat_file: str | None = None
     # The longest a vendor move may block a poll (the clients' task timeout, and some).
-    move_budget_seconds: float = 660.0
+    move_budget_seconds: float = MOVE_BUDGET_SECONDS
 
 
 def _condition_true(conditions: list[Any] | None, kind: str) -> bool:

@@ -199,6 +199,24 @@ def test_a_watcher_that_misses_its_own_heartbeat_is_restarted(
     }
 
 
+def test_a_move_in_flight_outlives_a_rollout_and_the_heartbeat_covers_the_longest_move(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP
+) -> None:
+    """A Dedibox move detaches, then attaches, each waited for up to the clients' task timeout: the
+    heartbeat promised before a poll covers both, and SIGTERM (a rollout) waits for the poll to end
+    rather than killing the move between its halves, leaving the IP unrouted."""
+    from providers.clients import ClientTiming
+    from watcher.loop import MOVE_BUDGET_SECONDS, POLL_BUDGET_SECONDS, WatcherSettings
+
+    assert 2 * ClientTiming().task_timeout <= MOVE_BUDGET_SECONDS
+    assert WatcherSettings(ip="x", region="r", node_pool="p").move_budget_seconds == MOVE_BUDGET_SECONDS
+    deployment = render(watcher_args(region, fleet, failover_ip)).find(
+        "Deployment", "kura-failover-watcher-us-east"
+    )
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace == POLL_BUDGET_SECONDS + MOVE_BUDGET_SECONDS == 1380
+
+
 def test_a_replacement_goes_after_the_old_one_is_gone(
     region: Region, fleet: Fleet, failover_ip: FailoverIP
 ) -> None:
