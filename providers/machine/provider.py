@@ -31,7 +31,7 @@ from providers.machine.errors import (
 )
 from providers.machine.fsm import DONE, Clock, Run, Runner, SystemClock
 from providers.machine.record import ClaimHeldError, ClaimRecord, Holder, Phase, Progress
-from providers.machine.release import release_refusal, release_table, resume_state
+from providers.machine.release import install_resume_state, release_refusal, release_table, resume_state
 from providers.machine.robot_install import INSTALL_STATES
 from providers.machine.selection import claim_box
 from providers.machine.settings import Settings, settings_from_config
@@ -339,8 +339,9 @@ class ClaimProvider(_Stateless):
             hostname=node_name_for(spec.fleet, box_id),
             target=SshTarget(str(box.public_ipv4 or props.get("public_ipv4")), spec.ssh_port, spec.login),
         )
-        if start == "RELEASE_MARKING":
-            progress = replace(progress, facts={})  # a new release: nothing of the adoption's install
+        if start == "RELEASE_MARKING" or (start == "RESCUE_BOOT" and progress.state != start):
+            # A new release, or a Robot install started over: nothing of an earlier install is true.
+            progress = replace(progress, facts={})
         done = Runner(table, run, record, progress, Phase.RELEASING).start(start)
         record.release(done)
         log(f"{spec.resource_name}: {box_id} returned to the {spec.fleet} pool")
@@ -441,7 +442,9 @@ class MachineProvider(_Stateless):
         )
         installed = adopted and bool(progress.facts.get(PIN))
         if resume:
-            start = progress.state
+            start = install_resume_state(progress.state, progress.error_type)
+            if start != progress.state:
+                progress = replace(progress, facts={})  # the rescue system those facts name is gone
         elif installed:
             start = join_start(spec.vendor, network)
         else:

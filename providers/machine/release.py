@@ -154,6 +154,19 @@ def release_table(vendor: Vendor) -> dict[str, Row]:
 # How a wait for the reinstall ends that its ticket can never end otherwise: the vendor said the
 # install failed, or it ran past its budget. The next release starts a new reinstall.
 REINSTALL_AGAIN = frozenset({"InstallFailed", "Timeout"})
+# How a Robot install step pinned to the rescue system ends when that system is gone (the box left
+# rescue: another key answers; or its key was never recorded): resuming there would fail the same way
+# on every run. The install starts over from arming the rescue system.
+RESCUE_AGAIN = frozenset({"HostKeyMismatch", "MissingFact"})
+RESCUE_PINNED_STATES = frozenset({"INSTALLIMAGE", "REBOOT"})
+
+
+def install_resume_state(state: str, error_type: str | None) -> str:
+    """Where a Robot install resumes: where it stopped, or from RESCUE_BOOT when it stopped on a
+    rescue system that is gone."""
+    if state in RESCUE_PINNED_STATES and error_type in RESCUE_AGAIN:
+        return "RESCUE_BOOT"
+    return state
 
 
 def resume_state(
@@ -171,4 +184,4 @@ def resume_state(
         return "RELEASE_MARKING"
     if state == "RELEASE_WAIT_INSTALL" and (not facts.get(REINSTALL) or error_type in REINSTALL_AGAIN):
         return "RELEASE_REINSTALL"
-    return state
+    return install_resume_state(state, error_type)

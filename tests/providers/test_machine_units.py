@@ -308,7 +308,11 @@ ROBOT_MACHINE = {
 
 
 def _create_from_record(
-    monkeypatch: pytest.MonkeyPatch, phase: str, state: str, facts: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch,
+    phase: str,
+    state: str,
+    facts: dict[str, str],
+    error_type: str | None = None,
 ) -> str:
     """The state MachineProvider.create starts the flow at, given the box's record."""
     from providers.machine import provider as machine_provider
@@ -320,7 +324,15 @@ def _create_from_record(
     held = record.acquire(Progress("robot", "2345601", "runners", holder))
     record.save(
         Progress(
-            "robot", "2345601", "runners", holder, phase=phase, state=state, facts=facts, version=held.version
+            "robot",
+            "2345601",
+            "runners",
+            holder,
+            phase=phase,
+            state=state,
+            facts=facts,
+            error_type=error_type,
+            version=held.version,
         )
     )
     started: list[str] = []
@@ -471,3 +483,21 @@ def test_a_production_machine_refuses_to_leave_the_cluster_before_its_box_may_be
     )
     with pytest.raises(ReleaseRefusedError, match=r"set allow_production_release: true in"):
         provider.delete("robot:2345601", {**production, "allow_release": True})
+
+
+def test_a_robot_install_stopped_on_a_rescue_system_that_is_gone_starts_over_from_arming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """INSTALLIMAGE is pinned to the rescue system's key: a box that left rescue (another key answers)
+    or a record without that key would fail there on every later run. Other stops resume where they
+    were (a timeout in installimage runs it again in the same rescue system)."""
+    from providers.machine.release import install_resume_state
+
+    rescue = {"host_key_before": "SHA256:old", "rescue_host_key": "SHA256:rescue"}
+    assert (
+        _create_from_record(monkeypatch, "Adopting", "INSTALLIMAGE", rescue, "HostKeyMismatch")
+        == "RESCUE_BOOT"
+    )
+    assert _create_from_record(monkeypatch, "Adopting", "INSTALLIMAGE", {}, "MissingFact") == "RESCUE_BOOT"
+    assert _create_from_record(monkeypatch, "Adopting", "INSTALLIMAGE", rescue, "Timeout") == "INSTALLIMAGE"
+    assert install_resume_state("WAIT_RESCUE_SSH", "HostKeyMismatch") == "WAIT_RESCUE_SSH"  # a stranger: stop
