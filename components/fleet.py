@@ -109,9 +109,6 @@ def machine_props(args: BareMetalFleetArgs, *, project: str, stack: str) -> dict
         "private_network": fleet.private_network.id if fleet.private_network else None,
         # Apple silicon: the node agent each Mac runs under launchd (a Mac never self-joins).
         "node_agent": fleet.node_agent.model_dump() if fleet.node_agent else None,
-        # The claim's release switches: a production machine leaves the cluster only when they allow.
-        "allow_release": fleet.allow_release,
-        "allow_production_release": args.allow_production_release,
     }
 
 

@@ -531,11 +531,6 @@ class MachineProvider(_Stateless):
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         """Leave the cluster. The box stays claimed: the claim's delete, which follows, releases it."""
         spec = parse_machine(props)
-        refusal = release_refusal(spec)
-        if refusal:
-            # Before the drain: leaving deletes the Node and its local claims (Kura's data), and the
-            # claim's release after it would be refused all the same.
-            raise ReleaseRefusedError(refusal)
         if not spec.api_server:
             engine_link.progress(f"{spec.resource_name}: no cluster to leave", spec.urn)
             return

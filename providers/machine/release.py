@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Protocol
 
 from providers.errors import TransientVendorError, VendorInputError
 from providers.machine.fsm import DONE, FAILED, Complete, Continue, Failed, Result, Row, Run
@@ -29,29 +28,8 @@ from providers.vendor import Claim, InstallState, Reinstall, VendorClient
 REINSTALL = "reinstall"  # the fact holding the release reinstall's ticket (Reinstall.to_record(), as JSON)
 
 
-class Releasable(Protocol):
-    """A claim's or a machine's spec: what the release switches are read from."""
-
-    @property
-    def resource_name(self) -> str: ...
-
-    @property
-    def fleet(self) -> str: ...
-
-    @property
-    def allow_release(self) -> bool: ...
-
-    @property
-    def allow_production_release(self) -> bool: ...
-
-    @property
-    def production(self) -> bool: ...
-
-
-def release_refusal(spec: Releasable) -> str | None:
-    """Why a production release is refused, naming exactly the switch(es) to set; None if allowed. A
-    machine's delete asks it too, before leaving the cluster: its claim's release would be refused
-    after the Node was drained and deleted."""
+def release_refusal(spec: ClaimSpec) -> str | None:
+    """Why a production release is refused, naming exactly the switch(es) to set; None if allowed."""
     if not spec.production:
         return None
     missing = []

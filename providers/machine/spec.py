@@ -161,14 +161,6 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     "ssh_port": InputRule(Change.RECORD, "the next SSH session dials it"),
     "timeouts": InputRule(Change.RECORD, "the state budgets of later steps (leaving the cluster)"),
     "environment": InputRule(Change.RECORD, "read by delete"),
-    "allow_release": InputRule(
-        Change.RECORD,
-        "read by delete: a production machine leaves the cluster only if its box may be released",
-    ),
-    "allow_production_release": InputRule(
-        Change.RECORD,
-        "read by delete: a production machine leaves the cluster only if its box may be released",
-    ),
     "install_artifacts": InputRule(
         Change.IGNORE, "the Robot install on adoption only; release uses the claim's"
     ),
@@ -371,13 +363,6 @@ class MachineSpec:
     private_network: str | None = None
     # Apple silicon: the node agent's pin {url, sha256, registers_node}.
     node_agent: Mapping[str, Any] | None = None
-    # The release switches of the machine's claim (release_refusal): leaving the cluster comes first.
-    allow_release: bool = False
-    allow_production_release: bool = False
-
-    @property
-    def production(self) -> bool:
-        return self.environment == PRODUCTION
 
     @property
     def is_macos(self) -> bool:
@@ -701,8 +686,6 @@ def parse_machine(props: Mapping[str, Any]) -> MachineSpec:
         registered_name=props.get("node_name") if isinstance(props.get("node_name"), str) else None,
         private_network=props.get("private_network"),
         node_agent=dict(props["node_agent"]) if isinstance(props.get("node_agent"), Mapping) else None,
-        allow_release=props.get("allow_release") is True,
-        allow_production_release=props.get("allow_production_release") is True,
     )
 
 

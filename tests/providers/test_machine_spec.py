@@ -85,8 +85,6 @@ MACHINE_TABLE: dict[str, tuple[str, Any, str]] = {
     "ssh_port": ("update", 2200, "the next SSH session dials it"),
     "timeouts": ("update", {"draining": 10}, "leaving the cluster's budgets"),
     "environment": ("update", "staging", "read by delete"),
-    "allow_release": ("update", True, "read by delete: the production guard"),
-    "allow_production_release": ("update", True, "read by delete: the production guard"),
     "labels": ("none", {"tuist.dev/tier": "gold"}, "registration only: NodeLabels edits the Node"),
     "taints": ("none", [], "registration only: NodeLabels edits the Node"),
     "node_pool": ("none", "kura-ovh-b", "registration only: NodeLabels edits the Node"),

@@ -458,33 +458,6 @@ def test_a_machine_whose_box_another_slot_holds_now_leaves_that_slots_node_alone
     assert held is not None and held.holder == theirs
 
 
-def test_a_production_machine_refuses_to_leave_the_cluster_before_its_box_may_be_released() -> None:
-    """Leaving drains the Node and deletes it and its local claims (Kura's data); the claim's release
-    after it would be refused without the switches. So the machine asks first, with the same words."""
-    from providers.machine.errors import ReleaseRefusedError
-
-    class Settings:
-        def claim_record(self, _api_server: object) -> object:
-            raise AssertionError("refused before any record is taken")
-
-        def kube_api(self) -> object:
-            raise AssertionError("refused before the drain")
-
-    provider = MachineProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
-    production = {**ROBOT_MACHINE, "environment": "production", "api_server": "https://cp.tuist.dev:6443"}
-    with pytest.raises(ReleaseRefusedError) as refused:
-        provider.delete("robot:2345601", production)
-    assert str(refused.value) == (
-        "runners-0: refusing to release production box (fleet runners): releasing reinstalls it. To allow "
-        "it set fleets[name=runners].allow_release: true and allow_production_release: true in "
-        "Pulumi.production.yaml, run `pulumi up` so the claim records it, then `pulumi state unprotect` "
-        "the machine and remove it"
-    )
-    with pytest.raises(ReleaseRefusedError, match=r"set allow_production_release: true in"):
-        provider.delete("robot:2345601", {**production, "allow_release": True})
-
-
 def test_a_robot_install_stopped_on_a_rescue_system_that_is_gone_starts_over_from_arming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
