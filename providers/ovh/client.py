@@ -506,7 +506,6 @@ class OvhClient(MarkerFiltering):
 
     def _wait_other_move(self, ip: str, block: str, task_id: int) -> None:
         """Wait for a move task someone else started to end, wherever it routes the IP."""
-        call = "GET /ip/{ip}/task/{taskId}"
 
         def check() -> bool | None:
             try:
@@ -515,22 +514,12 @@ class OvhClient(MarkerFiltering):
                 return None
             return None if task.get("status") in _RUNNING else True
 
-        try:
-            poll(
-                check,
-                timeout=self._task_timeout,
-                policy=self._poll,
-                what=f"IP move task {task_id}",
-                sleep=self._sleep,
-                clock=self._clock,
-            )
-        except PollTimeout:
-            raise TaskTimeoutError(
-                vendor=VENDOR,
-                call=call,
-                subject=ip,
-                message=f"another IP move, task {task_id}, still runs after {self._task_timeout:.0f}s",
-            ) from None
+        self._poll_ip_task(
+            ip,
+            task_id,
+            check,
+            lambda: f"another IP move, task {task_id}, still runs after {self._task_timeout:.0f}s",
+        )
 
     def _wait_ip_task(self, ip: str, block: str, task_id: int, svc: str) -> None:
         call = "GET /ip/{ip}/task/{taskId}"
@@ -557,6 +546,17 @@ class OvhClient(MarkerFiltering):
                 )
             return None
 
+        self._poll_ip_task(
+            ip,
+            task_id,
+            check,
+            lambda: f"IP move task {task_id} still {last!r} after {self._task_timeout:.0f}s",
+        )
+
+    def _poll_ip_task(
+        self, ip: str, task_id: int, check: Callable[[], bool | None], timed_out: Callable[[], str]
+    ) -> None:
+        """`check` until it answers, within the task timeout; TaskTimeoutError saying `timed_out()`."""
         try:
             poll(
                 check,
@@ -568,10 +568,7 @@ class OvhClient(MarkerFiltering):
             )
         except PollTimeout:
             raise TaskTimeoutError(
-                vendor=VENDOR,
-                call=call,
-                subject=ip,
-                message=f"IP move task {task_id} still {last!r} after {self._task_timeout:.0f}s",
+                vendor=VENDOR, call="GET /ip/{ip}/task/{taskId}", subject=ip, message=timed_out()
             ) from None
 
     def register_ssh_key(self, name: str, public_key: str) -> str | None:
