@@ -68,6 +68,13 @@ def claim_crd_manifest() -> dict[str, Any]:
                 "description": "What later states need, e.g. the rescue system's host key.",
                 "additionalProperties": {"type": "string"},
             },
+            "releaseAllowed": {
+                "type": "boolean",
+                "description": (
+                    "The claim's release switches, as `pulumi up` last recorded them: a production "
+                    "machine leaves the cluster only when its box may then be released."
+                ),
+            },
         },
     }
     columns = [

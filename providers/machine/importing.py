@@ -37,6 +37,7 @@ from providers.machine.errors import MachineError
 from providers.machine.node_labels import NodeLabelsProvider
 from providers.machine.provider import ClaimProvider, MachineProvider, _outputs
 from providers.machine.record import Phase
+from providers.machine.release import release_refusal
 from providers.machine.selection import claim_named_box
 from providers.machine.settings import Settings, settings_from_config
 from providers.machine.spec import node_name_for, parse_claim, provider_id_for, resource_id
@@ -92,9 +93,12 @@ def slot_resources(
         or node_name_for(spec.fleet, box.id)
     )
     pin = fetch_host_key(SshTarget(box.public_ipv4, spec.ssh_port, spec.login))
-    record.save(replace(progress, phase=Phase.READY, state="READY", facts={"pin": pin}))
+    allowed = release_refusal(spec) is None
+    record.save(
+        replace(progress, phase=Phase.READY, state="READY", facts={"pin": pin}, release_allowed=allowed)
+    )
 
-    claim_out = ClaimProvider._outs(claim_in, spec, box, record)
+    claim_out = ClaimProvider._outs(claim_in, spec, box, record, release_allowed=allowed)
     machine_in = {
         **machine_inputs,
         "resource_name": slot,

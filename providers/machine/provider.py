@@ -24,6 +24,7 @@ from providers import kube
 from providers.errors import NotFoundError
 from providers.machine import engine_link
 from providers.machine.errors import (
+    ClaimLostError,
     MachineInputError,
     NotConfiguredError,
     ReleaseRefusedError,
@@ -31,7 +32,13 @@ from providers.machine.errors import (
 )
 from providers.machine.fsm import DONE, Clock, Run, Runner, SystemClock
 from providers.machine.record import ClaimHeldError, ClaimRecord, Holder, Phase, Progress
-from providers.machine.release import install_resume_state, release_refusal, release_table, resume_state
+from providers.machine.release import (
+    install_resume_state,
+    leave_refusal,
+    release_refusal,
+    release_table,
+    resume_state,
+)
 from providers.machine.robot_install import INSTALL_STATES
 from providers.machine.selection import claim_box
 from providers.machine.settings import Settings, settings_from_config
@@ -74,6 +81,7 @@ CLAIM_OUTPUTS = (
     "claim_token",
     "record",
     "state",
+    "release_allowed",
 )
 MACHINE_OUTPUTS = ("node_name", "host_key_fingerprint", "node_registered", "state")
 
@@ -131,6 +139,23 @@ def _outputs(props: dict[str, Any], **values: Any) -> dict[str, Any]:
     outs = {k: v for k, v in props.items() if k != PROVIDER_KEY}
     outs.update(values)
     return outs
+
+
+def _record_release_switches(record: ClaimRecord, progress: Progress, allowed: bool) -> bool:
+    """Write `allowed` into the box's record (made if missing); returns what the record then says. A
+    record written meanwhile (a machine's state moved on) is read again: the switches are a fact of
+    their own, not a state of the run."""
+    for _ in range(3):
+        held = record.acquire(progress)
+        if held.release_allowed == allowed:
+            return allowed
+        try:
+            return record.save(replace(held, release_allowed=allowed)).release_allowed
+        except ClaimLostError:
+            continue
+    raise ClaimLostError(
+        f"{progress.name}: the claim record kept changing while its release switches were recorded"
+    )
 
 
 def artifact_pins(spec: ClaimSpec | MachineSpec, props: dict[str, Any], resource: str) -> ArtifactPins:
@@ -208,13 +233,20 @@ class ClaimProvider(_Stateless):
             deadline=self.clock.now() + budget,
             clock=self.clock.now,
         )
-        record.save(replace(progress, phase=Phase.CLAIMED, state="CLAIMED"))
+        saved = record.save(
+            replace(
+                progress, phase=Phase.CLAIMED, state="CLAIMED", release_allowed=release_refusal(spec) is None
+            )
+        )
         return dyn.CreateResult(
-            id_=resource_id(spec.vendor, box.id), outs=self._outs(props, spec, box, record)
+            id_=resource_id(spec.vendor, box.id),
+            outs=self._outs(props, spec, box, record, release_allowed=saved.release_allowed),
         )
 
     @staticmethod
-    def _outs(props: dict[str, Any], spec: ClaimSpec, box: Box, record: ClaimRecord) -> dict[str, Any]:
+    def _outs(
+        props: dict[str, Any], spec: ClaimSpec, box: Box, record: ClaimRecord, *, release_allowed: bool
+    ) -> dict[str, Any]:
         return _outputs(
             props,
             box_id=box.id,
@@ -226,6 +258,8 @@ class ClaimProvider(_Stateless):
             claim_token=spec.token,
             record=record.where,
             state="releasing" if box.claim is not None and box.claim.releasing else "claimed",
+            # What the record says (a production machine's delete reads it there), not the inputs.
+            release_allowed=release_allowed,
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
@@ -262,25 +296,29 @@ class ClaimProvider(_Stateless):
                 warning=True,
             )
             return dyn.ReadResult(id_="", outs={})
-        outs = self._outs(props, spec, box, record)
+        outs = self._outs(props, spec, box, record, release_allowed=held is not None and held.release_allowed)
         outs["claim_token"] = token
         return dyn.ReadResult(id_=id_, outs=outs)
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        """Every claim update only records the new inputs (release reads them); a claim that now has a
-        cluster is recorded there too."""
+        """Every claim update records the new inputs (release reads them) and, with a cluster, whether
+        they allow the release in the box's record (a production machine's delete reads it there); a
+        claim that now has a cluster is recorded there too."""
         spec = parse_claim(news)
         vendor, box_id = parse_resource_id(id_)
         token = str(olds.get("claim_token") or spec.token)
-        if spec.api_server and not olds.get("api_server"):
-            record = self._config().claim_record(spec.api_server)
-            holder = Holder(spec.project, spec.stack, spec.resource_name, token)
-            record.acquire(
-                Progress(vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder, state="CLAIMED")
-            )
         outs = {**{k: v for k, v in olds.items() if k != PROVIDER_KEY}, **_outputs(news)}
         outs.update({key: olds[key] for key in CLAIM_OUTPUTS if key in olds})
         outs["record"] = "cluster" if spec.api_server else olds.get("record", "process")
+        if spec.api_server:
+            record = self._config().claim_record(spec.api_server)
+            holder = Holder(spec.project, spec.stack, spec.resource_name, token)
+            progress = Progress(
+                vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder, state="CLAIMED"
+            )
+            outs["release_allowed"] = _record_release_switches(
+                record, progress, release_refusal(spec) is None
+            )
         return dyn.UpdateResult(outs=outs)
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
@@ -552,6 +590,11 @@ class MachineProvider(_Stateless):
                 warning=True,
             )
             return
+        refusal = leave_refusal(spec, progress)
+        if refusal:
+            # Before the drain: leaving deletes the Node and its local volumes' claims (Kura's data),
+            # and the claim's release after it would be refused all the same.
+            raise ReleaseRefusedError(refusal)
         table = leave_table()
         start = progress.state if progress.phase == Phase.LEAVING and progress.state in table else "CORDONING"
         run = self._machine_run(spec, props, kube=settings.kube_api())

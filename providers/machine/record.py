@@ -72,6 +72,9 @@ class Progress:
     attempt: int = 0
     last_transition: str = ""
     facts: Mapping[str, str] = field(default_factory=dict)
+    # The claim's release switches as its last create or update recorded them (release_refusal): a
+    # production machine leaves the cluster only when they let its claim release the box after it.
+    release_allowed: bool = False
     version: str | None = None  # resourceVersion (or the process record's counter)
 
     @property
@@ -336,6 +339,7 @@ def to_object(progress: Progress) -> dict[str, Any]:
         "errorCount": progress.error_count,
         "attempt": progress.attempt,
         "facts": dict(progress.facts),
+        "releaseAllowed": progress.release_allowed,
     }
     if progress.last_transition:
         status["lastTransitionTime"] = progress.last_transition
@@ -384,5 +388,6 @@ def from_object(obj: Mapping[str, Any]) -> Progress:
         attempt=int(status.get("attempt") or 0),
         last_transition=str(status.get("lastTransitionTime") or ""),
         facts={str(k): str(v) for k, v in (status.get("facts") or {}).items()},
+        release_allowed=status.get("releaseAllowed") is True,
         version=str((obj.get("metadata") or {}).get("resourceVersion") or "") or None,
     )

@@ -11,7 +11,8 @@ RELEASE_WAIT_INSTALL  until the vendor reports the install the ticket names done
 RELEASE_CLEARING      the claim leaves the vendor marker; the fleet marker stays
 
 Then the record is deleted. In production the release is refused unless the claim's inputs carry
-both switches. No Pulumi import here.
+both switches, and the machine's leaving before it unless the claim's record says they were set
+(`leave_refusal`). No Pulumi import here.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from collections.abc import Mapping
 
 from providers.errors import TransientVendorError, VendorInputError
 from providers.machine.fsm import DONE, FAILED, Complete, Continue, Failed, Result, Row, Run
+from providers.machine.record import Progress
 from providers.machine.robot_install import install_rows
-from providers.machine.spec import ClaimSpec, Vendor, node_name_for
+from providers.machine.spec import ClaimSpec, MachineSpec, Vendor, node_name_for
 from providers.vendor import Claim, InstallState, Reinstall, VendorClient
 
 REINSTALL = "reinstall"  # the fact holding the release reinstall's ticket (Reinstall.to_record(), as JSON)
@@ -43,6 +45,23 @@ def release_refusal(spec: ClaimSpec) -> str | None:
         f"{spec.resource_name}: refusing to release production box (fleet {spec.fleet}): releasing "
         f"reinstalls it. To allow it set {' and '.join(missing)} in Pulumi.production.yaml, run "
         "`pulumi up` so the claim records it, then `pulumi state unprotect` the machine and remove it"
+    )
+
+
+def leave_refusal(spec: MachineSpec, progress: Progress) -> str | None:
+    """Why a production machine may not leave the cluster: its claim's release, which follows, would be
+    refused, after the drain had deleted the Node and its local volumes' claims (Kura's data). The
+    machine has no release switches of its own (as its inputs, every switch change would update it,
+    and a preview would then replace what hangs off its outputs): it reads what the claim's create or
+    update recorded in the box's record. None if allowed."""
+    if not spec.production or progress.release_allowed:
+        return None
+    return (
+        f"{spec.resource_name}: refusing to leave the cluster: production box {spec.box_id} (fleet "
+        f"{spec.fleet}) may not be released after it (MachineClaim {progress.name} has no "
+        f"status.releaseAllowed). To allow it set fleets[name={spec.fleet}].allow_release: true and "
+        "allow_production_release: true in Pulumi.production.yaml, run `pulumi up` so the claim records "
+        "it, then `pulumi state unprotect` the machine and remove it"
     )
 
 

@@ -160,7 +160,9 @@ MACHINE_INPUTS: dict[str, InputRule] = {
     "ssh_user": InputRule(Change.RECORD, "the next SSH session logs in as it"),
     "ssh_port": InputRule(Change.RECORD, "the next SSH session dials it"),
     "timeouts": InputRule(Change.RECORD, "the state budgets of later steps (leaving the cluster)"),
-    "environment": InputRule(Change.RECORD, "read by delete"),
+    "environment": InputRule(
+        Change.RECORD, "read by delete (a production machine leaves only if its claim may release)"
+    ),
     "install_artifacts": InputRule(
         Change.IGNORE, "the Robot install on adoption only; release uses the claim's"
     ),
@@ -237,9 +239,22 @@ def claim_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResu
     if "excluded_boxes" in replaces and not unknown(excluded) and olds.get("box_id") not in (excluded or []):
         replaces = [k for k in replaces if k != "excluded_boxes"]
         found[Change.RECORD].append("excluded_boxes")
+    if release_unrecorded(olds, news):
+        found[Change.RECORD].append("release_allowed")
     changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN])
     # Boxes are scarce (no spare box waits for a replacement): release first, then claim.
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
+
+
+def release_unrecorded(olds: Mapping[str, Any], news: Mapping[str, Any]) -> bool:
+    """A production claim whose switches allow its release while its cluster record does not say so
+    (a claim made before the record carried them): an update records it, or its machine could never
+    leave (release.leave_refusal). Outside production nothing reads the record's switches."""
+    keys = ("api_server", "environment", "allow_release", "allow_production_release")
+    if any(unknown(news.get(key)) for key in keys) or not news.get("api_server"):
+        return False
+    allowed = news.get("allow_release") is True and news.get("allow_production_release") is True
+    return news.get("environment") == PRODUCTION and allowed and olds.get("release_allowed") is not True
 
 
 # What AdoptedMachine reads from its MachineClaim's outputs (components/fleet.py).
@@ -363,6 +378,10 @@ class MachineSpec:
     private_network: str | None = None
     # Apple silicon: the node agent's pin {url, sha256, registers_node}.
     node_agent: Mapping[str, Any] | None = None
+
+    @property
+    def production(self) -> bool:
+        return self.environment == PRODUCTION
 
     @property
     def is_macos(self) -> bool:

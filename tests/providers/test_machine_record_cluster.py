@@ -146,6 +146,19 @@ def sim(sim_process: Sim) -> Sim:
     return sim_process
 
 
+def test_the_release_switches_survive_the_apiservers_schema(record: KubeClaimRecord) -> None:
+    """status.releaseAllowed is in the CRD's schema: the apiserver keeps it (an unknown field would be
+    pruned, and a production machine could then never leave)."""
+    mine = record.acquire(Progress("ovh", "ns3001.ip-1-2-3.eu", "kura-ovh", A, state="CLAIMED"))
+    assert mine.release_allowed is False
+    saved = record.save(replace(mine, release_allowed=True))
+    again = record.get("ovh", "ns3001.ip-1-2-3.eu")
+    assert saved.release_allowed is True and again is not None and again.release_allowed is True
+    record.save(replace(again, phase="Leaving", state="CORDONING"))
+    moved = record.get("ovh", "ns3001.ip-1-2-3.eu")
+    assert moved is not None and (moved.state, moved.release_allowed) == ("CORDONING", True)
+
+
 def test_two_processes_of_two_stacks_never_hold_one_box_twice(
     sim: Sim, crd: KubeCluster, record: KubeClaimRecord
 ) -> None:

@@ -360,3 +360,32 @@ def test_a_private_network_is_an_elastic_metal_uuid() -> None:
         "private_network",
         "only scaleway_em boxes join a Private Network, not ovh",
     ) in machine_input_problems({**joined(), "private_network": "9e700000-0000-4000-8000-000000000001"})
+
+
+def test_a_production_claim_whose_record_does_not_say_its_switches_allow_release_updates() -> None:
+    """A claim made before the record carried the switches: its machine could never leave, so the
+    claim updates (recording them) even though no input changed. Nowhere else."""
+    prod = claim_props(
+        "kura-ovh",
+        0,
+        environment="production",
+        marker="tuist-kura-production-ovh",
+        api_server="https://cp.tuist.dev:6443",
+        allow_release=True,
+        allow_production_release=True,
+    )
+    olds = {**prod, "box_id": "ns3001.ip-1-2-3.eu"}
+    diff = claim_diff(olds, prod)
+    assert (diff.changes, diff.replaces) == (True, [])
+    assert claim_diff({**olds, "release_allowed": True}, prod).changes is False
+    disarmed = {**prod, "allow_production_release": False}
+    assert claim_diff({**olds, **disarmed}, disarmed).changes is False
+    staging = {
+        **prod,
+        "environment": "staging",
+        "marker": "tuist-kura-staging-ovh",
+        "allow_production_release": False,
+    }
+    assert claim_diff({**olds, **staging}, staging).changes is False
+    no_cluster = {**prod, "api_server": None}
+    assert claim_diff({**olds, **no_cluster}, no_cluster).changes is False

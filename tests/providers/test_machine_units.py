@@ -458,6 +458,87 @@ def test_a_machine_whose_box_another_slot_holds_now_leaves_that_slots_node_alone
     assert held is not None and held.holder == theirs
 
 
+class _Drained(Exception):
+    """Raised where the leave would reach the cluster: the machine's delete got past its guard."""
+
+
+def test_a_production_machine_leaves_the_cluster_only_when_its_claims_record_allows_the_release() -> None:
+    """Leaving drains the Node and deletes it and its local claims (Kura's data); the claim's release
+    after it would be refused without the switches. The machine reads them from the box's record,
+    where the claim wrote them, and refuses before the drain."""
+    from providers.machine.errors import ReleaseRefusedError
+    from providers.machine.record import ProcessClaimRecord, Progress
+
+    record = ProcessClaimRecord({})
+    holder = Holder("tuist-infra", "production", "runners-0", "0123456789ab")
+    held = record.acquire(Progress("robot", "2345601", "runners", holder, phase="Ready", state="READY"))
+
+    class Settings:
+        def claim_record(self, _api_server: object) -> object:
+            return record
+
+        def kube_api(self) -> object:
+            raise _Drained
+
+    provider = MachineProvider()
+    provider._settings = Settings()  # type: ignore[assignment]
+    production = {
+        **ROBOT_MACHINE,
+        "stack": "production",
+        "environment": "production",
+        "api_server": "https://cp.tuist.dev:6443",
+    }
+    with pytest.raises(ReleaseRefusedError) as refused:
+        provider.delete("robot:2345601", production)
+    assert str(refused.value) == (
+        "runners-0: refusing to leave the cluster: production box 2345601 (fleet runners) may not be "
+        "released after it (MachineClaim robot-2345601 has no status.releaseAllowed). To allow it set "
+        "fleets[name=runners].allow_release: true and allow_production_release: true in "
+        "Pulumi.production.yaml, run `pulumi up` so the claim records it, then `pulumi state unprotect` "
+        "the machine and remove it"
+    )
+    assert record.get("robot", "2345601") == held  # nothing moved
+    with pytest.raises(_Drained):
+        provider.delete("robot:2345601", {**ROBOT_MACHINE, "api_server": "https://cp.tuist.dev:6443"})
+    from dataclasses import replace
+
+    record.save(replace(held, release_allowed=True))
+    with pytest.raises(_Drained):
+        provider.delete("robot:2345601", production)
+
+
+def test_a_claim_update_records_its_release_switches_in_the_boxs_record() -> None:
+    from providers.machine.record import ProcessClaimRecord
+
+    record = ProcessClaimRecord({})
+
+    class Settings:
+        def claim_record(self, _api_server: object) -> object:
+            return record
+
+    provider = ClaimProvider()
+    provider._settings = Settings()  # type: ignore[assignment]
+    prod = claim_props(
+        "kura-ovh",
+        0,
+        stack="production",
+        environment="production",
+        marker="tuist-kura-production-ovh",
+        api_server="https://cp.tuist.dev:6443",
+    )
+    olds = {**prod, "box_id": "ns3001.ip-1-2-3.eu", "claim_token": "0123456789ab", "record": "cluster"}
+    armed = {**prod, "allow_release": True, "allow_production_release": True}
+    outs = provider.update("ovh:ns3001.ip-1-2-3.eu", olds, armed).outs
+    held = record.get("ovh", "ns3001.ip-1-2-3.eu")
+    assert held is not None and held.release_allowed is True
+    assert held.holder == Holder("tuist-infra", "production", "kura-ovh-0", "0123456789ab")
+    assert outs is not None and outs["release_allowed"] is True
+    disarmed = provider.update("ovh:ns3001.ip-1-2-3.eu", {**olds, **outs}, {**armed, "allow_release": False})
+    assert disarmed.outs is not None and disarmed.outs["release_allowed"] is False
+    again = record.get("ovh", "ns3001.ip-1-2-3.eu")
+    assert again is not None and again.release_allowed is False
+
+
 def test_a_robot_install_stopped_on_a_rescue_system_that_is_gone_starts_over_from_arming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
