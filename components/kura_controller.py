@@ -34,7 +34,6 @@ __all__ = [
     "CONTROLLER_LEASE_NAME",
     "CONTROLLER_NAME",
     "EGRESS_BANDWIDTH_ANNOTATION",
-    "EGRESS_FLOOR_RESOURCE",
     "KuraController",
     "KuraControllerArgs",
     "RegionPlacement",
@@ -47,8 +46,6 @@ __all__ = [
 CONTROLLER_NAME = "kura-controller"
 CONTROLLER_LEASE_NAME = "kura-controller.tuist.dev"
 KURA_GROUP = "kura.tuist.dev"
-# Requested per pod (its floor), advertised per Node (the fleet's budget: components/fleet.py).
-EGRESS_FLOOR_RESOURCE = EGRESS_MBPS_RESOURCE
 EGRESS_BANDWIDTH_ANNOTATION = "kubernetes.io/egress-bandwidth"
 LABELS = {
     "app.kubernetes.io/name": CONTROLLER_NAME,
@@ -99,7 +96,8 @@ def _region_settings(p: RegionPlacement, kura: Kura, environment: Environment) -
         "storage_size": f"{region.storage_size_gi}Gi",
         "node_selector": pool_node_selector(fleet),
         "tolerations": tolerations,
-        "pod_resource_requests": {EGRESS_FLOOR_RESOURCE: str(region.egress_floor_mbps)},
+        # Each pod requests its floor; each Node advertises its fleet's budget (NodeLabels).
+        "pod_resource_requests": {EGRESS_MBPS_RESOURCE: str(region.egress_floor_mbps)},
         "pod_annotations": {EGRESS_BANDWIDTH_ANNOTATION: f"{region.egress_burst_mbps}M"},
         # The per-region public peer Service the region's SNI demux routes to (demux/routes.py).
         "mesh_peer_host_network": True,
