@@ -2,15 +2,21 @@
 
 Capacity is the scheduler's own arithmetic. A runner pod costs its node its requests plus the
 kata-qemu RuntimeClass overhead (components/runner_pool.py), charged against the node's
-allocatable: the box's hardware less what the kubelet holds back (the self-join configures no
-kube/system reservation, so only the default hard-eviction threshold, memory.available 100Mi).
+allocatable, which the kubelet computes as its capacity less its reservations:
+- capacity: every thread, and the memory the kernel reports (MemTotal), which is not the DIMMs'
+  size: the kernel's page descriptors take 1/64 of it (64 bytes per 4 KiB page) and firmware, the
+  kernel image and the crash kernel about 512 MiB more (`kernel_memory_mib`);
+- reservations: the self-join's `systemReserved` and `kubeReserved` (500m / 1Gi each,
+  providers/ssh/scripts/self-join.sh) and the default hard-eviction threshold, memory.available
+  100Mi.
 A pool fits `min(cpu // pod cpu, memory // pod memory)` pods per box.
 
 A slot is seed 003's planning unit, one microVM of the standard runner shape (1 vCPU / 4 GiB
 including its overhead): the RunnerPool default size, 900m / 3744Mi plus 50m / 320Mi of overhead
-= 950m / 4064Mi, gives the seed's numbers: 16 per AX42-U (16 threads, 64 GiB) and 64 per AX162-R
-(96 threads, 256 GiB). Money stays Decimal end to end and leaves as a string with two decimals, so
-stack outputs never carry float rounding.
+= 950m / 4064Mi. The seed's "~16 per AX42-U" and "~64 per AX162-R" are the boxes' DIMMs divided by
+4 GiB; what their kubelets can place is 15 (16 threads, 64 GiB: memory- and CPU-bound) and 62 (96
+threads, 256 GiB: memory-bound). Money stays Decimal end to end and leaves as a string with two
+decimals, so stack outputs never carry float rounding.
 
 On a Mac a slot is one macOS VM of the standard macOS runner (the RunnerPool CRD's defaults, 8000m /
 14336 MB: config.models.DARWIN_POD_DEFAULTS), and never more than two per Mac: Apple's macOS licence
@@ -28,6 +34,16 @@ from config.models import Fleet, Hardware, RunnerOS, RunnerPool, StackConfig
 
 # The kubelet's default hard eviction threshold (memory.available<100Mi) comes off allocatable.
 KUBELET_EVICTION_MEMORY_MIB = 100
+# The self-join's KubeletConfiguration reservations (providers/ssh/scripts/self-join.sh), as written.
+KUBELET_RESERVED = {
+    "systemReserved": {"cpu": "500m", "memory": "1Gi"},
+    "kubeReserved": {"cpu": "500m", "memory": "1Gi"},
+}
+RESERVED_CPU_MILLI = 500 + 500
+RESERVED_MEMORY_MIB = 1024 + 1024
+# Firmware-reserved ranges, the kernel image and the crash kernel: what MemTotal lacks beyond the
+# page descriptors (a 64 GiB box reports about 62.5 GiB).
+KERNEL_FIXED_MEMORY_MIB = 512
 # Apple's macOS software licence: at most two additional copies of macOS in VMs on each Mac.
 MACOS_VMS_PER_HOST = 2
 
@@ -45,8 +61,23 @@ class Allocatable:
     memory_mib: int
 
 
+def kernel_memory_mib(hardware: Hardware) -> int:
+    """The box's MemTotal, which the kubelet reports as its memory capacity: the DIMMs less the
+    kernel's page descriptors (1/64) and its fixed reservations."""
+    installed = hardware.memory_gib * 1024
+    return installed - installed // 64 - KERNEL_FIXED_MEMORY_MIB
+
+
 def allocatable(hardware: Hardware) -> Allocatable:
-    """What the kubelet of a box with this hardware reports as allocatable."""
+    """What the kubelet of a self-joined (Linux) box with this hardware reports as allocatable."""
+    return Allocatable(
+        cpu_milli=hardware.threads * 1000 - RESERVED_CPU_MILLI,
+        memory_mib=kernel_memory_mib(hardware) - RESERVED_MEMORY_MIB - KUBELET_EVICTION_MEMORY_MIB,
+    )
+
+
+def _mac_allocatable(hardware: Hardware) -> Allocatable:
+    """A Mac's: its node agent runs no kubelet reservations; the licence caps it long before."""
     return Allocatable(
         cpu_milli=hardware.threads * 1000, memory_mib=hardware.memory_gib * 1024 - KUBELET_EVICTION_MEMORY_MIB
     )
@@ -63,9 +94,10 @@ def pod_footprint(pool: RunnerPool) -> Allocatable:
 
 
 def pods_per_host(hardware: Hardware, pool: RunnerPool) -> int:
-    room, pod = allocatable(hardware), pod_footprint(pool)
-    fits = min(room.cpu_milli // pod.cpu_milli, room.memory_mib // pod.memory_mib)
-    return min(fits, MACOS_VMS_PER_HOST) if pool.os is RunnerOS.DARWIN else fits
+    darwin = pool.os is RunnerOS.DARWIN
+    room, pod = (_mac_allocatable if darwin else allocatable)(hardware), pod_footprint(pool)
+    fits = max(0, min(room.cpu_milli // pod.cpu_milli, room.memory_mib // pod.memory_mib))
+    return min(fits, MACOS_VMS_PER_HOST) if darwin else fits
 
 
 # The standard runner pods: a Linux and a macOS pool at the RunnerPool defaults.

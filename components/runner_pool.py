@@ -42,7 +42,7 @@ KATA_RUNTIME_CLASS = "kata-qemu"
 # 256 MiB, Kata's floor (a smaller default_memory is silently replaced by its 2048 default), one
 # boot vCPU, and sandbox_cgroup_only, so QEMU, virtiofsd and the shim are charged to the pod. The
 # container limits are hot-plugged on top of the base. The stock guest (2048 MiB) with a 2560Mi
-# overhead fitted about 9 runner pods on an AX42-U; this fits the seed's 16 (components/capacity.py).
+# overhead fitted about 9 runner pods on an AX42-U; this fits 15, the seed's ~16 (components/capacity.py).
 KATA_GUEST_BASE_MEMORY_MIB = 256
 KATA_GUEST_BASE_VCPUS = 1
 # QEMU's own memory, virtiofsd and containerd-shim-kata-v2 on the host.

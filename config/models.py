@@ -523,7 +523,8 @@ class RunnerPool(Strict):
     dispatch_label: str = Field(min_length=1)
     image: DigestImage
     # What each runner pod requests. The defaults fill one slot of seed 003 (1 vCPU / 4 GiB)
-    # with the kata-qemu pod overhead on top: 16 pods on an AX42-U, 64 on an AX162-R
+    # with the kata-qemu pod overhead on top: 15 pods on an AX42-U, 62 on an AX162-R, past the
+    # kernel and the kubelet's reservations
     # (components/capacity.py).
     # A darwin pool defaults to DARWIN_POD_DEFAULTS instead (one macOS VM, at most two per Mac).
     pod_cpu_milli: int = Field(default=900, gt=0)

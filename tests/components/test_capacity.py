@@ -10,11 +10,17 @@ import pytest
 import yaml
 
 from components.capacity import (
+    KUBELET_RESERVED,
+    RESERVED_CPU_MILLI,
+    RESERVED_MEMORY_MIB,
+    Allocatable,
+    allocatable,
     capacity_outputs,
     capacity_problems,
     effective_scale_down_cooldown_seconds,
     fleet_cost,
     fleet_slots,
+    kernel_memory_mib,
     pod_footprint,
     pods_per_host,
     slots_per_host,
@@ -84,10 +90,10 @@ def stack(fleets: list[Fleet], pools: list[RunnerPool]) -> StackConfig:
 @pytest.mark.parametrize(
     ("hardware", "slots"),
     [
-        (AX42_U, 16),
-        (AX162_R, 64),  # memory-bound: 96 threads but 256 GiB / 4
-        (Hardware(offer="thread-bound", threads=8, memory_gib=128), 8),
-        (Hardware(offer="odd-memory", threads=32, memory_gib=30), 7),  # 30 // 4, whole slots only
+        (AX42_U, 15),  # 15000m // 950m, and 61852Mi // 4064Mi
+        (AX162_R, 62),  # memory-bound: 96 threads but (257536 - 2148)Mi // 4064Mi
+        (Hardware(offer="thread-bound", threads=8, memory_gib=128), 7),  # (8000 - 1000)m // 950m
+        (Hardware(offer="odd-memory", threads=32, memory_gib=30), 6),  # 27580Mi: whole slots only
     ],
 )
 def test_slots_per_host_is_one_vcpu_and_four_gib_per_slot(hardware: Hardware, slots: int) -> None:
@@ -112,7 +118,7 @@ def test_a_macos_pool_pays_no_kata_overhead() -> None:
 
 
 def test_fleet_slots_multiply_by_size() -> None:
-    assert fleet_slots(robot_fleet(size=2)) == 128
+    assert fleet_slots(robot_fleet(size=2)) == 124
     assert fleet_slots(robot_fleet(size=0)) == 0
 
 
@@ -126,20 +132,20 @@ def test_a_parked_fleet_offers_no_slots() -> None:
 def test_max_replicas_above_fleet_slots_is_a_config_error() -> None:
     cfg = stack([robot_fleet()], [pool(max_replicas=130)])
     assert capacity_problems(cfg) == [
-        "runner_pools[0].autoscaling.max_replicas: 130 exceeds the 128 pods of fleet 'runners-linux'"
-        " (2 x AX162-R, 64 slots each; 64 of this pool's pods of 950m / 4064Mi with overhead fit a host)"
+        "runner_pools[0].autoscaling.max_replicas: 130 exceeds the 124 pods of fleet 'runners-linux'"
+        " (2 x AX162-R, 62 slots each; 62 of this pool's pods of 950m / 4064Mi with overhead fit a host)"
     ]
 
 
 def test_max_replicas_equal_to_fleet_slots_is_fine() -> None:
-    assert capacity_problems(stack([robot_fleet()], [pool(max_replicas=128)])) == []
+    assert capacity_problems(stack([robot_fleet()], [pool(max_replicas=124)])) == []
 
 
 def test_max_replicas_on_a_parked_fleet_is_a_config_error() -> None:
     cfg = stack([robot_fleet(enabled=False, size=1, hardware=AX42_U)], [pool(max_replicas=14)])
     assert capacity_problems(cfg) == [
         "runner_pools[0].autoscaling.max_replicas: 14 exceeds the 0 pods of fleet 'runners-linux'"
-        " (parked, 1 x AX42-U, 16 slots each; 16 of this pool's pods of 950m / 4064Mi with overhead"
+        " (parked, 1 x AX42-U, 15 slots each; 15 of this pool's pods of 950m / 4064Mi with overhead"
         " fit a host)"
     ]
 
@@ -152,11 +158,11 @@ def test_zero_or_unset_max_replicas_never_exceeds() -> None:
 def test_problems_name_the_pool_by_index() -> None:
     small = robot_fleet("runners-small", size=1, hardware=AX42_U)
     cfg = stack(
-        [robot_fleet(), small], [pool("ok", max_replicas=100), pool("big", "runners-small", max_replicas=17)]
+        [robot_fleet(), small], [pool("ok", max_replicas=100), pool("big", "runners-small", max_replicas=16)]
     )
     assert capacity_problems(cfg) == [
-        "runner_pools[1].autoscaling.max_replicas: 17 exceeds the 16 pods of fleet 'runners-small'"
-        " (1 x AX42-U, 16 slots each; 16 of this pool's pods of 950m / 4064Mi with overhead fit a host)"
+        "runner_pools[1].autoscaling.max_replicas: 16 exceeds the 15 pods of fleet 'runners-small'"
+        " (1 x AX42-U, 15 slots each; 15 of this pool's pods of 950m / 4064Mi with overhead fit a host)"
     ]
 
 
@@ -182,16 +188,16 @@ def test_capacity_outputs_shape_and_money_strings() -> None:
             "runners-linux": {
                 "hosts": 2,
                 "os": "linux",
-                "slots_per_host": 64,
-                "slots": 128,
+                "slots_per_host": 62,
+                "slots": 124,
                 "monthly_eur": "790.00",
                 "setup_eur": "590.00",
             },
             "kura-eu": {
                 "hosts": 1,
                 "os": "linux",
-                "slots_per_host": 16,
-                "slots": 16,
+                "slots_per_host": 15,
+                "slots": 15,
                 "monthly_eur": None,
                 "setup_eur": None,
             },
@@ -200,8 +206,8 @@ def test_capacity_outputs_shape_and_money_strings() -> None:
             "linux": {
                 "fleet": "runners-linux",
                 "os": "linux",
-                "slots": 128,
-                "pods_per_host": 64,
+                "slots": 124,
+                "pods_per_host": 62,
                 "min_warm_pool_floor": 0,
                 "max_replicas": 120,
             }
@@ -209,8 +215,8 @@ def test_capacity_outputs_shape_and_money_strings() -> None:
         "total": {
             "monthly_eur": "790.00",
             "setup_eur": "590.00",
-            "runner_slots": 128,
-            "runner_slots_by_os": {"linux": 128, "darwin": 0},
+            "runner_slots": 124,
+            "runner_slots_by_os": {"linux": 124, "darwin": 0},
         },
     }
 
@@ -220,8 +226,8 @@ def test_unset_floor_reports_the_crd_default_and_unset_max_reports_null() -> Non
     assert out["runner_pools"]["linux"] == {
         "fleet": "runners-linux",
         "os": "linux",
-        "slots": 128,
-        "pods_per_host": 64,
+        "slots": 124,
+        "pods_per_host": 62,
         "min_warm_pool_floor": 1,
         "max_replicas": None,
     }
@@ -234,7 +240,7 @@ def test_cooldown_defaults_to_300_and_keeps_an_explicit_zero() -> None:
 
 def test_runner_slots_count_a_shared_fleet_once() -> None:
     out = capacity_outputs(stack([robot_fleet()], [pool("a"), pool("b")]))
-    assert out["total"]["runner_slots"] == 128
+    assert out["total"]["runner_slots"] == 124
 
 
 # --- macOS on Apple silicon ----------------------------------------------------------------
@@ -307,8 +313,8 @@ def test_a_mac_fleet_reports_its_own_slots_pods_and_cost() -> None:
         "min_warm_pool_floor": 1,
         "max_replicas": 3,
     }
-    assert out["total"]["runner_slots_by_os"] == {"linux": 128, "darwin": 3}
-    assert out["total"]["runner_slots"] == 131
+    assert out["total"]["runner_slots_by_os"] == {"linux": 124, "darwin": 3}
+    assert out["total"]["runner_slots"] == 127
     assert out["total"]["monthly_eur"] == "1239.97"
     assert capacity_problems(cfg) == []
     over = stack([mac_fleet()], [mac_pool(autoscaling=Autoscaling(max_replicas=4))])
@@ -342,14 +348,14 @@ def test_stack_files_have_no_capacity_problems(env: str) -> None:
     assert capacity_problems(load_stack(env)) == []
 
 
-def test_staging_runs_one_ax42_u_with_16_slots_at_57_a_month() -> None:
+def test_staging_runs_one_ax42_u_with_15_slots_at_57_a_month() -> None:
     cfg = load_stack("staging")
     out = capacity_outputs(cfg)
     assert out["fleets"][runner_fleet(cfg)] == {
         "hosts": 1,
         "os": "linux",
-        "slots_per_host": 16,
-        "slots": 16,
+        "slots_per_host": 15,
+        "slots": 15,
         "monthly_eur": "57.00",
         "setup_eur": "234.00",
     }
@@ -361,28 +367,28 @@ def test_canary_runs_one_ax42_u_with_floor_2_and_max_14() -> None:
     assert out["fleets"][runner_fleet(cfg)] == {
         "hosts": 1,
         "os": "linux",
-        "slots_per_host": 16,
-        "slots": 16,
+        "slots_per_host": 15,
+        "slots": 15,
         "monthly_eur": "57.00",
         "setup_eur": "234.00",
     }
     pool_out = linux_pool_out(out, cfg)
-    assert (pool_out["min_warm_pool_floor"], pool_out["max_replicas"], pool_out["slots"]) == (2, 14, 16)
+    assert (pool_out["min_warm_pool_floor"], pool_out["max_replicas"], pool_out["slots"]) == (2, 14, 15)
 
 
-def test_production_runs_two_ax162_r_with_128_slots_floor_30_and_max_120() -> None:
+def test_production_runs_two_ax162_r_with_124_slots_floor_30_and_max_120() -> None:
     cfg = load_stack("production")
     out = capacity_outputs(cfg)
     assert out["fleets"][runner_fleet(cfg)] == {
         "hosts": 2,
         "os": "linux",
-        "slots_per_host": 64,
-        "slots": 128,
+        "slots_per_host": 62,
+        "slots": 124,
         "monthly_eur": "790.00",
         "setup_eur": "590.00",
     }
     pool_out = linux_pool_out(out, cfg)
-    assert (pool_out["min_warm_pool_floor"], pool_out["max_replicas"], pool_out["slots"]) == (30, 120, 128)
+    assert (pool_out["min_warm_pool_floor"], pool_out["max_replicas"], pool_out["slots"]) == (30, 120, 124)
 
 
 def test_canary_and_production_runners_add_847_a_month_and_824_setup() -> None:
@@ -400,3 +406,25 @@ def test_stack_files_scale_down_after_300_seconds(env: str) -> None:
     assert {p.name: effective_scale_down_cooldown_seconds(p) for p in cfg.runner_pools} == {
         p.name: 300 for p in cfg.runner_pools
     }
+
+
+# --- what the kubelet of a box reports ----------------------------------------------------------
+
+
+def test_the_kernel_keeps_a_64th_of_the_dimms_and_half_a_gib_from_the_kubelets_capacity() -> None:
+    # A 64 GiB box reports MemTotal of about 62.5 GiB (65,536,000 kB here): the seed's 16 slots of
+    # 4 GiB were the DIMMs', not the kubelet's.
+    assert kernel_memory_mib(AX42_U) == 64000
+    assert allocatable(AX42_U) == Allocatable(cpu_milli=15000, memory_mib=64000 - 2048 - 100)
+
+
+def test_the_model_counts_the_reservations_the_self_join_writes() -> None:
+    """The self-join's KubeletConfiguration, as a box's kubelet reads it, holds back exactly what the
+    model subtracts (and tests/cluster/test_k8s_runners.py gives the same to a kubelet)."""
+    script = (REPO / "providers/ssh/scripts/self-join.sh").read_text()
+    heredoc = script.split("kind: KubeletConfiguration\n", 1)[1].split("\nEOF\n", 1)[0]
+    written = yaml.safe_load(heredoc)
+    assert {key: written[key] for key in ("systemReserved", "kubeReserved")} == KUBELET_RESERVED
+    cpu = sum(int(r["cpu"].removesuffix("m")) for r in KUBELET_RESERVED.values())
+    memory = sum(int(r["memory"].removesuffix("Gi")) * 1024 for r in KUBELET_RESERVED.values())
+    assert (cpu, memory) == (RESERVED_CPU_MILLI, RESERVED_MEMORY_MIB)

@@ -426,7 +426,7 @@ def test_a_removed_box_keeps_its_32_through_its_release_then_one_rule_changes(
     runners = next(f for f in after["fleets"] if f["name"] == "runners-linux")
     assert runners["size"] == 2
     runners["size"] = 1  # production gives back its second AX162-R: slot runners-linux-1 goes
-    after["runner_pools"][0]["autoscaling"]["max_replicas"] = 64  # what one AX162-R holds
+    after["runner_pools"][0]["autoscaling"]["max_replicas"] = 62  # what one AX162-R holds
 
     first = run_program("production", before, addresses, monkeypatch=monkeypatch)
     # The update that removes the slot releases the box at its end, after the firewall's update:

@@ -44,7 +44,7 @@ def test_regions_per_environment(name: str, exposed: list[str]) -> None:
 @pytest.mark.parametrize(
     ("name", "ovh_endpoint", "dedibox_dc", "runner_offer", "runner_boxes", "floor", "max_replicas"),
     [
-        ("staging", "ovh-ca", "DC5", "AX42-U", 1, 1, 16),
+        ("staging", "ovh-ca", "DC5", "AX42-U", 1, 1, 15),
         ("canary", "ovh-ca", "DC2", "AX42-U", 1, 2, 14),
         ("production", "ovh-us", "DC5", "AX162-R", 2, 30, 120),
     ],

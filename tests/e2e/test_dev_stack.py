@@ -189,7 +189,7 @@ def test_the_first_preview_plans_every_slot_and_the_up_makes_them(deployed: Depl
     capacity = outputs["capacity"]
     assert capacity["fleets"]["runners-macos"]["os"] == "darwin"
     assert capacity["runner_pools"]["macos"]["pods_per_host"] == 1
-    assert capacity["total"]["runner_slots_by_os"] == {"linux": 48, "darwin": 1}
+    assert capacity["total"]["runner_slots_by_os"] == {"linux": 45, "darwin": 1}
     (em,) = outputs["fleets"]["kura-scw"]["machines"]
     (mac,) = outputs["fleets"]["runners-macos"]["machines"]
     assert em["provider_id"] == "scaleway://" + em["box_id"]

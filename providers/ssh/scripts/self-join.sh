@@ -210,6 +210,14 @@ authorization:
   mode: Webhook
 runtimeRequestTimeout: 5m
 rotateCertificates: true
+# What the box's own daemons keep (sshd, journald; kubelet, containerd): off allocatable, so the
+# scheduler never fills the box to its last MiB. components/capacity.py counts with the same numbers.
+systemReserved:
+  cpu: 500m
+  memory: 1Gi
+kubeReserved:
+  cpu: 500m
+  memory: 1Gi
 EOF
   printf 'clusterDomain: %s\n' "$CLUSTER_DOMAIN"
   if [ -n "$CLUSTER_DNS" ]; then printf 'clusterDNS:\n- %s\n' "$CLUSTER_DNS"; fi

@@ -209,6 +209,9 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
     # No serving-CSR approver runs in these clusters: a kubelet waiting for one would serve nothing.
     assert "serverTLSBootstrap" not in kubelet_config
     assert "clusterDomain: cluster.local\n" in kubelet_config
+    # The box's daemons keep their share off allocatable (components/capacity.py counts with it).
+    reserved = "systemReserved:\n  cpu: 500m\n  memory: 1Gi\nkubeReserved:\n  cpu: 500m\n  memory: 1Gi\n"
+    assert reserved in kubelet_config
     bootstrap = box.info.data_disk / "kubelet/bootstrap-kubeconfig"
     assert f"token: {BOOTSTRAP_TOKEN}\n" in bootstrap.read_text()
     assert oct(bootstrap.stat().st_mode & 0o777) == "0o600"
