@@ -825,7 +825,16 @@ def _write_hardware(box_key: str, box: Path, hardware: Hardware) -> None:
     (box / "hardware" / "cpuinfo").write_text(
         "".join(f"processor\t: {i}\nmodel name\t: simulated\n\n" for i in range(hardware.threads))
     )
-    (box / "hardware" / "meminfo").write_text(f"MemTotal:       {hardware.memory_bytes // 1024} kB\n")
+    mem_total = kernel_memory_kib(hardware.memory_bytes)
+    (box / "hardware" / "meminfo").write_text(f"MemTotal:       {mem_total} kB\n")
+
+
+def kernel_memory_kib(installed_bytes: int) -> int:
+    """What a box's kernel reports as MemTotal: not the DIMMs, less the page descriptors (64 bytes per
+    4 KiB page, a 64th) and about 512 MiB of firmware ranges, kernel image and crash kernel (a 64 GiB
+    box reports about 62.5 GiB; components/capacity.py counts with the same)."""
+    installed = installed_bytes // 1024
+    return installed - installed // 64 - 512 * 1024
 
 
 def _read_env(path: Path) -> dict[str, str]:

@@ -51,11 +51,13 @@ DECOYS = (
     *(MAC.format(n) for n in (4, 5, 6, 7)),
 )
 # What each box's /proc shows the kubelet (the dev inventory's offers): threads, memory.
+# The kernel's MemTotal of each offer's DIMMs (32, 16, 64, 64 GiB): less a 64th and 512 MiB (the
+# apiserver writes 31744Mi as 31Gi).
 HARDWARE = {
-    "ovh": ("12", "32Gi"),
-    "dedibox": ("8", "16Gi"),
-    "robot": ("16", "64Gi"),
-    "scaleway_em": ("12", "64Gi"),
+    "ovh": ("12", "31Gi"),
+    "dedibox": ("8", "15616Mi"),
+    "robot": ("16", "64000Mi"),
+    "scaleway_em": ("12", "64000Mi"),
 }
 # vendorsim's box key prefix per vendor (vendorsim/scaleway_em.py, applesilicon.py).
 BOX_PREFIX = {"scaleway_em": "em", "applesilicon": "mac"}

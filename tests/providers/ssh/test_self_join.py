@@ -486,7 +486,10 @@ def test_a_box_running_the_self_join_ends_with_a_ready_node(
         taints = [(t.key, t.value, t.effect) for t in node.spec.taints]
         assert ("tuist.dev/kura", "true", "NoSchedule") in taints
         assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == ["198.18.0.60"]
-        assert node.status.capacity["cpu"] == "16" and node.status.capacity["memory"] == "64Gi"
+        # The kernel's MemTotal, less the self-join's reservations and the eviction threshold: what the
+        # capacity model counts with (components/capacity.py).
+        assert node.status.capacity["cpu"] == "16" and node.status.capacity["memory"] == "64000Mi"
+        assert node.status.allocatable["cpu"] == "15" and node.status.allocatable["memory"] == "61852Mi"
         # The kubelet's files are where the self-join put its root: on /data.
         current = info.data_disk / "kubelet" / "pki" / "kubelet-client-current.pem"
         assert os.readlink(current).startswith("/var/lib/kubelet/pki/kubelet-client-")
