@@ -537,11 +537,12 @@ def region_rules(view: View) -> Iterator[Problem]:
     for i, region in regions:
         for j, shorter in regions:
             if region.id.endswith(f"-{shorter.id}"):
-                # The demux reads the account back from kura-<account>-<region>-peer (demux/routes.py).
+                # Peer Services share the Kura namespace: account a of us-east and account a-us of
+                # east would both need kura-a-us-east-peer, and the second could never exist.
                 yield Problem(
                     ("regions", i, "id"),
                     f"{quote(region.id)} ends with '-{shorter.id}' (regions[{j}]): the peer Service "
-                    f"kura-<account>-{region.id}-peer would also read as an account of {shorter.id}",
+                    f"kura-<account>-{region.id}-peer can also name a peer Service of {shorter.id}",
                 )
     fleets = [f.name for _, f in view.fleets]
     fips = [f.name for _, f in view.failover_ips]

@@ -1,7 +1,7 @@
 """`python -m demux`: run one region's peer-demux route reconciler inside the cluster.
 
-Settings come from the Deployment's environment (components/peer_demux.py): REGION, CLUSTER_ID,
-ENV_SUFFIX, KURA_NAMESPACE, PEER_PORT, CLUSTER_DOMAIN (demux.routes.RouteSettings) and
+Settings come from the Deployment's environment (components/peer_demux.py): REGION, REGION_HOST,
+KURA_NAMESPACE, PEER_PORT, CLUSTER_DOMAIN (demux.routes.RouteSettings) and
 ROUTES_CONFIGMAP, the ConfigMap the region's demux pods mount.
 """
 

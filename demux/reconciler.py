@@ -1,8 +1,10 @@
-"""The route reconciler: watch the Kura namespace's Services, keep the routes ConfigMap in step.
+"""The route reconciler: watch the region's account Services, keep the routes ConfigMap in step.
 
 One reconciler per region (components/peer_demux.py deploys it). It lists the Services of the Kura
-namespace, then watches them; every change re-renders the routes file (demux/routes.py) and, when
-the text differs from what the ConfigMap holds, server-side-applies it as its own field manager.
+namespace that kura-controller labelled as an account's Services of this region
+(`RouteSettings.service_selector`), then watches them; every change re-renders the routes file
+(demux/routes.py) and, when the text differs from what the ConfigMap holds, server-side-applies it
+as its own field manager.
 The demux pods mount that ConfigMap and reload nginx gracefully on change (nginx-reload.sh), so
 established peer connections survive a new account.
 
@@ -91,8 +93,10 @@ class RouteReconciler:
         return True
 
     def relist(self) -> str:
-        """List every Service of the namespace afresh; returns the list's resourceVersion."""
-        listing = self._core.list_namespaced_service(self.settings.namespace)
+        """List the region's account Services afresh; returns the list's resourceVersion."""
+        listing = self._core.list_namespaced_service(
+            self.settings.namespace, label_selector=self.settings.service_selector()
+        )
         self._services = {s.metadata.name: service_view(s) for s in listing.items}
         return str(listing.metadata.resource_version)
 
@@ -114,6 +118,8 @@ class RouteReconciler:
                 for event in watcher.stream(
                     self._core.list_namespaced_service,
                     self.settings.namespace,
+                    # A Service relabelled out of the selector arrives as DELETED.
+                    label_selector=self.settings.service_selector(),
                     resource_version=version,
                     timeout_seconds=self.resync_seconds,
                 ):

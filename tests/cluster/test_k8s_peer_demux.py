@@ -1,6 +1,7 @@
 """The demux route reconciler on the real control plane, as its own ServiceAccount: it turns the
-account peer Services of the Kura namespace into the routes ConfigMap, follows them as they come and
-go, never routes a Service that could lead elsewhere, and its Role lets it do exactly that."""
+account peer Services of the Kura namespace, as kura-controller labels them, into the routes
+ConfigMap, follows them as they come, go and are relabelled, never routes a Service that could lead
+elsewhere, and its Role lets it do exactly that."""
 
 from __future__ import annotations
 
@@ -63,11 +64,20 @@ def kura(kube_cluster: KubeCluster) -> Iterator[Kura]:
     kube_cluster.delete_namespace(kura.namespace)
 
 
-def service(name: str, **spec: Any) -> dict[str, Any]:
+def kc_labels(handle: str, region: str = REGION.id) -> dict[str, str]:
+    """The labels kura-controller puts on an account's Services (demux/routes.py)."""
+    return {
+        "app.kubernetes.io/managed-by": "kura-controller",
+        "tuist.dev/account": handle,
+        "tuist.dev/region": region,
+    }
+
+
+def service(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": labels},
         "spec": {
             "type": "ClusterIP",
             "ports": [{"name": "peer", "port": 7443}],
@@ -110,9 +120,9 @@ def test_account_peer_services_become_routes_and_go_when_they_go(
 ) -> None:
     ns = kura.namespace
     routes_become(kube_cluster, kura, [])
-    kube_cluster.core.create_namespaced_service(ns, service("kura-acme-ca-east-peer"))
+    kube_cluster.core.create_namespaced_service(ns, service("kura-acme-ca-east-peer", kc_labels("acme")))
     routes_become(kube_cluster, kura, ["acme.peer.ca-east.staging.kura.tuist.dev"])
-    kube_cluster.core.create_namespaced_service(ns, service("kura-globex-ca-east-peer"))
+    kube_cluster.core.create_namespaced_service(ns, service("kura-globex-ca-east-peer", kc_labels("globex")))
     routes_become(
         kube_cluster,
         kura,
@@ -125,6 +135,32 @@ def test_account_peer_services_become_routes_and_go_when_they_go(
     assert backend == f"kura-globex-ca-east-peer.{ns}.svc.cluster.local:7443;"
 
 
+def test_the_labels_decide_and_a_relabelled_service_leaves_the_routes(
+    kube_cluster: KubeCluster, kura: Kura, reconciler: RouteReconciler
+) -> None:
+    ns = kura.namespace
+    # Named as account acme's peer Service of ca-east, labelled as account acme-ca's of a region "east".
+    kube_cluster.core.create_namespaced_service(
+        ns, service("kura-acme-ca-east-peer", kc_labels("acme-ca", "east"))
+    )
+    # Named as a peer Service, not labelled by kura-controller at all.
+    kube_cluster.core.create_namespaced_service(ns, service("kura-initech-ca-east-peer", {}))
+    # No region label, as the kura-controller version read sets none on the peer Service: its name
+    # for account globex places it in ca-east.
+    unregioned = {k: v for k, v in kc_labels("globex").items() if k != "tuist.dev/region"}
+    kube_cluster.core.create_namespaced_service(ns, service("kura-globex-ca-east-peer", unregioned))
+    routes_become(kube_cluster, kura, ["globex.peer.ca-east.staging.kura.tuist.dev"])
+    # Relabelled for another region: the watch delivers the change and the route goes.
+    kube_cluster.core.patch_namespaced_service(
+        "kura-globex-ca-east-peer", ns, {"metadata": {"labels": {"tuist.dev/region": "us-east"}}}
+    )
+    routes_become(kube_cluster, kura, [])
+    kube_cluster.core.patch_namespaced_service(
+        "kura-acme-ca-east-peer", ns, {"metadata": {"labels": kc_labels("acme")}}
+    )
+    routes_become(kube_cluster, kura, ["acme.peer.ca-east.staging.kura.tuist.dev"])
+
+
 def test_services_that_could_lead_elsewhere_never_become_routes(
     kube_cluster: KubeCluster, kura: Kura, reconciler: RouteReconciler
 ) -> None:
@@ -134,16 +170,21 @@ def test_services_that_could_lead_elsewhere_never_become_routes(
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": "kura-evil-ca-east-peer"},
+            "metadata": {"name": "kura-evil-ca-east-peer", "labels": kc_labels("evil")},
             "spec": {"type": "ExternalName", "externalName": "attacker.example.com"},
         },
     )
-    kube_cluster.core.create_namespaced_service(ns, service("kura-headless-ca-east-peer", clusterIP="None"))
     kube_cluster.core.create_namespaced_service(
-        ns, service("kura-noport-ca-east-peer", ports=[{"name": "http", "port": 80}])
+        ns, service("kura-headless-ca-east-peer", kc_labels("headless"), clusterIP="None")
     )
-    kube_cluster.core.create_namespaced_service("default", service(f"kura-other{suffix()}-ca-east-peer"))
-    kube_cluster.core.create_namespaced_service(ns, service("kura-acme-ca-east-peer"))
+    kube_cluster.core.create_namespaced_service(
+        ns, service("kura-noport-ca-east-peer", kc_labels("noport"), ports=[{"name": "http", "port": 80}])
+    )
+    other = f"other{suffix()}"
+    kube_cluster.core.create_namespaced_service(
+        "default", service(f"kura-{other}-ca-east-peer", kc_labels(other))
+    )
+    kube_cluster.core.create_namespaced_service(ns, service("kura-acme-ca-east-peer", kc_labels("acme")))
     routes_become(kube_cluster, kura, ["acme.peer.ca-east.staging.kura.tuist.dev"])
 
 

@@ -128,7 +128,7 @@ def test_the_public_peer_service_and_host_are_what_the_demux_routes(
     recorded: ManifestRecorder, region: Region, kura: Kura, cluster: Cluster
 ) -> None:
     # The controller names each account's peer Service and host from these templates; the demux
-    # reads the account back from the Service name and routes that host. They must agree.
+    # routes an account's Service only under that name, and that host. They must agree.
     us_east = json.loads(env_of(recorded)["TUIST_KURA_REGIONS"])["us-east"]
     demux = RouteSettings(
         region=region.id,
@@ -138,7 +138,7 @@ def test_the_public_peer_service_and_host_are_what_the_demux_routes(
         cluster_domain=cluster.domain,
     )
     service = us_east["public_peer_service"].format(account="acme")
-    assert demux.handle_of(service) == "acme"
+    assert service == demux.service_name("acme")
     assert us_east["public_peer_host"].format(account="acme") == demux.peer_host("acme")
     assert demux.peer_host("acme") == "acme.peer.us-east.staging.kura.tuist.dev"
     assert us_east["mesh_peer_host_network"] is True

@@ -30,9 +30,7 @@ def run_on_a_box(before: list[str], *runs: list[str]) -> tuple[list[tuple[str, s
 
 def test_the_failover_ip_becomes_an_address_of_the_box_labelled_as_the_script_s() -> None:
     addresses, _ = run_on_a_box([], ["198.51.100.10"])
-    assert addresses == sorted(
-        [("127.0.0.1/8", "lo"), (OTHERS, "lo"), ("198.51.100.10/32", "lo:failover")]
-    )
+    assert addresses == sorted([("127.0.0.1/8", "lo"), (OTHERS, "lo"), ("198.51.100.10/32", "lo:failover")])
 
 
 def test_a_second_run_changes_nothing() -> None:

@@ -1,11 +1,14 @@
-"""demux.routes: which Services become routes, the exact map entries, and the static nginx.conf.
-Real nginx runs both in tests/integration/test_peer_demux_nginx.py."""
+"""demux.routes: which Services become routes (by kura-controller's labels, never by reading a name),
+the exact map entries, and the static nginx.conf. Real nginx runs both in
+tests/integration/test_peer_demux_nginx.py."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from demux.routes import (
     PeerRoute,
@@ -15,6 +18,7 @@ from demux.routes import (
     account_routes,
     render_demux_config,
     render_routes,
+    service_view,
 )
 
 STAGING = RouteSettings(
@@ -25,27 +29,37 @@ ACME = PeerRoute(
 )
 
 
+def labels(
+    handle: str | None, region: str | None = "us-east", managed_by: str | None = "kura-controller"
+) -> dict[str, str]:
+    """What kura-controller puts on an account's Services (None leaves a label out)."""
+    given = {
+        "app.kubernetes.io/managed-by": managed_by,
+        "tuist.dev/account": handle,
+        "tuist.dev/region": region,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
 def svc(
     name: str,
+    labelled: dict[str, str],
     *,
     namespace: str = "kura",
     type: str = "ClusterIP",
     ip: str | None = "10.96.4.2",
     ports: tuple[int, ...] = (7443,),
 ) -> ServiceView:
-    return ServiceView(name=name, namespace=namespace, type=type, cluster_ip=ip, ports=ports)
+    return ServiceView(name=name, namespace=namespace, labels=labelled, type=type, cluster_ip=ip, ports=ports)
+
+
+def peer(handle: str, region: str = "us-east", **kwargs: Any) -> ServiceView:
+    """An account peer Service as kura-controller makes it: its name and its labels agree."""
+    return svc(f"kura-{handle}-{region}-peer", labels(handle, region), **kwargs)
 
 
 def test_each_account_peer_service_of_the_region_becomes_one_route_sorted_by_host() -> None:
-    routes, skipped = account_routes(
-        [
-            svc("kura-zeta-us-east-peer"),
-            svc("kura-acme-us-east-peer"),
-            svc("kura-acme-peer"),
-            svc("kube-dns"),
-        ],
-        STAGING,
-    )
+    routes, skipped = account_routes([peer("zeta"), peer("acme"), svc("kube-dns", {})], STAGING)
     assert routes == [
         ACME,
         PeerRoute(
@@ -56,10 +70,150 @@ def test_each_account_peer_service_of_the_region_becomes_one_route_sorted_by_hos
 
 
 def test_another_regions_peer_services_are_not_this_demux_s_business() -> None:
-    routes, skipped = account_routes(
-        [svc("kura-acme-us-west-peer"), svc("kura-acme-eu-central-peer")], STAGING
-    )
+    routes, skipped = account_routes([peer("acme", "us-west"), peer("acme", "eu-central")], STAGING)
     assert (routes, skipped) == ([], [])
+
+
+def test_a_name_that_reads_as_this_region_routes_nothing_when_the_labels_say_another() -> None:
+    # kura-acme-us-east-peer is also account acme-us's peer Service of a region "east": a name
+    # cannot say which; the labels do. The us-east demux leaves it alone.
+    routes, skipped = account_routes([svc("kura-acme-us-east-peer", labels("acme-us", "east"))], STAGING)
+    assert (routes, skipped) == ([], [])
+
+
+def test_the_same_name_routes_the_labelled_account_in_the_labelled_region() -> None:
+    east = RouteSettings(
+        region="east", region_host="east.staging.kura.tuist.dev", namespace="kura", peer_port=7443
+    )
+    routes, skipped = account_routes([svc("kura-acme-us-east-peer", labels("acme-us", "east"))], east)
+    assert routes == [
+        PeerRoute(
+            "acme-us.peer.east.staging.kura.tuist.dev", "kura-acme-us-east-peer.kura.svc.cluster.local:7443"
+        )
+    ]
+    assert skipped == []
+
+
+def test_eu_central_s_peer_services_are_read_from_their_labels_too() -> None:
+    eu_central = RouteSettings(
+        region="eu-central", region_host="eu-central.staging.kura.tuist.dev", namespace="kura", peer_port=7443
+    )
+    name = "kura-acme-eu-central-peer"  # account acme of eu-central, or account acme-eu of "central"
+    assert account_routes([svc(name, labels("acme-eu", "central"))], eu_central) == ([], [])
+    routes, skipped = account_routes([svc(name, labels("acme", "eu-central"))], eu_central)
+    assert routes == [
+        PeerRoute("acme.peer.eu-central.staging.kura.tuist.dev", f"{name}.kura.svc.cluster.local:7443")
+    ]
+    assert skipped == []
+
+
+def test_the_handle_comes_from_the_label_and_the_name_must_agree() -> None:
+    # Named like account acme's peer Service, labelled as account acme-us's: neither is routed.
+    routes, skipped = account_routes([svc("kura-acme-us-east-peer", labels("acme-us"))], STAGING)
+    assert routes == []
+    assert skipped == [
+        Skipped(
+            "kura/kura-acme-us-east-peer",
+            "labelled for account 'acme-us' of region us-east, whose peer Service is "
+            "kura-acme-us-us-east-peer, not kura-acme-us-east-peer",
+        )
+    ]
+
+
+def test_the_account_s_other_services_with_the_same_labels_are_not_its_peer_service() -> None:
+    # kura-controller labels an instance's cache and headless Services alike, and the cache
+    # Service exposes the peer port too: only the one with the peer Service's name routes.
+    cache = svc("kura-acme-us-east-1", labels("acme"), ports=(4000, 7443))
+    headless = svc("kura-acme-us-east-1-headless", labels("acme"), ip="None", ports=(4000, 7443))
+    routes, skipped = account_routes([cache, headless, peer("acme")], STAGING)
+    assert (routes, skipped) == ([ACME], [])
+
+
+@pytest.mark.parametrize(
+    "labelled",
+    [
+        {},
+        labels("acme", managed_by=None),
+        labels("acme", managed_by="helm"),
+        labels("acme", region="us-west"),
+    ],
+)
+def test_a_service_kura_controller_did_not_label_for_this_region_never_routes(
+    labelled: dict[str, str],
+) -> None:
+    routes, skipped = account_routes([svc("kura-acme-us-east-peer", labelled)], STAGING)
+    assert (routes, skipped) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("service", "reason"),
+    [
+        (svc("kura-acme-us-east-peer", labels(None)), "has no tuist.dev/account label"),
+        # Label values Kubernetes takes that are no DNS label, hence no host.
+        (
+            svc("kura-acme-us-east-peer", labels("Acme")),
+            "its tuist.dev/account label 'Acme' is not a DNS label",
+        ),
+        (
+            svc("kura-acme-co-us-east-peer", labels("acme_co")),
+            "its tuist.dev/account label 'acme_co' is not a DNS label",
+        ),
+    ],
+)
+def test_a_peer_service_without_a_usable_account_label_is_skipped_with_the_reason(
+    service: ServiceView, reason: str
+) -> None:
+    routes, skipped = account_routes([service, peer("zeta")], STAGING)
+    assert [r.host for r in routes] == ["zeta.peer.us-east.staging.kura.tuist.dev"]
+    assert skipped == [Skipped(f"kura/{service.name}", reason)]
+
+
+def test_a_peer_service_with_no_region_label_is_placed_by_its_name() -> None:
+    """The kura-controller version read labels the peer Service with its account but no region
+    (docs/peer-demux.md): the name kura-controller is given for that account and region decides."""
+    ours = svc("kura-acme-us-east-peer", labels("acme", region=None))
+    # Account acme-us's peer Service of a region "east" has that same name: not us-east's.
+    theirs = svc("kura-acme-us-east-peer", labels("acme-us", region=None), ip="10.96.4.9")
+    elsewhere = svc("kura-acme-eu-central-peer", labels("acme", region=None), ip="10.96.4.8")
+    assert account_routes([ours, elsewhere], STAGING) == ([ACME], [])
+    routes, skipped = account_routes([theirs], STAGING)
+    assert routes == []
+    assert skipped == [
+        Skipped(
+            "kura/kura-acme-us-east-peer",
+            "labelled for account 'acme-us' of region us-east, whose peer Service is "
+            "kura-acme-us-us-east-peer, not kura-acme-us-east-peer",
+        )
+    ]
+
+
+def test_two_services_claiming_one_account_route_neither() -> None:
+    # The reconciler keeps one view per name, so only a caller handing in two can get here; the
+    # rule holds anyway: never route an account to a guess.
+    first, second = peer("acme"), peer("acme", ip="10.96.4.3")
+    routes, skipped = account_routes([first, second, peer("zeta")], STAGING)
+    assert [r.host for r in routes] == ["zeta.peer.us-east.staging.kura.tuist.dev"]
+    why = (
+        "2 Services claim account 'acme' of region us-east: "
+        "kura/kura-acme-us-east-peer, kura/kura-acme-us-east-peer"
+    )
+    assert skipped == [Skipped("kura/kura-acme-us-east-peer", why)] * 2
+
+
+def test_the_selector_is_kura_controller_s_account_services() -> None:
+    assert STAGING.service_selector() == ("app.kubernetes.io/managed-by=kura-controller,tuist.dev/account")
+
+
+def test_service_view_reads_the_labels_of_a_kubernetes_service() -> None:
+    service = k8s.V1Service(
+        metadata=k8s.V1ObjectMeta(name="kura-acme-us-east-peer", namespace="kura", labels=labels("acme")),
+        spec=k8s.V1ServiceSpec(
+            type="ClusterIP", cluster_ip="10.96.4.2", ports=[k8s.V1ServicePort(name="peer", port=7443)]
+        ),
+    )
+    assert service_view(service) == peer("acme")
+    unlabelled = k8s.V1Service(metadata=k8s.V1ObjectMeta(name="kube-dns", namespace="kura"))
+    assert service_view(unlabelled).labels == {}
 
 
 def test_an_account_s_peer_host_is_under_the_region_s_peer_wildcard() -> None:
@@ -67,7 +221,7 @@ def test_an_account_s_peer_host_is_under_the_region_s_peer_wildcard() -> None:
     production = RouteSettings(
         region="us-east", region_host="us-east.kura.tuist.dev", namespace="kura", peer_port=7443
     )
-    routes, _ = account_routes([svc("kura-acme-us-east-peer")], production)
+    routes, _ = account_routes([peer("acme")], production)
     assert [r.host for r in routes] == ["acme.peer.us-east.kura.tuist.dev"]
 
 
@@ -79,7 +233,7 @@ def test_backend_uses_the_configured_cluster_domain() -> None:
         peer_port=7443,
         cluster_domain="k8s.internal",
     )
-    routes, _ = account_routes([svc("kura-acme-us-east-peer")], settings)
+    routes, _ = account_routes([peer("acme")], settings)
     assert [r.backend for r in routes] == ["kura-acme-us-east-peer.kura.svc.k8s.internal:7443"]
 
 
@@ -87,21 +241,21 @@ def test_backend_uses_the_configured_cluster_domain() -> None:
     ("service", "reason"),
     [
         (
-            svc("kura-evil-us-east-peer", type="ExternalName", ip=None),
+            peer("evil", type="ExternalName", ip=None),
             "an ExternalName Service points outside the cluster",
         ),
         (
-            svc("kura-evil-us-east-peer", ip="None"),
+            peer("evil", ip="None"),
             "headless (no cluster IP): the demux routes to a Service, not to pods",
         ),
-        (svc("kura-evil-us-east-peer", ports=(443,)), "does not expose the peer port 7443"),
-        (svc("kura-evil-us-east-peer", namespace="default"), "not in the Kura namespace 'kura'"),
+        (peer("evil", ports=(443,)), "does not expose the peer port 7443"),
+        (peer("evil", namespace="default"), "not in the Kura namespace 'kura'"),
     ],
 )
 def test_a_service_that_could_route_elsewhere_is_skipped_with_the_reason(
     service: ServiceView, reason: str
 ) -> None:
-    routes, skipped = account_routes([service, svc("kura-acme-us-east-peer")], STAGING)
+    routes, skipped = account_routes([service, peer("acme")], STAGING)
     assert routes == [ACME]
     assert skipped == [Skipped(f"{service.namespace}/{service.name}", reason)]
 

@@ -55,10 +55,26 @@ def host(handle: str) -> str:
     return f"{handle}.peer.us-east.staging.kura.tuist.dev"
 
 
-def peer_service(handle: str, *, type: str = "ClusterIP", cluster_ip: str = "10.96.7.1") -> k8s.V1Service:
-    """An account peer Service as kura-controller creates it in the Kura namespace."""
+def peer_service(
+    handle: str,
+    *,
+    type: str = "ClusterIP",
+    cluster_ip: str = "10.96.7.1",
+    account: str | None = None,
+    region: str = "us-east",
+) -> k8s.V1Service:
+    """An account peer Service as kura-controller creates it in the Kura namespace, with its labels
+    (`account`/`region` label it as another account's or region's than its name reads)."""
     return k8s.V1Service(
-        metadata=k8s.V1ObjectMeta(name=f"kura-{handle}-us-east-peer", namespace="kura"),
+        metadata=k8s.V1ObjectMeta(
+            name=f"kura-{handle}-us-east-peer",
+            namespace="kura",
+            labels={
+                "app.kubernetes.io/managed-by": "kura-controller",
+                "tuist.dev/account": account or handle,
+                "tuist.dev/region": region,
+            },
+        ),
         spec=k8s.V1ServiceSpec(
             type=type,
             cluster_ip=cluster_ip if type != "ExternalName" else None,
@@ -414,6 +430,21 @@ def test_an_external_name_service_never_becomes_a_route(fresh_demux: Callable[[l
     with pytest.raises((ssl.SSLError, ConnectionError)):
         handshake(d.port, host("globex"))
     assert d.backends["globex"].handshakes == []
+
+
+def test_a_service_labelled_as_another_account_s_never_routes_the_account_its_name_reads_as(
+    fresh_demux: Callable[[list[str]], Demux],
+) -> None:
+    # kura-globex-us-east-peer is also account globex-us's name in a region "east"; its labels say so.
+    d = fresh_demux(["acme"])
+    d.publish(
+        reconciled_routes([peer_service("acme"), peer_service("globex", account="globex-us", region="east")])
+    )
+    time.sleep(1)  # five reload intervals: nothing may change
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(d.port, host("globex"))
+    assert d.backends["globex"].handshakes == []
+    assert handshake(d.port, host("acme"))[1] == b"acme\n"
 
 
 def test_a_new_account_arrives_by_a_graceful_reload_that_keeps_open_connections(
