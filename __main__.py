@@ -171,16 +171,22 @@ def main() -> None:
                     environment=cfg.environment,
                     cluster=cfg.cluster,
                     watcher_image=cfg.kura.failover_watcher_image,
-                    public_ipv4s=[machine.public_ipv4 for machine in fleet.machines],
                     node_names=[machine.node_name for machine in fleet.machines],
                     vendors=cfg.vendors,
                     secrets=secrets,
                     robot_failover_watchers=robot_failover_watchers(cfg.regions, cfg.failover_ips),
                 ),
-                # The DNSEndpoints need their CRD; the volumes their StorageClass.
+                # The DNSEndpoints need their CRD, the DNS reconciler external-dns's namespace; the
+                # volumes their StorageClass.
                 opts=pulumi.ResourceOptions(
                     providers=[cluster],
-                    depends_on=[kura.namespace, kura.failover_namespace, external_dns.crd, *storage_classes],
+                    depends_on=[
+                        kura.namespace,
+                        kura.failover_namespace,
+                        external_dns.namespace,
+                        external_dns.crd,
+                        *storage_classes,
+                    ],
                 ),
             )
 

@@ -5,30 +5,36 @@ failover watcher keeps on a box with a Ready demux. The wildcard covers every ac
 so a new account needs no record (the demux routes it from the cluster, demux/). The literal
 `peer.<host>` exists because a wildcard does not cover a name that has records of its own below it
 (RFC 4592), e.g. an account called `peer`.
-The public wildcard `*.<host>` points at the region's boxes (the hostNetwork gateways).
+The public wildcard `*.<host>` (the DNSEndpoint `kura-regional-<region>-dns`) points at the boxes
+whose hostNetwork gateway serves now, and nothing else: the region's DNS reconciler
+(components/dns_reconciler.py, `python -m regional_dns`) rewrites its records every 30 s from the
+Ready gateway pods on healthy Nodes, keeps them on a failed read and withdraws them when no gateway
+serves. The program creates that object and never sends its spec (`ignore_changes`): the records
+are the reconciler's (server-side apply, field manager `kura-regional-dns`), so an up neither
+overwrites nor deletes them. A stack whose records the program itself once wrote keeps them until
+the reconciler's first pass replaces them. A load_balancer region gets no public wildcard here: its
+clients reach its load balancer, whose address is not its boxes'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import child_options, metadata, region_labels
+from regional_dns.records import DNS_TTL
 
 __all__ = [
     "DNS_TTL",
     "DnsRecords",
     "DnsRecordsArgs",
     "peer_endpoints",
-    "public_endpoints",
     "regional_dns_name",
 ]
 
-DNS_TTL = 60
 DNSENDPOINT_API_VERSION = "externaldns.k8s.io/v1alpha1"
 
 
@@ -44,10 +50,6 @@ def peer_endpoints(host: str, failover_address: str) -> list[dict[str, Any]]:
     return [_a_record(n, [failover_address]) for n in (f"peer.{host}", f"*.peer.{host}")]
 
 
-def public_endpoints(host: str, targets: Any) -> list[dict[str, Any]]:
-    return [_a_record(f"*.{host}", targets)]
-
-
 @dataclass(frozen=True)
 class DnsRecordsArgs:
     region_id: str
@@ -55,8 +57,9 @@ class DnsRecordsArgs:
     namespace: str
     # None while the region's failover IP is parked (or the region has none).
     failover_address: str | None
-    # The boxes' public IPv4s (from the fleet's machines); empty publishes no public wildcard.
-    public_ipv4s: pulumi.Input[Sequence[pulumi.Input[str]]] = field(default_factory=tuple)
+    # Whether the region has a public wildcard (a host_network region): its DNSEndpoint is made here,
+    # its records are written by the region's DNS reconciler.
+    public: bool = True
 
 
 class DnsRecords(pulumi.ComponentResource):
@@ -71,15 +74,15 @@ class DnsRecords(pulumi.ComponentResource):
         self.public: k8s.apiextensions.CustomResource | None = None
         self.peer: k8s.apiextensions.CustomResource | None = None
 
-        has_public = not (isinstance(args.public_ipv4s, (list, tuple)) and len(args.public_ipv4s) == 0)
-        if has_public:
+        if args.public:
+            # No spec: spec.endpoints is the reconciler's. ignore_changes keeps an up from sending the
+            # records a stack's state still holds from when the program wrote them.
             self.public = k8s.apiextensions.CustomResource(
                 f"{name}-public",
                 api_version=DNSENDPOINT_API_VERSION,
                 kind="DNSEndpoint",
                 metadata=metadata(regional_dns_name(args.region_id), args.namespace, labels),
-                spec={"endpoints": public_endpoints(args.host, args.public_ipv4s)},
-                opts=child,
+                opts=child_options(self, opts, ignore_changes=["spec"]),
             )
         # A parked failover IP publishes no peer records at all rather than a guess: a
         # peer name pointing at a box without the IP would blackhole the mesh.
@@ -95,7 +98,7 @@ class DnsRecords(pulumi.ComponentResource):
         self.peer_records = pulumi.Output.from_input(self.peer is not None)
         self.register_outputs(
             {
-                "public_records": has_public,
+                "public_records": args.public,
                 "peer_records": self.peer is not None,
                 "peer_records_reason": "routed" if self.peer is not None else "failover IP parked or absent",
             }

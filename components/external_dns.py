@@ -6,7 +6,8 @@ gateways read every Secret. It reads the DNSEndpoints of the Kura namespace only
 its RBAC is a Role there: read DNSEndpoints, write their status (external-dns records the generation
 it has published with an update of the status subresource). Nothing else: the crd
 source needs no Services, Nodes or Ingresses. The policy is `sync` with the TXT registry, so a
-withdrawn record (a parked failover IP, a removed region) is deleted, and only records this stack
+withdrawn record (a parked failover IP, a removed region, a public wildcard with no serving gateway:
+regional_dns/) is deleted, and only records this stack
 owns (`--txt-owner-id`) are ever touched.
 
 The DNSEndpoint CRD comes with it (external-dns reads DNSEndpoints but does not install their CRD),

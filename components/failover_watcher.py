@@ -18,7 +18,17 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import POOL_LABEL, child_options, metadata, region_labels
+from components.k8s import (
+    CONTROLLER_RESOURCES,
+    NONROOT_UID,
+    child_options,
+    heartbeat_probe,
+    heartbeat_volume,
+    locked_down,
+    metadata,
+    prefer_off_pool,
+    region_labels,
+)
 from config.models import FailoverIP, Fleet, Region, Vendor, Vendors
 from providers.clients import SECRET_KEYS_BY_VENDOR
 from watcher.loop import MOVE_BUDGET_SECONDS, POLL_BUDGET_SECONDS
@@ -39,10 +49,7 @@ __all__ = [
 ]
 
 CREDENTIALS_SECRET = "tuist-failover-vendor-credentials"
-WATCHER_UID = 65532
 RUN_DIR = "/run/watcher"  # an emptyDir: the root filesystem is read-only
-# Alive while the deadline the loop last wrote has not passed (the image is Debian: sh, date, cat).
-HEARTBEAT_CHECK = ["/bin/sh", "-c", f'[ "$(date +%s)" -le "$(cat {RUN_DIR}/heartbeat)" ]']
 
 
 def watcher_name(region_id: str) -> str:
@@ -218,7 +225,7 @@ class FailoverWatcher(pulumi.ComponentResource):
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=wname,
                         # The credential files belong to this group, readable by the non-root user.
-                        security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=WATCHER_UID),
+                        security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=NONROOT_UID),
                         volumes=[
                             k8s.core.v1.VolumeArgs(
                                 name="vendor-credentials",
@@ -226,33 +233,11 @@ class FailoverWatcher(pulumi.ComponentResource):
                                     secret_name=secret_name, default_mode=0o440
                                 ),
                             ),
-                            k8s.core.v1.VolumeArgs(
-                                name="run",
-                                empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
-                                    medium="Memory", size_limit="1Mi"
-                                ),
-                            ),
+                            heartbeat_volume(),
                         ],
-                        # Prefer a node outside the pool it guards, so losing that box does
-                        # not also take down the one process that moves the IP off it.
-                        affinity=k8s.core.v1.AffinityArgs(
-                            node_affinity=k8s.core.v1.NodeAffinityArgs(
-                                preferred_during_scheduling_ignored_during_execution=[
-                                    k8s.core.v1.PreferredSchedulingTermArgs(
-                                        weight=100,
-                                        preference=k8s.core.v1.NodeSelectorTermArgs(
-                                            match_expressions=[
-                                                k8s.core.v1.NodeSelectorRequirementArgs(
-                                                    key=POOL_LABEL,
-                                                    operator="NotIn",
-                                                    values=[args.fleet.node_pool],
-                                                )
-                                            ]
-                                        ),
-                                    )
-                                ]
-                            )
-                        ),
+                        # Off the pool it guards: losing that box must not also take down the one
+                        # process that moves the IP off it.
+                        affinity=prefer_off_pool(args.fleet),
                         # SIGTERM ends the loop after its current poll; a move in flight (a Dedibox
                         # detach, then attach) must not be killed between its two halves.
                         termination_grace_period_seconds=int(POLL_BUDGET_SECONDS + MOVE_BUDGET_SECONDS),
@@ -273,22 +258,9 @@ class FailoverWatcher(pulumi.ComponentResource):
                                 # The loop writes, before each poll and each wait, the time by which
                                 # it will write again (watcher/loop.py): a watcher hung on a call
                                 # that never returns misses it and is restarted.
-                                liveness_probe=k8s.core.v1.ProbeArgs(
-                                    exec_=k8s.core.v1.ExecActionArgs(command=HEARTBEAT_CHECK),
-                                    initial_delay_seconds=30,
-                                    period_seconds=30,
-                                    failure_threshold=2,
-                                ),
-                                resources=k8s.core.v1.ResourceRequirementsArgs(
-                                    requests={"cpu": "10m", "memory": "64Mi"}, limits={"memory": "128Mi"}
-                                ),
-                                security_context=k8s.core.v1.SecurityContextArgs(
-                                    run_as_non_root=True,
-                                    run_as_user=WATCHER_UID,
-                                    read_only_root_filesystem=True,
-                                    allow_privilege_escalation=False,
-                                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
-                                ),
+                                liveness_probe=heartbeat_probe(RUN_DIR),
+                                resources=CONTROLLER_RESOURCES,
+                                security_context=locked_down(NONROOT_UID),
                             )
                         ],
                     ),

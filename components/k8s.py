@@ -17,16 +17,22 @@ from config.models import Environment, Fleet
 from providers.machine.spec import node_taints
 
 __all__ = [
+    "CONTROLLER_RESOURCES",
     "MANAGED_BY",
+    "NONROOT_UID",
     "POOL_LABEL",
     "child_options",
     "config_hash",
     "env_suffix",
+    "heartbeat_probe",
+    "heartbeat_volume",
+    "locked_down",
     "metadata",
     "pool_node_selector",
     "pool_taints",
     "pool_toleration_dicts",
     "pool_tolerations",
+    "prefer_off_pool",
     "region_labels",
 ]
 
@@ -97,6 +103,66 @@ def pool_tolerations(fleet: Fleet) -> list[k8s.core.v1.TolerationArgs]:
         )
         for t in pool_toleration_dicts(fleet)
     ]
+
+
+# The small in-cluster loops (failover watcher, demux routes, public DNS) run as distroless's nonroot.
+NONROOT_UID = 65532
+# What one of those loops needs: it waits on the API server most of the time.
+CONTROLLER_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
+    requests={"cpu": "10m", "memory": "64Mi"}, limits={"memory": "128Mi"}
+)
+
+
+def prefer_off_pool(fleet: Fleet) -> k8s.core.v1.AffinityArgs:
+    """Prefer a node outside the pool a loop acts for: losing one of those boxes must not also take
+    the one process that acts on its loss."""
+    return k8s.core.v1.AffinityArgs(
+        node_affinity=k8s.core.v1.NodeAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=[
+                k8s.core.v1.PreferredSchedulingTermArgs(
+                    weight=100,
+                    preference=k8s.core.v1.NodeSelectorTermArgs(
+                        match_expressions=[
+                            k8s.core.v1.NodeSelectorRequirementArgs(
+                                key=POOL_LABEL, operator="NotIn", values=[fleet.node_pool]
+                            )
+                        ]
+                    ),
+                )
+            ]
+        )
+    )
+
+
+def locked_down(uid: int = NONROOT_UID) -> k8s.core.v1.SecurityContextArgs:
+    """A container that needs nothing of the node: non-root, read-only root, no privilege, no capability."""
+    return k8s.core.v1.SecurityContextArgs(
+        run_as_non_root=True,
+        run_as_user=uid,
+        read_only_root_filesystem=True,
+        allow_privilege_escalation=False,
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+    )
+
+
+def heartbeat_volume() -> k8s.core.v1.VolumeArgs:
+    """The `run` emptyDir a loop writes its heartbeat into (its root filesystem is read-only)."""
+    return k8s.core.v1.VolumeArgs(
+        name="run", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit="1Mi")
+    )
+
+
+def heartbeat_probe(run_dir: str) -> k8s.core.v1.ProbeArgs:
+    """Alive while the deadline the loop last wrote to `<run_dir>/heartbeat` has not passed
+    (watcher/heartbeat.py; the image is Debian: sh, date, cat). A loop hung on a call that never
+    returns misses it and is restarted."""
+    check = ["/bin/sh", "-c", f'[ "$(date +%s)" -le "$(cat {run_dir}/heartbeat)" ]']
+    return k8s.core.v1.ProbeArgs(
+        exec_=k8s.core.v1.ExecActionArgs(command=check),
+        initial_delay_seconds=30,
+        period_seconds=30,
+        failure_threshold=2,
+    )
 
 
 def config_hash(text: str) -> str:

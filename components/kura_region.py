@@ -1,5 +1,6 @@
 """One Kura cache region on its fleet's pool: gateway, peer demux (with its route reconciler),
-DNS records, the failover watcher and the local volumes Kura's claims bind to.
+DNS records (with the public plane's reconciler), the failover watcher and the local volumes Kura's
+claims bind to.
 
 What kura-controller is told about the region (pool, taints, storage, egress, replicas) is part of
 its Deployment's environment (components/kura_controller.py), one controller for every region.
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from components.dns import DnsRecords, DnsRecordsArgs
+from components.dns_reconciler import DnsReconciler, DnsReconcilerArgs
 from components.failover_watcher import FailoverWatcher, FailoverWatcherArgs
 from components.gateway import Gateway, GatewayArgs
 from components.k8s import child_options
@@ -20,7 +22,7 @@ from components.kura_controller import region_exposed
 from components.peer_demux import PeerDemux, PeerDemuxArgs
 from components.storage import LocalVolumes, LocalVolumesArgs
 from config.loader import Secrets
-from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region, Vendors
+from config.models import Cluster, Environment, FailoverIP, Fleet, GatewayMode, Kura, Region, Vendors
 
 __all__ = ["KuraRegion", "KuraRegionArgs"]
 
@@ -33,10 +35,9 @@ class KuraRegionArgs:
     kura: Kura
     environment: Environment
     cluster: Cluster
-    # Image that runs `python -m watcher` and `python -m demux` (the demux's route reconciler).
+    # Image that runs `python -m watcher`, `python -m demux` (the demux's route reconciler) and
+    # `python -m regional_dns` (the public DNS reconciler).
     watcher_image: str
-    # Public IPv4s of the fleet's boxes (BareMetalFleet outputs) for the public wildcard.
-    public_ipv4s: pulumi.Input[Sequence[pulumi.Input[str]]] = field(default_factory=tuple)
     # Node names of the fleet's boxes (BareMetalFleet outputs): each gets the region's local volumes.
     node_names: Sequence[pulumi.Input[str]] = field(default_factory=tuple)
     # The stack's vendor accounts and secrets: the watcher gets its IP's vendor's share of them.
@@ -101,7 +102,10 @@ class KuraRegion(pulumi.ComponentResource):
             child,
         )
         # A private region has no public entry: its clients reach it over their Private Network.
+        # The public wildcard follows the boxes whose host-network gateway serves, at runtime.
+        public = not region.private and region.gateway is GatewayMode.HOST_NETWORK
         self.dns: DnsRecords | None = None
+        self.dns_reconciler: DnsReconciler | None = None
         if not region.private:
             self.dns = DnsRecords(
                 f"{name}-dns",
@@ -110,8 +114,14 @@ class KuraRegion(pulumi.ComponentResource):
                     host=region.host,
                     namespace=ns,
                     failover_address=address,
-                    public_ipv4s=args.public_ipv4s,
+                    public=public,
                 ),
+                child,
+            )
+        if public:
+            self.dns_reconciler = DnsReconciler(
+                f"{name}-dns-reconciler",
+                DnsReconcilerArgs(region=region, fleet=fleet, namespace=ns, image=args.watcher_image),
                 child,
             )
         self.volumes = LocalVolumes(

@@ -2,11 +2,12 @@
 reconciler that keeps its routes in step with the cluster.
 
 The routes come from the cluster (demux/): a per-region route reconciler watches the account peer
-Services of the Kura namespace and writes the nginx map entries into the region's routes
-ConfigMap; each demux pod runs nginx under demux/nginx-reload.sh, which reloads it gracefully when
-that ConfigMap changes. A new account is therefore a ConfigMap update, not a deploy and not a roll.
-Only a change of the static nginx.conf or of the reload script rolls the DaemonSet (its pod
-template carries their hash). TLS is never terminated: the peer plane is mTLS end to end.
+Services of the Kura namespace (by the labels kura-controller puts on them) and writes the nginx map
+entries into the region's routes ConfigMap; each demux pod runs nginx under demux/nginx-reload.sh,
+which reloads it gracefully when that ConfigMap changes. A new account is therefore a ConfigMap
+update, not a deploy and not a roll. Only a change of the static nginx.conf or of the reload script
+rolls the DaemonSet (its pod template carries their hash). TLS is never terminated: the peer plane
+is mTLS end to end.
 
 A roll keeps the peer plane (seed 000: the failover IP drains off a box whose demux is rolling):
 one box at a time (maxUnavailable 1, no surge: hostNetwork ports), each new pod Ready for
@@ -24,12 +25,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import (
-    POOL_LABEL,
+    CONTROLLER_RESOURCES,
     child_options,
     config_hash,
+    locked_down,
     metadata,
     pool_node_selector,
     pool_tolerations,
+    prefer_off_pool,
     region_labels,
 )
 from config.models import Cluster, Environment, Fleet, Kura, Region
@@ -285,7 +288,8 @@ class PeerDemux(pulumi.ComponentResource):
         self.reconciler_account = k8s.core.v1.ServiceAccount(
             f"{name}-routes-sa", metadata=metadata(rname, ns, labels), opts=child
         )
-        # Least privilege: read the Services of the Kura namespace, write this one ConfigMap.
+        # Least privilege: read the Services of the Kura namespace, write this one ConfigMap. The
+        # reconciler lists by label selector, which RBAC cannot narrow: the read covers the namespace.
         self.reconciler_role = k8s.rbac.v1.Role(
             f"{name}-routes-role",
             metadata=metadata(rname, ns, labels),
@@ -316,40 +320,15 @@ class PeerDemux(pulumi.ComponentResource):
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=rname,
                         # Off the boxes it routes for: a lost box must not also take the reconciler.
-                        affinity=k8s.core.v1.AffinityArgs(
-                            node_affinity=k8s.core.v1.NodeAffinityArgs(
-                                preferred_during_scheduling_ignored_during_execution=[
-                                    k8s.core.v1.PreferredSchedulingTermArgs(
-                                        weight=100,
-                                        preference=k8s.core.v1.NodeSelectorTermArgs(
-                                            match_expressions=[
-                                                k8s.core.v1.NodeSelectorRequirementArgs(
-                                                    key=POOL_LABEL,
-                                                    operator="NotIn",
-                                                    values=[args.fleet.node_pool],
-                                                )
-                                            ]
-                                        ),
-                                    )
-                                ]
-                            )
-                        ),
+                        affinity=prefer_off_pool(args.fleet),
                         containers=[
                             k8s.core.v1.ContainerArgs(
                                 name="reconciler",
                                 image=args.reconciler_image,
                                 command=["python", "-m", "demux"],
                                 env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
-                                resources=k8s.core.v1.ResourceRequirementsArgs(
-                                    requests={"cpu": "10m", "memory": "64Mi"}, limits={"memory": "128Mi"}
-                                ),
-                                security_context=k8s.core.v1.SecurityContextArgs(
-                                    run_as_non_root=True,
-                                    run_as_user=65532,
-                                    read_only_root_filesystem=True,
-                                    allow_privilege_escalation=False,
-                                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
-                                ),
+                                resources=CONTROLLER_RESOURCES,
+                                security_context=locked_down(),
                             )
                         ],
                     ),

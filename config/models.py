@@ -480,7 +480,8 @@ class Kura(Strict):
     bootstrap_max_concurrent_peers: int = Field(default=4, gt=0)
     bootstrap_artifact_concurrency: int = Field(default=16, gt=0)
     # The runtime failover watcher (watcher/); required once a region's failover IP is ordered.
-    # The same image runs the peer demux's route reconciler (`python -m demux`).
+    # The same image runs the peer demux's route reconciler (`python -m demux`) and the public DNS
+    # reconciler (`python -m regional_dns`).
     failover_watcher_image: str | None = None
     # The regional gateway: ingress-nginx with the CVE-2025-1974 (IngressNightmare) fix.
     gateway_image: DigestImage = (

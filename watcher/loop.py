@@ -8,7 +8,6 @@ local API server and a recording mover.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from watcher.decision import (
     box_id_from_provider_id,
     decide,
 )
+from watcher.heartbeat import write_heartbeat
 
 __all__ = ["FailoverWatcher", "Mover", "WatcherSettings", "kube_listers", "node_view", "pod_view"]
 
@@ -262,11 +262,5 @@ class FailoverWatcher:
             stop.wait(wait)
 
     def beat(self, within: float) -> None:
-        """Write the heartbeat: the time by which the loop will write it again. Whole, or not at all."""
-        path = self.settings.heartbeat_file
-        if not path:
-            return
-        temporary = f"{path}.tmp"
-        with open(temporary, "w") as out:
-            out.write(f"{int(time.time() + within)}\n")
-        os.replace(temporary, path)
+        """Write the heartbeat: the time by which the loop will write it again."""
+        write_heartbeat(self.settings.heartbeat_file, within)

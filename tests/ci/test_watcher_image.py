@@ -30,8 +30,14 @@ def test_the_build_stage_copies_the_lock_and_the_packages_the_watcher_imports() 
     assert copies[:2] == ["pyproject.toml", "requirements.lock"]
     # The project packages a running watcher has loaded (its imports, transitively).
     loaded = subprocess.run(
-        # The image also runs each region's demux route reconciler (python -m demux).
-        [sys.executable, "-c", "import sys, watcher.__main__, demux.__main__; print(' '.join(sys.modules))"],
+        # The image also runs each region's demux route reconciler (python -m demux) and public DNS
+        # reconciler (python -m regional_dns).
+        [
+            sys.executable,
+            "-c",
+            "import sys, watcher.__main__, demux.__main__, regional_dns.__main__\n"
+            "print(' '.join(sys.modules))",
+        ],
         cwd=REPO,
         text=True,
         capture_output=True,
@@ -40,7 +46,7 @@ def test_the_build_stage_copies_the_lock_and_the_packages_the_watcher_imports() 
     ours = {name.split(".")[0] for name in loaded} & {
         p.name for p in REPO.iterdir() if (p / "__init__.py").exists()
     }
-    assert ours == {"config", "demux", "providers", "watcher"}
+    assert ours == {"config", "demux", "providers", "regional_dns", "watcher"}
     assert sorted(c.rstrip("/") for c in copies[2:]) == sorted(ours)
 
 
@@ -99,4 +105,17 @@ def test_the_installed_copy_runs_the_watcher(tmp_path: Path) -> None:
     assert reconciler.stderr.strip() == (
         "demux: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, PEER_PORT, "
         "CLUSTER_DOMAIN required"
+    )
+    dns = subprocess.run(
+        [sys.executable, "-m", "regional_dns"],
+        cwd=elsewhere,
+        env=env,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    assert dns.returncode == 1, dns.stderr
+    assert dns.stderr.strip() == (
+        "regional_dns: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, GATEWAY_DEPLOYMENT, "
+        "NODE_POOL, DNSENDPOINT required"
     )

@@ -114,7 +114,9 @@ def external_dns(w: Workload) -> tuple[list[Check], list[Check]]:
         Check("update", "dnsendpoints", ns, "externaldns.k8s.io", "status"),
     ]
     never = [
-        Check("update", "dnsendpoints", ns, "externaldns.k8s.io"),  # the program owns the records
+        # The program and the regional DNS reconcilers own the records.
+        Check("update", "dnsendpoints", ns, "externaldns.k8s.io"),
+        Check("patch", "dnsendpoints", ns, "externaldns.k8s.io"),
         Check("delete", "dnsendpoints", ns, "externaldns.k8s.io"),
         Check("list", "dnsendpoints", "default", "externaldns.k8s.io"),
         Check("list", "services", ns),  # the crd source only
@@ -212,6 +214,37 @@ def failover_watcher(w: Workload) -> tuple[list[Check], list[Check]]:
     return needs, never
 
 
+def regional_dns(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns, gateway, endpoint = w.env["KURA_NAMESPACE"], w.env["GATEWAY_DEPLOYMENT"], w.env["DNSENDPOINT"]
+    group = "externaldns.k8s.io"
+    needs = [
+        Check("list", "nodes"),
+        Check("list", "pods", ns),
+        Check("get", "deployments", ns, "apps", name=gateway),
+        Check("get", "dnsendpoints", ns, group, name=endpoint),
+        Check("patch", "dnsendpoints", ns, group, name=endpoint),  # server-side apply of spec.endpoints
+    ]
+    never = [
+        Check("create", "dnsendpoints", ns, group),  # the program creates the object
+        Check("delete", "dnsendpoints", ns, group, name=endpoint),
+        # The peer records are the program's (the region's failover IP).
+        Check("patch", "dnsendpoints", ns, group, name=endpoint.replace("kura-regional-", "kura-peer-")),
+        Check("update", "dnsendpoints", ns, group, "status", name=endpoint),  # external-dns's
+        Check("list", "dnsendpoints", ns, group),
+        Check(
+            "get",
+            "deployments",
+            ns,
+            "apps",
+            name=w.name.replace("kura-regional-dns-", "kura-peer-demux-routes-"),
+        ),
+        Check("get", "secrets", ns),
+        Check("get", "secrets", w.namespace),  # external-dns's Cloudflare token lives beside it
+        Check("patch", "nodes"),
+    ]
+    return needs, never
+
+
 def peer_demux(w: Workload) -> tuple[list[Check], list[Check]]:
     # nginx reads its config and routes from files the kubelet mounts: no API access at all.
     ns = w.namespace
@@ -226,6 +259,7 @@ FACTS: list[tuple[str, str, Callable[[Workload], tuple[list[Check], list[Check]]
     ("Deployment", "kura-gateway-", gateway),
     ("Deployment", "kura-peer-demux-routes-", demux_routes),
     ("Deployment", "kura-failover-watcher-", failover_watcher),
+    ("Deployment", "kura-regional-dns-", regional_dns),
     ("DaemonSet", "kura-peer-demux-", peer_demux),
 ]
 

@@ -1,33 +1,31 @@
-"""DnsRecords: DNSEndpoints for the public and peer planes, validated against the CRD."""
+"""DnsRecords: DNSEndpoints for the public and peer planes, validated against the CRD. The public
+plane's records are written at runtime (tests/regional_dns/); here, that the program never sends them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pulumi
-
 from components.dns import DnsRecords, DnsRecordsArgs, peer_endpoints
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
 HOST = "us-east.staging.kura.tuist.dev"
+LABELS = {
+    "app.kubernetes.io/name": "kura-dns",
+    "app.kubernetes.io/component": "dns",
+    "app.kubernetes.io/instance": "us-east",
+    "app.kubernetes.io/managed-by": "tuist-infra",
+    "tuist.dev/region": "us-east",
+}
 
 
-def render(
-    failover: str | None,
-    public: tuple[str, ...] = ("198.51.100.1", "198.51.100.2"),
-    seen: dict[str, Any] | None = None,
-) -> ManifestRecorder:
+def render(failover: str | None, public: bool = True, seen: dict[str, Any] | None = None) -> ManifestRecorder:
     sink: dict[str, Any] = seen if seen is not None else {}
 
     def build() -> Any:
         dns = DnsRecords(
             "dns",
             DnsRecordsArgs(
-                region_id="us-east",
-                host=HOST,
-                namespace="kura",
-                failover_address=failover,
-                public_ipv4s=list(public),
+                region_id="us-east", host=HOST, namespace="kura", failover_address=failover, public=public
             ),
         )
         return dns.peer_records.apply(lambda v: sink.update(peer_records=v))
@@ -49,11 +47,22 @@ def test_peer_plane_points_at_the_failover_ip() -> None:
     }
 
 
-def test_public_wildcard_points_at_the_boxes() -> None:
+def test_the_public_dnsendpoint_is_created_without_records() -> None:
+    # Its spec.endpoints belong to the region's DNS reconciler (python -m regional_dns).
     recorded = render("203.0.113.7")
-    assert recorded.find("DNSEndpoint", "kura-regional-us-east-dns")["spec"] == {
-        "endpoints": [a(f"*.{HOST}", "198.51.100.1", "198.51.100.2")]
+    assert recorded.find("DNSEndpoint", "kura-regional-us-east-dns") == {
+        "apiVersion": "externaldns.k8s.io/v1alpha1",
+        "kind": "DNSEndpoint",
+        "metadata": {"name": "kura-regional-us-east-dns", "namespace": "kura", "labels": LABELS},
     }
+
+
+def test_an_up_never_sends_the_records_a_stack_once_deployed() -> None:
+    # A stack whose state holds the program's own static records (before the reconciler): ignoring
+    # spec keeps them out of every update, so the live records stay until the reconciler rewrites them.
+    recorded = render("203.0.113.7")
+    assert recorded.options["dns-public"].ignore_changes == ["spec"]
+    assert recorded.options["dns-peer"].ignore_changes is None
 
 
 def test_parked_failover_ip_publishes_no_peer_records_and_says_so() -> None:
@@ -63,28 +72,9 @@ def test_parked_failover_ip_publishes_no_peer_records_and_says_so() -> None:
     assert seen == {"peer_records": False}
 
 
-def test_no_known_boxes_publishes_no_public_wildcard() -> None:
-    recorded = render("203.0.113.7", public=())
+def test_a_region_without_a_public_plane_gets_no_public_dnsendpoint() -> None:
+    recorded = render("203.0.113.7", public=False)
     assert [m["metadata"]["name"] for m in recorded.of_kind("DNSEndpoint")] == ["kura-peer-us-east-dns"]
-
-
-def test_public_targets_may_be_an_output_of_the_fleet() -> None:
-    def build() -> None:
-        DnsRecords(
-            "dns",
-            DnsRecordsArgs(
-                region_id="us-east",
-                host=HOST,
-                namespace="kura",
-                failover_address=None,
-                public_ipv4s=pulumi.Output.from_input(["198.51.100.9"]),
-            ),
-        )
-
-    recorded = collect_manifests(build)
-    assert recorded.find("DNSEndpoint", "kura-regional-us-east-dns")["spec"]["endpoints"][0]["targets"] == [
-        "198.51.100.9"
-    ]
 
 
 def test_literal_peer_name_comes_before_its_wildcard() -> None:

@@ -33,7 +33,6 @@ def region_args(
         environment=Environment.STAGING,
         cluster=cluster,
         watcher_image=WATCHER_IMAGE,
-        public_ipv4s=["198.51.100.1"],
         node_names=list(node_names),
         vendors=VENDORS,
         secrets=stack_secrets(),
@@ -96,6 +95,7 @@ def test_parked_failover_ip_gives_no_watcher_and_no_address(
     assert sorted(d["metadata"]["name"] for d in recorded.of_kind("Deployment")) == [
         "kura-gateway-us-east",
         "kura-peer-demux-routes-us-east",
+        "kura-regional-dns-us-east",
     ]
     assert outputs["failover_ip"] is None
 
@@ -247,12 +247,50 @@ def test_a_node_port_region_admits_its_client_networks_only_and_publishes_no_rec
     assert not deployment["spec"]["template"]["spec"].get("hostNetwork")
 
 
+@pytest.mark.parametrize(
+    ("mode", "private", "public"),
+    [
+        (GatewayMode.HOST_NETWORK, False, True),
+        # Its clients reach its load balancer, not its boxes.
+        (GatewayMode.LOAD_BALANCER, False, False),
+        (GatewayMode.NODE_PORT, True, False),
+    ],
+)
+def test_only_a_public_host_network_region_has_a_public_wildcard_and_its_reconciler(
+    region: Region,
+    fleet: Fleet,
+    failover_ip: FailoverIP,
+    kura: Kura,
+    cluster: Cluster,
+    mode: GatewayMode,
+    private: bool,
+    public: bool,
+) -> None:
+    update: dict[str, object] = {"gateway": mode, "private": private}
+    if mode is GatewayMode.NODE_PORT:
+        update["client_cidrs"] = ["172.16.0.0/22"]
+    recorded = render(region_args(region.model_copy(update=update), fleet, failover_ip, kura, cluster))
+    dns = sorted(m["metadata"]["name"] for m in recorded.of_kind("DNSEndpoint"))
+    reconcilers = [
+        m["metadata"]["name"]
+        for m in recorded.of_kind("Deployment")
+        if "regional-dns" in m["metadata"]["name"]
+    ]
+    peer = [] if private else ["kura-peer-us-east-dns"]
+    assert (dns, reconcilers) == (
+        (sorted([*peer, "kura-regional-us-east-dns"]), ["kura-regional-dns-us-east"])
+        if public
+        else (peer, [])
+    )
+
+
 def test_component_tree(
     region: Region, fleet: Fleet, failover_ip: FailoverIP, kura: Kura, cluster: Cluster
 ) -> None:
     recorded = render(region_args(region, fleet, failover_ip, kura, cluster))
     assert sorted(t for t, _ in recorded.components) == [
         "tuist:dns:DnsRecords",
+        "tuist:dns_reconciler:DnsReconciler",
         "tuist:failover_watcher:FailoverWatcher",
         "tuist:gateway:Gateway",
         "tuist:kura_region:KuraRegion",
