@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+from providers.constants import POOL_LABEL
 from regional_dns.records import (
     NodeAddress,
     NodeView,
@@ -30,6 +31,7 @@ from regional_dns.records import (
     wildcard_endpoints,
 )
 from watcher.heartbeat import write_heartbeat
+from watcher.loop import condition_true, pod_view
 
 __all__ = [
     "DNSENDPOINT_GROUP",
@@ -44,7 +46,6 @@ __all__ = [
     "Settings",
     "label_selector",
     "node_view",
-    "pod_view",
 ]
 
 log = logging.getLogger("regional_dns")
@@ -53,7 +54,6 @@ log = logging.getLogger("regional_dns")
 FIELD_MANAGER = "kura-regional-dns"
 DNSENDPOINT_GROUP = "externaldns.k8s.io"
 DNSENDPOINT_VERSION = "v1alpha1"
-POOL_LABEL = "node.cluster.x-k8s.io/pool"
 # (connect, read) seconds of each call: the client's default waits on a half-open connection forever.
 KUBE_TIMEOUT = (5, 30)
 # What one pass may take: four reads and a write, each bounded by KUBE_TIMEOUT.
@@ -111,28 +111,15 @@ class Settings:
         )
 
 
-def _condition_true(conditions: list[Any] | None, kind: str) -> bool:
-    return any(c.type == kind and c.status == "True" for c in conditions or [])
-
-
 def node_view(node: Any) -> NodeView:
     """A kubernetes V1Node as the decision sees it."""
     status = node.status
     return NodeView(
         name=node.metadata.name,
-        ready=_condition_true(status.conditions if status else None, "Ready"),
+        ready=condition_true(status.conditions if status else None, "Ready"),
         terminating=node.metadata.deletion_timestamp is not None,
         unschedulable=bool(node.spec and node.spec.unschedulable),
         addresses=tuple(NodeAddress(a.type, a.address) for a in (status.addresses if status else None) or []),
-    )
-
-
-def pod_view(pod: Any) -> PodView:
-    return PodView(
-        name=pod.metadata.name,
-        node_name=pod.spec.node_name if pod.spec else None,
-        ready=_condition_true(pod.status.conditions if pod.status else None, "Ready"),
-        terminating=pod.metadata.deletion_timestamp is not None,
     )
 
 

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from watcher.decision import PodView  # the failover watcher's view of a pod: the same facts
+
 __all__ = [
     "DNS_TTL",
     "UNPUBLISHABLE",
@@ -68,14 +70,6 @@ class NodeView:
     terminating: bool = False
     unschedulable: bool = False
     addresses: tuple[NodeAddress, ...] = ()
-
-
-@dataclass(frozen=True)
-class PodView:
-    name: str
-    node_name: str | None
-    ready: bool
-    terminating: bool = False
 
 
 @dataclass(frozen=True)

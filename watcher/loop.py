@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from providers.constants import POOL_LABEL
 from providers.errors import RateLimitError
 from watcher.decision import (
     Action,
@@ -26,11 +27,18 @@ from watcher.decision import (
 )
 from watcher.heartbeat import write_heartbeat
 
-__all__ = ["FailoverWatcher", "Mover", "WatcherSettings", "kube_listers", "node_view", "pod_view"]
+__all__ = [
+    "FailoverWatcher",
+    "Mover",
+    "WatcherSettings",
+    "condition_true",
+    "kube_listers",
+    "node_view",
+    "pod_view",
+]
 
 log = logging.getLogger("watcher")
 
-POOL_LABEL = "node.cluster.x-k8s.io/pool"
 # (connect, read) seconds of each Kubernetes list: the client's default waits on a half-open
 # connection for good, and this is the one process that moves the IP.
 KUBE_TIMEOUT = (5, 30)
@@ -87,7 +95,7 @@ class WatcherSettings:
     move_budget_seconds: float = MOVE_BUDGET_SECONDS
 
 
-def _condition_true(conditions: list[Any] | None, kind: str) -> bool:
+def condition_true(conditions: list[Any] | None, kind: str) -> bool:
     return any(c.type == kind and c.status == "True" for c in conditions or [])
 
 
@@ -103,7 +111,7 @@ def node_view(node: Any) -> NodeView:
     return NodeView(
         name=node.metadata.name,
         box_id=box_id,
-        ready=_condition_true(node.status.conditions if node.status else None, "Ready"),
+        ready=condition_true(node.status.conditions if node.status else None, "Ready"),
         terminating=node.metadata.deletion_timestamp is not None,
         unschedulable=bool(node.spec and node.spec.unschedulable),
     )
@@ -113,7 +121,7 @@ def pod_view(pod: Any) -> PodView:
     return PodView(
         name=pod.metadata.name,
         node_name=pod.spec.node_name if pod.spec else None,
-        ready=_condition_true(pod.status.conditions if pod.status else None, "Ready"),
+        ready=condition_true(pod.status.conditions if pod.status else None, "Ready"),
         terminating=pod.metadata.deletion_timestamp is not None,
     )
 
