@@ -8,6 +8,8 @@ as files (watcher/mover.py reads them per call, so a rotation needs no restart),
 environment variables: env leaks into `kubectl describe`, crash dumps and child processes.
 The watcher, its ServiceAccount and that Secret live in `<kura namespace>-failover`, not in the
 Kura namespace, whose gateways read every Secret; a Role there lets it list the demux pods.
+It moves the IP only while it holds the region's Lease in its own namespace (watcher/lease.py), which
+a second Role lets it create and write: that Lease, by name, and nothing else.
 """
 
 from __future__ import annotations
@@ -182,6 +184,33 @@ class FailoverWatcher(pulumi.ComponentResource):
             subjects=[subject],
             opts=child,
         )
+        # Create cannot be limited by name (the object does not exist yet); the rest is this Lease alone.
+        lease_role = f"{wname}-lease"
+        self.lease_role = k8s.rbac.v1.Role(
+            f"{name}-lease-role",
+            metadata=metadata(lease_role, home, labels),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]
+                ),
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=["coordination.k8s.io"],
+                    resources=["leases"],
+                    resource_names=[wname],
+                    verbs=["get", "update"],
+                ),
+            ],
+            opts=child,
+        )
+        self.lease_role_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-lease-rolebinding",
+            metadata=metadata(lease_role, home, labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="Role", name=lease_role
+            ),
+            subjects=[subject],
+            opts=child,
+        )
         secret_name = credentials_secret_name(region.id)
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials",
@@ -204,6 +233,8 @@ class FailoverWatcher(pulumi.ComponentResource):
             "POLL_SECONDS": str(args.poll_seconds),
             "CONFIRM_POLLS": str(args.confirm_polls),
             "HEARTBEAT_FILE": f"{RUN_DIR}/heartbeat",
+            "LEASE_NAME": wname,
+            "LEASE_NAMESPACE": home,
         }
         if fip.vendor is Vendor.ROBOT:
             if args.robot_failover_watchers < 1:
@@ -246,7 +277,18 @@ class FailoverWatcher(pulumi.ComponentResource):
                                 name="watcher",
                                 image=args.image,
                                 command=["python", "-m", "watcher"],
-                                env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
+                                env=[
+                                    *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
+                                    # Its identity in the Lease: a restarted container takes it back.
+                                    k8s.core.v1.EnvVarArgs(
+                                        name="POD_NAME",
+                                        value_from=k8s.core.v1.EnvVarSourceArgs(
+                                            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
+                                                field_path="metadata.name"
+                                            )
+                                        ),
+                                    ),
+                                ],
                                 volume_mounts=[
                                     k8s.core.v1.VolumeMountArgs(
                                         name="vendor-credentials",

@@ -6,6 +6,9 @@ CONFIRM_POLLS, and for the mover FAILOVER_VENDOR_ACCOUNT (non-secret account set
 JSON) and FAILOVER_CREDENTIALS_DIR. Vendor credentials are files mounted from a Secret
 and are read only by the mover (watcher/mover.py), never from the environment.
 
+LEASE_NAME and LEASE_NAMESPACE name the region's Lease and POD_NAME (the downward API) is this
+watcher's identity in it: the loop moves the IP only while it holds that Lease (watcher/lease.py).
+
 POLL_SECONDS is how often Kubernetes is read. The vendor's route is read no more often than its
 request budget allows (watcher.mover.min_poll_seconds: Robot's GET /failover/{ip} allows 100 calls
 an hour per account, shared by ROBOT_FAILOVER_WATCHERS watchers, default 1); between two reads the
@@ -17,9 +20,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
+from watcher.lease import LeaseFence, LeaseSettings
 from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
 from watcher.mover import MoverConfigError, VendorMover, min_poll_seconds, mover_from_env, parse_vendor
 
@@ -70,6 +75,18 @@ def settings_from_env() -> WatcherSettings:
     )
 
 
+def lease_from_env() -> LeaseSettings | None:
+    name = os.environ.get("LEASE_NAME", "")
+    if not name:
+        log.warning("LEASE_NAME is not set: moving the IP without the region's lease")
+        return None
+    return LeaseSettings(
+        namespace=_require("LEASE_NAMESPACE"),
+        name=name,
+        identity=os.environ.get("POD_NAME") or socket.gethostname(),
+    )
+
+
 def build_mover() -> VendorMover:
     try:
         return mover_from_env()
@@ -86,10 +103,22 @@ def main() -> None:
 
     config.load_incluster_config()
     list_nodes, list_pods = kube_listers(client.CoreV1Api(), settings)
-    watcher = FailoverWatcher(settings, list_nodes, list_pods, mover)
-    stop = threading.Event()
+    lease = lease_from_env()
+    fence = LeaseFence(client.CoordinationV1Api(), lease) if lease is not None else None
+    stop, renewals_stop = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    renewals = None
+    if fence is not None:
+        fence.hold()  # before the first poll, which would otherwise wait a whole poll as standby
+        renewals = threading.Thread(target=fence.renew_until, args=(renewals_stop,), daemon=True)
+        renewals.start()
+    watcher = FailoverWatcher(settings, list_nodes, list_pods, mover, fence=fence)
     watcher.run(stop)
+    if fence is not None and renewals is not None:
+        # After the loop's last poll (and any move in it): the next watcher takes over at once.
+        renewals_stop.set()
+        renewals.join()
+        fence.release()
     sys.exit(0)
 
 

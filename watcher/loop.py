@@ -26,6 +26,7 @@ from watcher.decision import (
     decide,
 )
 from watcher.heartbeat import write_heartbeat
+from watcher.lease import LeaseFence
 
 __all__ = [
     "FailoverWatcher",
@@ -153,8 +154,13 @@ class FailoverWatcher:
         list_pods: PodLister,
         mover: Mover,
         clock: Callable[[], float] = time.monotonic,
+        fence: LeaseFence | None = None,
     ) -> None:
         self.settings = settings
+        # The region's Lease (watcher/lease.py): no move unless held. None: this loop is the only
+        # mover by construction (tests, a deploy that predates the Lease).
+        self._fence = fence
+        self._standby = False
         self._list_nodes = list_nodes
         self._list_pods = list_pods
         self._mover = mover
@@ -187,6 +193,8 @@ class FailoverWatcher:
         """One observation. Returns the decision, or None when a read failed (nothing changes)."""
         ip = self.settings.ip
         self._rate_limited = False
+        if not self._holds_lease():
+            return None
         try:
             nodes = self._list_nodes()
             pods = self._list_pods()
@@ -218,6 +226,8 @@ class FailoverWatcher:
                 self.settings.confirm_polls,
                 decision.reason,
             )
+        elif not self._holds_lease():
+            return None  # it lapsed during this poll's reads: the holder decides
         else:
             assert decision.target is not None
             try:
@@ -253,6 +263,25 @@ class FailoverWatcher:
             self._next_read_at = self._clock() + self.settings.route_read_seconds
             self._confirmer.reset()
         return decision
+
+    def _holds_lease(self) -> bool:
+        """Whether this loop may move the IP. A standby reads nothing: the vendor's request budget is
+        the holder's, and the route it knew may have been changed by the holder since."""
+        if self._fence is None or self._fence.held():
+            if self._standby:
+                log.info("failover %s: holding the region's lease; deciding again", self.settings.ip)
+                self._standby = False
+            return True
+        if not self._standby:
+            log.info(
+                "failover %s: standby, the region's lease is held by %s",
+                self.settings.ip,
+                self._fence.holder or "nobody yet",
+            )
+            self._standby = True
+        self._route = None
+        self._confirmer.reset()
+        return False
 
     def next_wait(self) -> float:
         """Seconds until the next poll: `poll_seconds`, or the longer pause after a rate limit."""

@@ -203,13 +203,26 @@ def demux_routes(w: Workload) -> tuple[list[Check], list[Check]]:
 
 
 def failover_watcher(w: Workload) -> tuple[list[Check], list[Check]]:
-    ns = w.env["KURA_NAMESPACE"]
-    needs = [Check("list", "nodes"), Check("list", "pods", ns)]
+    ns, lease_ns, lease = w.env["KURA_NAMESPACE"], w.env["LEASE_NAMESPACE"], w.env["LEASE_NAME"]
+    group = "coordination.k8s.io"
+    other_lease = lease.replace(w.name.removeprefix("kura-failover-watcher-"), "other-region")
+    needs = [
+        Check("list", "nodes"),
+        Check("list", "pods", ns),
+        # watcher/lease.py: create it once, then read and compare-and-swap it.
+        Check("create", "leases", lease_ns, group),
+        Check("get", "leases", lease_ns, group, name=lease),
+        Check("update", "leases", lease_ns, group, name=lease),
+    ]
     never = [
         Check("get", "secrets", ns),  # its vendor credentials are a mounted file
         Check("patch", "nodes"),
         Check("delete", "pods", ns),
         Check("list", "pods", "tuist-runners"),
+        # Another region's watcher's Lease: taking it would let two watchers move that region's IP.
+        Check("update", "leases", lease_ns, group, name=other_lease),
+        Check("delete", "leases", lease_ns, group, name=lease),
+        Check("update", "leases", ns, group, name=lease),
     ]
     return needs, never
 

@@ -100,7 +100,7 @@ def test_deployment_mounts_the_secret_read_only_and_gets_no_credential_env(
         {"name": "run", "mountPath": "/run/watcher"},
     ]
     assert "envFrom" not in container
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["FAILOVER_VENDOR"] == "ovh"
     assert json.loads(env["FAILOVER_VENDOR_ACCOUNT"]) == {
         "endpoint": "ovh-ca",
@@ -153,7 +153,7 @@ def test_a_robot_watcher_knows_how_many_share_the_robot_budget(region: Region, f
     (container,) = render(args).find("Deployment", "kura-failover-watcher-us-east")["spec"]["template"][
         "spec"
     ]["containers"]
-    assert {e["name"]: e["value"] for e in container["env"]}["ROBOT_FAILOVER_WATCHERS"] == "3"
+    assert {e["name"]: e.get("value") for e in container["env"]}["ROBOT_FAILOVER_WATCHERS"] == "3"
     # An OVH watcher has no Robot budget to share.
     ovh = render(
         watcher_args(
@@ -189,7 +189,7 @@ def test_a_watcher_that_misses_its_own_heartbeat_is_restarted(
         "Deployment", "kura-failover-watcher-us-east"
     )
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HEARTBEAT_FILE"] == "/run/watcher/heartbeat"
     assert container["livenessProbe"] == {
         "exec": {"command": ["/bin/sh", "-c", '[ "$(date +%s)" -le "$(cat /run/watcher/heartbeat)" ]']},

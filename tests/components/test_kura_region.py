@@ -108,7 +108,7 @@ def test_routed_failover_ip_runs_a_watcher_that_polls_within_the_demux_drain(
     )
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["python", "-m", "watcher"]
-    assert {e["name"]: e["value"] for e in container["env"]} == {
+    assert {e["name"]: e.get("value") or e["valueFrom"] for e in container["env"]} == {
         "FAILOVER_IP": "203.0.113.7",
         "FAILOVER_VENDOR": "ovh",
         "REGION": "us-east",
@@ -117,14 +117,18 @@ def test_routed_failover_ip_runs_a_watcher_that_polls_within_the_demux_drain(
         "POLL_SECONDS": "5",
         "CONFIRM_POLLS": "2",
         "HEARTBEAT_FILE": "/run/watcher/heartbeat",
+        "LEASE_NAME": "kura-failover-watcher-us-east",
+        "LEASE_NAMESPACE": "kura-failover",
         # Non-secret account settings only; the secrets come as files from the Secret.
         "FAILOVER_VENDOR_ACCOUNT": '{"endpoint":"ovh-us","application_key":"tuist-us-app"}',
         "FAILOVER_CREDENTIALS_DIR": "/etc/tuist-failover",
+        # Its identity in the region's Lease.
+        "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
     }
     assert (deployment["spec"]["replicas"], deployment["spec"]["strategy"]) == (1, {"type": "Recreate"})
 
 
-def test_watcher_rbac_is_nodes_read_and_pods_list_only(
+def test_watcher_rbac_is_nodes_read_pods_list_and_its_own_lease(
     region: Region, fleet: Fleet, failover_ip: FailoverIP, kura: Kura, cluster: Cluster
 ) -> None:
     recorded = render(region_args(region, fleet, failover_ip, kura, cluster))
@@ -135,6 +139,24 @@ def test_watcher_rbac_is_nodes_read_and_pods_list_only(
     assert (role["metadata"]["namespace"], role["rules"]) == (
         "kura",
         [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+    )
+    lease = recorded.find("Role", "kura-failover-watcher-us-east-lease")
+    assert (lease["metadata"]["namespace"], lease["rules"]) == (
+        "kura-failover",
+        [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": ["kura-failover-watcher-us-east"],
+                "verbs": ["get", "update"],
+            },
+        ],
+    )
+    binding = recorded.find("RoleBinding", "kura-failover-watcher-us-east-lease")
+    assert (binding["roleRef"]["name"], binding["subjects"]) == (
+        "kura-failover-watcher-us-east-lease",
+        [{"kind": "ServiceAccount", "name": "kura-failover-watcher-us-east", "namespace": "kura-failover"}],
     )
 
 

@@ -348,6 +348,7 @@ def start_watcher_as_its_pod(deployed: Deployed, region: str, workdir: Path) -> 
         FAILOVER_CREDENTIALS_DIR=str(credentials),
         HEARTBEAT_FILE=str(workdir / "heartbeat"),  # the pod's emptyDir
         POLL_SECONDS="2",
+        POD_NAME=f"kura-failover-watcher-{region}-e2e",  # the downward API's metadata.name
         KUBERNETES_SERVICE_HOST=host,
         KUBERNETES_SERVICE_PORT=port,
     )
@@ -429,6 +430,14 @@ def test_the_failover_ip_leaves_a_box_whose_demux_pod_goes_unready(
         watcher.wait(timeout=30)
         on_box(deployed, machine, f"sudo rm -f {marker}")
     log = (tmp_path / "watcher.log").read_text()
+    # It moved holding the region's Lease (through its ServiceAccount's rights) and gave it up on
+    # SIGTERM, so the next watcher of a rollout need not wait for it to lapse.
+    held = "lease kura-failover/kura-failover-watcher-ca-east: held by kura-failover-watcher-ca-east-e2e"
+    assert held in log, log[-3000:]
+    lease = k8s.CoordinationV1Api(deployed.cluster.api).read_namespaced_lease(
+        "kura-failover-watcher-ca-east", FAILOVER
+    )
+    assert lease.spec.holder_identity is None, log[-3000:]
     others = sorted(m["box_id"] for m in deployed.machines if m["vendor"] == "ovh" and m["box_id"] != routed)
     assert moved == others[0], log[-3000:]  # the lowest eligible box
     assert f"failover {ip}: moved to {moved}" in log, log[-3000:]

@@ -22,6 +22,7 @@ from kubernetes import client as k8s
 from providers.errors import RateLimitError
 from tests.support.cluster import KubeCluster, Kubelet, Kubelets, node_ready, wait_until
 from watcher.decision import Action
+from watcher.lease import LeaseFence, LeaseSettings
 from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
 
 IP = "203.0.113.7"
@@ -223,6 +224,54 @@ def test_a_box_whose_demux_pod_fails_is_left_after_two_polls(
         ("move_failover", IP, BOX[B]),
         ("failover_target", IP),
     ]
+
+
+def test_only_the_watcher_holding_the_regions_lease_reads_the_vendor_or_moves(
+    kube_cluster: KubeCluster, healthy: Region
+) -> None:
+    """Two watchers of one region (a partitioned Node's and its replacement): the one without the
+    Lease reads no route and moves nothing; once the holder lets go, the other decides afresh."""
+    make_unready(kube_cluster, healthy, A)
+    clock = LeaseClock()
+    fences = [
+        LeaseFence(
+            k8s.CoordinationV1Api(kube_cluster.api),
+            LeaseSettings(namespace=healthy.namespace, name="failover-us-east", identity=who),
+            clock=clock,
+        )
+        for who in ("watcher-old", "watcher-new")
+    ]
+    old_fence, new_fence = fences
+    assert old_fence.hold() and not new_fence.hold()
+    mover = RecordingMover(BOX[A])
+    list_nodes, list_pods = kube_listers(k8s.CoreV1Api(kube_cluster.api), healthy.settings)
+    standby = FailoverWatcher(healthy.settings, list_nodes, list_pods, mover, fence=new_fence)
+    assert [standby.poll_once() for _ in range(3)] == [None, None, None]
+    assert mover.calls == []
+    # The holder's lease lapses mid-poll (a move it confirmed is not made): its own window closed.
+    holder = FailoverWatcher(healthy.settings, list_nodes, list_pods, mover, fence=old_fence)
+    assert holder.poll_once().action is Action.MOVE  # type: ignore[union-attr]
+    clock.now += 31
+    assert holder.poll_once() is None
+    assert mover.calls == [("failover_target", IP)]
+    # The replacement, which has seen the record unchanged for longer than its duration, takes the
+    # lease over and confirms the move on its own polls.
+    assert new_fence.hold()
+    for _ in range(2):
+        standby.poll_once()
+    assert mover.calls[1:] == [
+        ("failover_target", IP),
+        ("failover_target", IP),
+        ("move_failover", IP, BOX[B]),
+    ]
+
+
+class LeaseClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def test_a_dead_node_is_left_once_the_node_controller_marks_it(

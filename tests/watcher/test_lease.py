@@ -1,0 +1,189 @@
+"""The region's Lease (watcher/lease.py) against the real control plane (tests/support/cluster.py).
+What the program's RBAC lets the watcher do with it is tests/cluster/test_program_rbac.py's.
+
+Each fence has a clock of its own that the test moves, as two watchers on two Nodes each judge the
+record by their own clock; the API server, its resourceVersions and its compare-and-swap are real.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.support.cluster import KubeCluster
+from watcher.lease import LeaseFence, LeaseSettings
+
+NAME = "kura-failover-watcher-us-east"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def lease_ns(kube_cluster: KubeCluster) -> Iterator[str]:
+    name = kube_cluster.namespace("lease")
+    yield name
+    kube_cluster.delete_namespace(name)
+
+
+def fence(
+    cluster: KubeCluster, namespace: str, identity: str, clock: Clock, api: k8s.ApiClient | None = None
+) -> LeaseFence:
+    settings = LeaseSettings(namespace=namespace, name=NAME, identity=identity, duration_seconds=30)
+    return LeaseFence(k8s.CoordinationV1Api(api or cluster.api), settings, clock=clock)
+
+
+def record(cluster: KubeCluster, namespace: str) -> k8s.V1LeaseSpec:
+    spec: k8s.V1LeaseSpec = k8s.CoordinationV1Api(cluster.api).read_namespaced_lease(NAME, namespace).spec
+    return spec
+
+
+def test_the_first_watcher_takes_the_lease_and_a_second_waits(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    a_clock, b_clock = Clock(), Clock()
+    a, b = (
+        fence(kube_cluster, lease_ns, "watcher-a", a_clock),
+        fence(kube_cluster, lease_ns, "watcher-b", b_clock),
+    )
+    assert a.hold() and a.held()
+    assert not b.hold() and not b.held() and b.holder == "watcher-a"
+    spec = record(kube_cluster, lease_ns)
+    assert (spec.holder_identity, spec.lease_duration_seconds, spec.lease_transitions) == ("watcher-a", 30, 0)
+    # A renews every 10 s: B, on its own clock, sees the record change each time and never takes over.
+    for _ in range(6):
+        a_clock.now += 10
+        b_clock.now += 10
+        assert a.hold()
+        assert not b.hold()
+    assert record(kube_cluster, lease_ns).holder_identity == "watcher-a"
+
+
+def test_a_lease_left_unrenewed_past_its_duration_is_taken_over(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    a_clock, b_clock = Clock(), Clock()
+    a, b = (
+        fence(kube_cluster, lease_ns, "watcher-a", a_clock),
+        fence(kube_cluster, lease_ns, "watcher-b", b_clock),
+    )
+    assert a.hold()
+    assert not b.hold()  # B first sees the record now, on its own clock
+    b_clock.now += 30
+    assert not b.hold()  # unchanged for exactly the duration: not yet
+    # A's own window closed first: it counts from before the write that renewed it.
+    a_clock.now += 30
+    assert not a.held()
+    b_clock.now += 1
+    assert b.hold() and b.held()
+    spec = record(kube_cluster, lease_ns)
+    assert (spec.holder_identity, spec.lease_transitions) == ("watcher-b", 1)
+    # A comes back (its Node answers again): the record says B, so A holds nothing and writes nothing.
+    a_clock.now += 1
+    assert not a.hold() and not a.held() and a.holder == "watcher-b"
+    assert record(kube_cluster, lease_ns).holder_identity == "watcher-b"
+
+
+def test_a_renewal_that_fails_keeps_the_lease_only_until_its_window_closes(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    clock = Clock()
+    a = fence(kube_cluster, lease_ns, "watcher-a", clock)
+    assert a.hold()
+    # The API server stops answering (an address nothing listens on).
+    config = copy.deepcopy(kube_cluster.api.configuration)
+    config.host = "https://127.0.0.1:1"
+    a._api = k8s.CoordinationV1Api(k8s.ApiClient(config))
+    clock.now += 20
+    assert a.hold() and a.held()  # the read failed, but the last renewal's 30 s still run
+    clock.now += 10
+    assert not a.hold() and not a.held()
+
+
+def test_a_released_lease_is_taken_at_once(kube_cluster: KubeCluster, lease_ns: str) -> None:
+    a_clock, b_clock = Clock(), Clock()
+    a, b = (
+        fence(kube_cluster, lease_ns, "watcher-a", a_clock),
+        fence(kube_cluster, lease_ns, "watcher-b", b_clock),
+    )
+    assert a.hold()
+    assert not b.hold()
+    a.release()
+    assert not a.held()
+    assert record(kube_cluster, lease_ns).holder_identity is None
+    assert b.hold()  # no wait for the lapse: the next watcher of a rollout moves at once
+    assert record(kube_cluster, lease_ns).holder_identity == "watcher-b"
+
+
+def test_a_restarted_container_of_the_same_pod_takes_its_lease_back(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    assert fence(kube_cluster, lease_ns, "watcher-a", Clock()).hold()
+    again = fence(kube_cluster, lease_ns, "watcher-a", Clock())
+    assert again.hold() and again.held()
+    assert record(kube_cluster, lease_ns).lease_transitions == 0
+
+
+def test_two_watchers_racing_for_a_free_lease_never_both_hold_it(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    for round_ in range(5):
+        name = f"race-{round_}"
+        fences = [
+            LeaseFence(
+                k8s.CoordinationV1Api(kube_cluster.api),
+                LeaseSettings(namespace=lease_ns, name=name, identity=f"watcher-{i}", duration_seconds=30),
+                clock=Clock(),
+            )
+            for i in range(2)
+        ]
+        won = race([f.hold for f in fences])
+        assert sorted(won) == [False, True], won
+        holder = k8s.CoordinationV1Api(kube_cluster.api).read_namespaced_lease(name, lease_ns).spec
+        assert holder.holder_identity == f"watcher-{won.index(True)}"
+
+
+def race(calls: list[Callable[[], bool]]) -> list[bool]:
+    """Each call on a thread of its own, released together; their answers in order."""
+    start = threading.Barrier(len(calls))
+    results: list[bool | None] = [None] * len(calls)
+
+    def contend(i: int) -> None:
+        start.wait()
+        results[i] = calls[i]()
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [bool(r) for r in results]
+
+
+def test_times_with_no_microseconds_are_written_as_the_api_wants_them(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    settings = LeaseSettings(namespace=lease_ns, name=NAME, identity="watcher-a")
+    on_the_second = datetime(2026, 12, 2, 14, 0, 0, tzinfo=UTC)
+    a = LeaseFence(
+        k8s.CoordinationV1Api(kube_cluster.api), settings, clock=Clock(), wall=lambda: on_the_second
+    )
+    assert a.hold()
+    assert record(kube_cluster, lease_ns).renew_time == on_the_second
+
+
+def test_renew_seconds_must_leave_room_for_a_slow_renewal() -> None:
+    with pytest.raises(
+        ValueError, match=r"renew_seconds \(10\) must be under half of duration_seconds \(20\)"
+    ):
+        LeaseSettings(namespace="n", name="l", identity="i", duration_seconds=20, renew_seconds=10)

@@ -1,0 +1,224 @@
+"""One mover per region: the coordination.k8s.io/v1 Lease a watcher must hold to move the IP.
+
+One replica and the Recreate strategy keep a rollout to one watcher, but not a partition: when the
+watcher's Node stops answering the control plane, its pod is evicted and the ReplicaSet starts another
+at once, while the first may still be running and still reach the vendor. Two movers deciding on
+different views issue opposing moves. The Lease settles it: the watcher moves only while it holds
+the region's Lease, renewed every `renew_seconds` by a thread of its own (a Dedibox move takes minutes
+and must not lose it midway), and a contender takes it over only after it went unrenewed for
+`duration_seconds`.
+
+Expiry is judged as client-go's leader election judges it: by how long the record has gone unchanged
+on the contender's own clock, never by comparing the holder's timestamps with local time, so clock
+skew between Nodes cannot hand the Lease to two watchers. Every write is a compare-and-swap on the
+record's resourceVersion. A holder counts its lease from before the write that renewed it, so its
+window always closes before any contender's can open.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from providers.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from kubernetes.client import exceptions as kube_errors
+else:
+    # The operator's CLI imports the loop (its failover commands), and has no cluster to talk to.
+    kube_errors = lazy_module("kubernetes.client.exceptions")
+
+log = logging.getLogger("watcher")
+
+# (connect, read) seconds of each Lease call, as the watcher's lists (watcher/loop.py).
+KUBE_TIMEOUT = (5, 30)
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    namespace: str
+    name: str
+    identity: str  # the pod's name: a restarted container of the same pod takes its lease back
+    duration_seconds: int = 30
+    renew_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.renew_seconds * 2 < self.duration_seconds:
+            raise ValueError(
+                f"lease {self.namespace}/{self.name}: renew_seconds ({self.renew_seconds}) must be under "
+                f"half of duration_seconds ({self.duration_seconds}), or one slow renewal loses it"
+            )
+
+
+def _micro_time(now: datetime) -> str:
+    # MicroTime wants exactly six fraction digits; isoformat() drops them at microsecond 0.
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseFence:
+    """Acquire, renew and release one Lease over a kubernetes `CoordinationV1Api`."""
+
+    def __init__(
+        self,
+        coordination_v1: Any,
+        settings: LeaseSettings,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self._api = coordination_v1
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        # Until when (on `clock`) this watcher holds the lease; None: it does not.
+        self._held_until: float | None = None
+        # The record last read (its resourceVersion) and when this watcher first saw it.
+        self._seen: tuple[str, float] | None = None
+        self.holder: str | None = None  # as last read, for the logs
+        self._announced = False  # whether the logs last said this watcher holds it
+
+    def held(self) -> bool:
+        """Whether this watcher holds the lease now: renewed less than `duration_seconds` ago."""
+        with self._lock:
+            return self._held_until is not None and self._clock() < self._held_until
+
+    def hold(self) -> bool:
+        """Acquire the lease, or renew it when held. True when this watcher holds it afterwards; a
+        failed read or a lost compare-and-swap is False (the next call tries again)."""
+        s = self.settings
+        started = self._clock()
+        try:
+            lease = self._api.read_namespaced_lease(s.name, s.namespace, _request_timeout=KUBE_TIMEOUT)
+        except kube_errors.ApiException as exc:
+            if exc.status != 404:
+                return self._lost(f"read failed: {exc.status} {exc.reason}")
+            return self._write(started, None, transitions=0)
+        except Exception as exc:
+            return self._lost(f"read failed: {exc}")
+        version = str(lease.metadata.resource_version)
+        spec = lease.spec
+        holder = spec.holder_identity or None
+        self.holder = holder
+        if self._seen is None or self._seen[0] != version:
+            self._seen = (version, started)
+        unchanged_for = started - self._seen[1]
+        duration = spec.lease_duration_seconds or s.duration_seconds
+        transitions = spec.lease_transitions or 0
+        if holder == s.identity:
+            return self._write(started, version, transitions=transitions, acquired=spec.acquire_time)
+        with self._lock:
+            # Another watcher holds it by the record: whatever this one believed ends now.
+            self._held_until = None
+        if holder is None or unchanged_for > duration:
+            if holder is not None:
+                log.warning(
+                    "lease %s/%s: %s let it lapse %.0fs ago; taking it over",
+                    s.namespace,
+                    s.name,
+                    holder,
+                    unchanged_for - duration,
+                )
+            return self._write(started, version, transitions=transitions + 1)
+        return self._lost(None)
+
+    def _write(
+        self, started: float, version: str | None, *, transitions: int, acquired: datetime | None = None
+    ) -> bool:
+        s = self.settings
+        now = self._wall()
+        body: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": s.name, "namespace": s.namespace},
+            "spec": {
+                "holderIdentity": s.identity,
+                "leaseDurationSeconds": s.duration_seconds,
+                "acquireTime": _micro_time(acquired or now),
+                "renewTime": _micro_time(now),
+                "leaseTransitions": transitions,
+            },
+        }
+        try:
+            if version is None:
+                written = self._api.create_namespaced_lease(s.namespace, body, _request_timeout=KUBE_TIMEOUT)
+            else:
+                body["metadata"]["resourceVersion"] = version
+                written = self._api.replace_namespaced_lease(
+                    s.name, s.namespace, body, _request_timeout=KUBE_TIMEOUT
+                )
+        except kube_errors.ApiException as exc:
+            # 409: another watcher wrote first (it created the lease, or renewed or took it over).
+            return self._lost(f"write refused: {exc.status} {exc.reason}" if exc.status != 409 else None)
+        except Exception as exc:
+            return self._lost(f"write failed: {exc}")
+        with self._lock:
+            self._held_until = started + s.duration_seconds
+        self._seen = (str(written.metadata.resource_version), started)
+        self.holder = s.identity
+        if not self._announced:
+            self._announced = True
+            log.info("lease %s/%s: held by %s", s.namespace, s.name, s.identity)
+        return True
+
+    def _lost(self, why: str | None) -> bool:
+        """After a failed read or write: held while the last renewal's window lasts."""
+        s = self.settings
+        if why is not None:
+            log.warning("lease %s/%s: %s", s.namespace, s.name, why)
+        held = self.held()
+        if self._announced and not held:
+            self._announced = False
+            log.error(
+                "lease %s/%s: ALERT not held any more (holder: %s); no moves until it is again",
+                s.namespace,
+                s.name,
+                self.holder,
+            )
+        return held
+
+    def release(self) -> None:
+        """Give the lease up (a clean shutdown), so the next watcher need not wait for it to lapse."""
+        s = self.settings
+        with self._lock:
+            held, self._held_until = self._held_until is not None, None
+        if not held:
+            return
+        try:
+            lease = self._api.read_namespaced_lease(s.name, s.namespace, _request_timeout=KUBE_TIMEOUT)
+            if lease.spec.holder_identity != s.identity:
+                return
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": s.name,
+                    "namespace": s.namespace,
+                    "resourceVersion": lease.metadata.resource_version,
+                },
+                "spec": {"leaseTransitions": lease.spec.lease_transitions or 0},
+            }
+            self._api.replace_namespaced_lease(s.name, s.namespace, body, _request_timeout=KUBE_TIMEOUT)
+            log.info("lease %s/%s: released", s.namespace, s.name)
+        except Exception as exc:
+            log.warning(
+                "lease %s/%s: release failed, it lapses in %ss: %s",
+                s.namespace,
+                s.name,
+                s.duration_seconds,
+                exc,
+            )
+
+    def renew_until(self, stop: threading.Event) -> None:
+        """Hold the lease every `renew_seconds` until `stop` is set (the watcher's renewal thread)."""
+        while not stop.is_set():
+            try:
+                self.hold()
+            except Exception:
+                # A thread that died would leave the lease to lapse with no word said.
+                log.exception("lease %s/%s: renewal failed", self.settings.namespace, self.settings.name)
+            stop.wait(self.settings.renew_seconds)
