@@ -183,8 +183,10 @@ def verified_write(
 ) -> T:
     """Send a non-idempotent `write` at most once per proof that the previous one did not take
     effect: when its answer is lost (OutcomeUnknownError), `read_back` looks at the vendor's state
-    and returns what the write would have returned (it took effect) or None (it did not: the write
-    is sent again). At most `policy.max_attempts` writes; the last OutcomeUnknownError surfaces."""
+    and returns what the write would have returned (it took effect) or None (it did not). A None is
+    read again after the retry delay, just before the write is sent again: a vendor that accepted the
+    write but shows it only a moment later (its task queued) must not get it twice. At most
+    `policy.max_attempts` writes; the last OutcomeUnknownError surfaces."""
     attempt = 0
     while True:
         attempt += 1
@@ -192,14 +194,17 @@ def verified_write(
             return write()
         except OutcomeUnknownError as unknown:
             found = read_back()
+            if found is None and attempt < policy.max_attempts:
+                delay = min(policy.base_delay * 2 ** (attempt - 1), policy.max_delay)
+                log.warning("%s; read back: not taken effect yet; reading again in %.2fs", unknown, delay)
+                sleep(delay)
+                found = read_back()
             if found is not None:
                 log.info("%s: the vendor had carried it out; not sent again", unknown.call)
                 return found
             if attempt >= policy.max_attempts:
                 raise
-            delay = min(policy.base_delay * 2 ** (attempt - 1), policy.max_delay)
-            log.warning("%s; read back: it did not take effect; sending it again in %.2fs", unknown, delay)
-            sleep(delay)
+            log.warning("%s; read back twice: it did not take effect; sending it again", unknown)
 
 
 class PollTimeout(Exception):

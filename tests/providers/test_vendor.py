@@ -72,6 +72,20 @@ def test_a_lost_write_is_sent_again_only_after_the_read_back_says_it_did_not_hap
     assert write.calls == 2
 
 
+def test_a_lost_write_the_vendor_shows_only_a_moment_later_is_not_sent_twice() -> None:
+    lost = OutcomeUnknownError(vendor="dedibox", call="POST .../install", message="timeout")
+    write = Flaky(lost)
+    reads = iter([None, "the install, queued"])
+    sleeps: list[float] = []
+    policy = RetryPolicy(max_attempts=3, base_delay=2, max_delay=8)
+    assert verified_write(policy, write, lambda: next(reads), sleep=sleeps.append) == "the install, queued"
+    assert (write.calls, sleeps) == (1, [2])
+    # Both reads say nothing happened: sent again, after the delay, and read twice each time.
+    write, read_backs = Flaky(lost, lost), []
+    assert verified_write(policy, write, lambda: read_backs.append(1), sleep=sleeps.append) == "ok"
+    assert (write.calls, len(read_backs), sleeps[1:]) == (3, 4, [2, 4])
+
+
 def test_transport_failures_say_whether_the_request_may_have_arrived() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -405,7 +405,8 @@ def test_install_whose_answer_is_lost_is_sent_again_when_the_record_did_not_chan
         "GET",
         f"{SERVERS}/104523/install",
         before,
-        before,
+        before,  # read back at once,
+        before,  # and again after the retry delay: nothing started, so the POST goes again
         {"os_id": 412, "hostname": "h", "status": "booting"},
     )
     recorder.on(

@@ -356,7 +356,8 @@ def test_start_reinstall_whose_answer_is_lost_is_not_sent_twice(recorder, client
 
 def test_start_reinstall_sent_again_only_when_the_read_back_shows_nothing_started(recorder, client):
     serve_install_inputs(recorder)
-    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [880], [880], [880, 992])
+    # Before the POST; read back at once and again after the retry delay; after the second POST.
+    recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [880], [880], [880], [880, 992])
     recorder.on(
         "POST",
         f"/1.0/dedicated/server/{SVC}/reinstall",
