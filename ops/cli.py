@@ -15,30 +15,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from ops import boxes as box_ops
-from ops import estate, orphans
-from ops import failover as failover_ops
-from ops.stack import (
-    CLAIM_TYPE,
-    CLI_TIMING,
-    MACHINE_TYPE,
-    OpsError,
-    PulumiStack,
-    Stack,
-    StackSource,
-    open_stack,
-)
-from ops.waiting import spinner
-from providers.clients import ClientTiming
-from providers.errors import InfraError
-from providers.kube import KubeError
-from providers.vendor import FailoverMoveReader, Vendor
+from providers.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ops import boxes as box_ops
+    from ops import estate, orphans
+    from ops import failover as failover_ops
+    from ops import stack as stack_ops
+    from ops.stack import Stack, StackSource
+    from providers.clients import ClientTiming
+else:
+    # Every runbook step is a tuist-ops process of its own. A command's modules (and the config models,
+    # vendor clients, SSH, Kubernetes and rich behind them) are imported when it first uses them, so
+    # --help and the read-only commands do not pay for prep's or a failover move's
+    # (tests/ops/test_imports.py).
+    box_ops = lazy_module("ops.boxes")
+    estate = lazy_module("ops.estate")
+    failover_ops = lazy_module("ops.failover")
+    orphans = lazy_module("ops.orphans")
+    stack_ops = lazy_module("ops.stack")
 
 MOVE_STATE_EVERY = 5.0  # seconds between reads of a failover move's progress (Dedibox pages every IP)
 
@@ -59,8 +60,8 @@ app.add_typer(failover_app, name="failover")
 class Context:
     """What the commands are built from. Tests hand in their own (a stack given as data, short retries)."""
 
-    source: Callable[[str], StackSource] = field(default=lambda name: PulumiStack(name))
-    timing: ClientTiming = CLI_TIMING
+    source: Callable[[str], StackSource] = field(default=lambda name: stack_ops.PulumiStack(name))
+    timing: ClientTiming = field(default_factory=lambda: stack_ops.CLI_TIMING)
     project_dir: Path | None = None
     width: int | None = None
 
@@ -80,6 +81,8 @@ BoxArg = Annotated[
 
 
 def _consoles(ctx: typer.Context) -> tuple[Console, Console]:
+    from rich.console import Console
+
     width = _context(ctx).width
     out = Console(width=width) if width else Console()
     err = Console(stderr=True, width=width) if width else Console(stderr=True)
@@ -99,15 +102,18 @@ def _fail(err: Console, message: str) -> NoReturn:
 @contextmanager
 def _stack(ctx: typer.Context, name: str) -> Iterator[tuple[Stack, Console, Console]]:
     """The opened stack and the consoles; an OpsError anywhere inside becomes one scrubbed line."""
+    from providers.errors import InfraError
+    from providers.kube import KubeError
+
     out, err = _consoles(ctx)
     context = _context(ctx)
     source = context.source(name)
     stack: Stack | None = None
     try:
-        stack = open_stack(source, timing=context.timing, project_dir=context.project_dir)
+        stack = stack_ops.open_stack(source, timing=context.timing, project_dir=context.project_dir)
         stack.warn = lambda line: err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
         yield stack, out, err
-    except (OpsError, InfraError, KubeError) as error:
+    except (stack_ops.OpsError, InfraError, KubeError) as error:
         # A provider error that got this far (a claim record that changed meanwhile, say) is still
         # one line for the operator; anything else is a bug and keeps its traceback.
         message = stack.scrub(str(error)) if stack is not None else str(error)
@@ -135,17 +141,21 @@ def inventory(
     vendor: Annotated[str | None, typer.Option(help="Only this vendor's boxes.")] = None,
 ) -> None:
     """Every box of the stack's vendor accounts: marker, claim holder, state, Node and whether it is Ready."""
+    from rich.table import Table
+
+    from providers.vendor import Vendor
+
     with _stack(ctx, stack_name) as (stack, out, err):
         vendors = None
         if vendor is not None:
             try:
                 vendors = [Vendor(vendor)]
             except ValueError:
-                raise OpsError(
+                raise stack_ops.OpsError(
                     f"--vendor {vendor!r} is not one of {', '.join(v.value for v in Vendor)}"
                 ) from None
             if vendors[0] not in stack.vendors():
-                raise OpsError(f"stack {stack.name} has no {vendor} account")
+                raise stack_ops.OpsError(f"stack {stack.name} has no {vendor} account")
         rows, nodes, problems = estate.inventory(stack, vendors)
         for problem in problems:
             err.print(f"warning: {problem}", markup=False, highlight=False, soft_wrap=True)
@@ -286,7 +296,7 @@ def hostkey(ctx: typer.Context, stack_name: StackOpt, box: BoxArg) -> None:
             verdict = "matches" if pin == check.seen else "MISMATCH"
             say(f"  {machine} pins {pin}: {verdict}")
         if check.pinned and not check.matches:
-            raise OpsError(
+            raise stack_ops.OpsError(
                 f"{ref}: the box's host key is not the one state pins; do not accept it until you know why "
                 "(docs/runbook.md: host-key mismatch)"
             )
@@ -303,7 +313,7 @@ def urn(
     alone on stdout: for `pulumi up --replace`, `--target` and `pulumi state unprotect`."""
     with _stack(ctx, stack_name) as (stack, out, _err):
         ref = estate.parse_box(stack, box)
-        kind = MACHINE_TYPE if machine else CLAIM_TYPE
+        kind = stack_ops.MACHINE_TYPE if machine else stack_ops.CLAIM_TYPE
         urns = [
             str(r.get("urn"))
             for r in stack.source.resources()
@@ -312,7 +322,9 @@ def urn(
             and (r.get("outputs") or {}).get("vendor", ref.vendor.value) == ref.vendor.value
         ]
         if not urns:
-            raise OpsError(f"{ref}: no {kind.rsplit(':', 1)[-1]} in stack {stack.name}'s state holds it")
+            raise stack_ops.OpsError(
+                f"{ref}: no {kind.rsplit(':', 1)[-1]} in stack {stack.name}'s state holds it"
+            )
         out.print(urns[0], markup=False, highlight=False, soft_wrap=True)
 
 
@@ -322,6 +334,8 @@ def urn(
 @app.command("orphans")
 def orphans_command(ctx: typer.Context, stack_name: StackOpt, as_json: JsonOpt = False) -> None:
     """Claims no state holds and state whose box lost its claim, each with the command that fixes it."""
+    from rich.table import Table
+
     with _stack(ctx, stack_name) as (stack, out, err):
         findings, problems = orphans.find_orphans(stack)
         for problem in problems:
@@ -353,6 +367,8 @@ def failover_status(
     as_json: JsonOpt = False,
 ) -> None:
     """Per region: where the failover IP routes now, each box of its fleet, and why a box may not carry it."""
+    from rich.table import Table
+
     with _stack(ctx, stack_name) as (stack, out, _err):
         routes = failover_ops.status(stack, region)
         if as_json:
@@ -394,6 +410,9 @@ def failover_move(
 ) -> None:
     """Route a region's failover IP to a box of its fleet, with the program's own mover. Refuses a box
     that is not eligible unless --force."""
+    from ops.waiting import spinner
+    from providers.vendor import FailoverMoveReader, Vendor
+
     with _stack(ctx, stack_name) as (stack, _out, err):
         plan = failover_ops.plan_move(stack, region, box, force=force)
         r = plan.route
