@@ -51,6 +51,9 @@ toolchain_cache_root() { printf '%s\n' "${TUIST_TOOLCHAIN_CACHE:-${XDG_CACHE_HOM
 # cached bin directory.
 cached_build() {
     local name=$1 key=$2 fn=$3 root dest work rc lock
+    # The recipe is an input too: the build function's own text (its flags, version stamps, the
+    # files it copies) and the Go that compiles it. Editing either builds afresh.
+    key=$({ printf '%s\n' "$key"; declare -f "$fn"; go version 2>/dev/null || true; } | sha256sum | cut -c1-16)
     root=$(toolchain_cache_root)
     dest="$root/$name-$key"
     mkdir -p "$root"

@@ -137,6 +137,30 @@ def test_no_cached_build_or_its_key_is_an_argument():
         assert re.fullmatch(r"[a-z]+=\$\((cached_build|inputs_key) .*\)", line), line
 
 
+def test_a_cached_build_is_keyed_by_its_recipe_and_go_as_well_as_its_inputs(tmp_path: Path):
+    # The same inputs key, built by: the recipe; the recipe again; an edited recipe; the recipe under
+    # another Go. Each build counts itself in $builds.
+    script = f"""
+set -euo pipefail
+source "{LIB_SH}"
+builds={tmp_path}/builds
+go() {{ echo "go version go1.26.8 linux/amd64"; }}
+build_x() {{ echo built >>"$builds"; printf '#!/bin/sh\\n' >"$1/bin/x"; }}
+first=$(cached_build x 0123456789abcdef build_x)
+again=$(cached_build x 0123456789abcdef build_x)
+build_x() {{ echo built >>"$builds"; printf '#!/bin/sh\\necho -trimpath\\n' >"$1/bin/x"; }}
+edited=$(cached_build x 0123456789abcdef build_x)
+go() {{ echo "go version go1.27.3 linux/amd64"; }}
+other_go=$(cached_build x 0123456789abcdef build_x)
+printf '%s\\n' "$first" "$again" "$edited" "$other_go"
+"""
+    done = _bash(script, {**os.environ, "TUIST_TOOLCHAIN_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    first, again, edited, other_go = done.stdout.split()
+    assert first == again and len({first, edited, other_go}) == 3, done.stdout
+    assert (tmp_path / "builds").read_text().count("built") == 3  # the second call reused the first
+
+
 @pytest.mark.parametrize("what", ["no directory", "a missing directory", "an empty directory"])
 def test_link_bins_refuses_nothing_to_link(tmp_path: Path, what: str):
     empty = tmp_path / "empty"
