@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import (
     CONTROLLER_RESOURCES,
     NONROOT_UID,
+    bound_role,
     child_options,
     heartbeat_probe,
     heartbeat_volume,
@@ -171,24 +172,21 @@ class FailoverWatcher(pulumi.ComponentResource):
             subjects=[subject],
             opts=child,
         )
-        self.role = k8s.rbac.v1.Role(
-            f"{name}-role",
-            metadata=metadata(wname, ns, labels),
+        self.role, self.role_binding = bound_role(
+            name,
+            role_name=wname,
+            namespace=ns,
+            labels=labels,
             rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["pods"], verbs=["list"])],
-            opts=child,
-        )
-        self.role_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-rolebinding",
-            metadata=metadata(wname, ns, labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=wname),
-            subjects=[subject],
+            subject=subject,
             opts=child,
         )
         # Create cannot be limited by name (the object does not exist yet); the rest is this Lease alone.
-        lease_role = f"{wname}-lease"
-        self.lease_role = k8s.rbac.v1.Role(
-            f"{name}-lease-role",
-            metadata=metadata(lease_role, home, labels),
+        self.lease_role, self.lease_role_binding = bound_role(
+            f"{name}-lease",
+            role_name=f"{wname}-lease",
+            namespace=home,
+            labels=labels,
             rules=[
                 k8s.rbac.v1.PolicyRuleArgs(
                     api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]
@@ -200,15 +198,7 @@ class FailoverWatcher(pulumi.ComponentResource):
                     verbs=["get", "update"],
                 ),
             ],
-            opts=child,
-        )
-        self.lease_role_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-lease-rolebinding",
-            metadata=metadata(lease_role, home, labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="Role", name=lease_role
-            ),
-            subjects=[subject],
+            subject=subject,
             opts=child,
         )
         secret_name = credentials_secret_name(region.id)

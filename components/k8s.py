@@ -183,3 +183,27 @@ def child_options(
     inherited = [] if given is None else [given] if isinstance(given, pulumi.Resource) else list(given)
     deps = [*inherited, *depends_on]
     return pulumi.ResourceOptions(parent=parent, depends_on=deps or None, **extra)
+
+
+def bound_role(
+    name: str,
+    *,
+    role_name: str,
+    namespace: str,
+    labels: dict[str, str],
+    rules: Sequence[k8s.rbac.v1.PolicyRuleArgs],
+    subject: k8s.rbac.v1.SubjectArgs,
+    opts: pulumi.ResourceOptions,
+) -> tuple[k8s.rbac.v1.Role, k8s.rbac.v1.RoleBinding]:
+    """The Role `role_name` with `rules` and the RoleBinding (of the same name) of `subject` to it;
+    their Pulumi names are `<name>-role` and `<name>-rolebinding`."""
+    meta = metadata(role_name, namespace, labels)
+    role = k8s.rbac.v1.Role(f"{name}-role", metadata=meta, rules=list(rules), opts=opts)
+    binding = k8s.rbac.v1.RoleBinding(
+        f"{name}-rolebinding",
+        metadata=meta,
+        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role_name),
+        subjects=[subject],
+        opts=opts,
+    )
+    return role, binding

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -174,6 +175,12 @@ def with_retries(
     return call_with_retries(policy, operation, idempotent=True, sleep=sleep)
 
 
+# A check each verified write makes before it is sent; it raises to stop the write (None: no check).
+# The failover watcher sets it to "still holds the region's Lease" around a move (watcher/loop.py),
+# so a move of several writes stops at the next one once another watcher may be moving the IP.
+write_guard: ContextVar[Callable[[], None] | None] = ContextVar("write_guard", default=None)
+
+
 def verified_write(
     policy: RetryPolicy,
     write: Callable[[], T],
@@ -190,6 +197,9 @@ def verified_write(
     attempt = 0
     while True:
         attempt += 1
+        guard = write_guard.get()
+        if guard is not None:
+            guard()
         try:
             return write()
         except OutcomeUnknownError as unknown:

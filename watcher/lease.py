@@ -35,8 +35,15 @@ else:
 
 log = logging.getLogger("watcher")
 
-# (connect, read) seconds of each Lease call, as the watcher's lists (watcher/loop.py).
-KUBE_TIMEOUT = (5, 30)
+# (connect, read) seconds of each Lease call: a renewal (a read and a write) must fit well inside the
+# gap between renewal and lapse, so a slow control plane costs one renewal, not the lease.
+KUBE_TIMEOUT = (2, 5)
+# After a failed renewal, the next try comes this soon rather than a whole renew period later.
+RETRY_SECONDS = 2.0
+
+
+class LeaseLost(Exception):
+    """Raised by `LeaseFence.require` when this watcher does not hold the lease (any more)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class LeaseSettings:
     renew_seconds: float = 10.0
 
     def __post_init__(self) -> None:
+        # Two failed renewals and their calls' timeouts still leave the lease held.
         if not self.renew_seconds * 2 < self.duration_seconds:
             raise ValueError(
                 f"lease {self.namespace}/{self.name}: renew_seconds ({self.renew_seconds}) must be under "
@@ -75,8 +83,12 @@ class LeaseFence:
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
-        # Until when (on `clock`) this watcher holds the lease; None: it does not.
+        # From and until when (on `clock`) this watcher holds the lease; None: it does not.
+        self._held_from = 0.0
         self._held_until: float | None = None
+        # Counts the times this watcher came to hold the lease: a loop that saw another term decides
+        # afresh (another watcher may have moved the IP in between, unseen by any of its polls).
+        self.term = 0
         # The record last read (its resourceVersion) and when this watcher first saw it.
         self._seen: tuple[str, float] | None = None
         self.holder: str | None = None  # as last read, for the logs
@@ -85,7 +97,14 @@ class LeaseFence:
     def held(self) -> bool:
         """Whether this watcher holds the lease now: renewed less than `duration_seconds` ago."""
         with self._lock:
-            return self._held_until is not None and self._clock() < self._held_until
+            now = self._clock()
+            return self._held_until is not None and self._held_from <= now < self._held_until
+
+    def require(self) -> None:
+        """LeaseLost unless the lease is held: the check a move makes before each of its writes."""
+        if not self.held():
+            s = self.settings
+            raise LeaseLost(f"lease {s.namespace}/{s.name} is not held by {s.identity} any more")
 
     def hold(self) -> bool:
         """Acquire the lease, or renew it when held. True when this watcher holds it afterwards; a
@@ -97,23 +116,29 @@ class LeaseFence:
         except kube_errors.ApiException as exc:
             if exc.status != 404:
                 return self._lost(f"read failed: {exc.status} {exc.reason}")
+            # Gone (deleted by hand): whatever this watcher believed ends, and the one that creates
+            # it anew waits a whole duration before holding it, as a holder that still believes it
+            # holds the deleted one may go on for that long.
+            self._drop()
             return self._write(started, None, transitions=0)
         except Exception as exc:
             return self._lost(f"read failed: {exc}")
+        # When a new record is first seen counts from after the read that returned it: a read sent
+        # before the holder's renewal and answered after it must not date the renewal earlier.
+        observed = self._clock()
         version = str(lease.metadata.resource_version)
         spec = lease.spec
         holder = spec.holder_identity or None
         self.holder = holder
         if self._seen is None or self._seen[0] != version:
-            self._seen = (version, started)
-        unchanged_for = started - self._seen[1]
+            self._seen = (version, observed)
+        unchanged_for = observed - self._seen[1]
         duration = spec.lease_duration_seconds or s.duration_seconds
         transitions = spec.lease_transitions or 0
         if holder == s.identity:
             return self._write(started, version, transitions=transitions, acquired=spec.acquire_time)
-        with self._lock:
-            # Another watcher holds it by the record: whatever this one believed ends now.
-            self._held_until = None
+        # Another watcher holds it by the record: whatever this one believed ends now.
+        self._drop()
         if holder is None or unchanged_for > duration:
             if holder is not None:
                 log.warning(
@@ -156,14 +181,34 @@ class LeaseFence:
             return self._lost(f"write refused: {exc.status} {exc.reason}" if exc.status != 409 else None)
         except Exception as exc:
             return self._lost(f"write failed: {exc}")
+        was_held = self.held()
         with self._lock:
+            # A lease just created is held only once any holder of a deleted one has lapsed.
+            self._held_from = (
+                started + s.duration_seconds if version is None else max(self._held_from, started)
+            )
             self._held_until = started + s.duration_seconds
         self._seen = (str(written.metadata.resource_version), started)
         self.holder = s.identity
-        if not self._announced:
+        held = self.held()
+        if held and not was_held:
+            self.term += 1
+        if held and not self._announced:
             self._announced = True
             log.info("lease %s/%s: held by %s", s.namespace, s.name, s.identity)
-        return True
+        elif version is None:
+            log.info(
+                "lease %s/%s: created by %s, held once %ss have passed",
+                s.namespace,
+                s.name,
+                s.identity,
+                s.duration_seconds,
+            )
+        return held
+
+    def _drop(self) -> None:
+        with self._lock:
+            self._held_until = None
 
     def _lost(self, why: str | None) -> bool:
         """After a failed read or write: held while the last renewal's window lasts."""
@@ -216,9 +261,13 @@ class LeaseFence:
     def renew_until(self, stop: threading.Event) -> None:
         """Hold the lease every `renew_seconds` until `stop` is set (the watcher's renewal thread)."""
         while not stop.is_set():
+            began = time.monotonic()
+            held = False
             try:
-                self.hold()
+                held = self.hold()
             except Exception:
                 # A thread that died would leave the lease to lapse with no word said.
                 log.exception("lease %s/%s: renewal failed", self.settings.namespace, self.settings.name)
-            stop.wait(self.settings.renew_seconds)
+            # Every renew_seconds from the start of the last one; sooner after a failure.
+            wait = self.settings.renew_seconds if held else RETRY_SECONDS
+            stop.wait(max(0.0, wait - (time.monotonic() - began)))

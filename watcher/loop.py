@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from providers.constants import POOL_LABEL
 from providers.errors import RateLimitError
+from providers.retry import write_guard
 from watcher.decision import (
     Action,
     Decision,
@@ -26,7 +27,7 @@ from watcher.decision import (
     decide,
 )
 from watcher.heartbeat import write_heartbeat
-from watcher.lease import LeaseFence
+from watcher.lease import LeaseFence, LeaseLost
 
 __all__ = [
     "FailoverWatcher",
@@ -161,6 +162,7 @@ class FailoverWatcher:
         # mover by construction (tests, a deploy that predates the Lease).
         self._fence = fence
         self._standby = False
+        self._term = 0  # the fence's term this loop last decided in
         self._list_nodes = list_nodes
         self._list_pods = list_pods
         self._mover = mover
@@ -230,8 +232,15 @@ class FailoverWatcher:
             return None  # it lapsed during this poll's reads: the holder decides
         else:
             assert decision.target is not None
+            # Each of the move's writes checks the lease first: a move is several (a Dedibox detach,
+            # a wait of minutes, an attach), and one whose watcher lost the lease midway must stop.
+            fenced = write_guard.set(self._fence.require if self._fence is not None else None)
             try:
                 self._mover.move_failover(ip, decision.target)
+            except LeaseLost as exc:
+                self._route = None  # it may have stopped halfway (detached, not attached)
+                log.error("failover %s: ALERT move to %s stopped: %s", ip, decision.target, exc)
+                return decision
             except RateLimitError as exc:
                 self._rate_limited = True
                 log.error(
@@ -257,6 +266,8 @@ class FailoverWatcher:
                     exc,
                 )
                 return decision
+            finally:
+                write_guard.reset(fenced)
             log.info("failover %s: moved to %s (%s): %s", ip, decision.target, decision.node, decision.reason)
             self._route, self._failed_moves = (decision.target,), 0
             # The move read the route itself (Robot checks it before the POST): the next read waits.
@@ -267,16 +278,24 @@ class FailoverWatcher:
     def _holds_lease(self) -> bool:
         """Whether this loop may move the IP. A standby reads nothing: the vendor's request budget is
         the holder's, and the route it knew may have been changed by the holder since."""
-        if self._fence is None or self._fence.held():
+        if self._fence is None:
+            return True
+        if self._fence.held():
             if self._standby:
                 log.info("failover %s: holding the region's lease; deciding again", self.settings.ip)
                 self._standby = False
+            if self._fence.term != self._term:
+                # Held anew (even with no poll that saw it lapse, as after a rate-limit pause):
+                # another watcher may have moved the IP meanwhile.
+                self._term = self._fence.term
+                self._route = None
+                self._confirmer.reset()
             return True
         if not self._standby:
             log.info(
-                "failover %s: standby, the region's lease is held by %s",
+                "failover %s: standby, this watcher does not hold the region's lease (holder: %s)",
                 self.settings.ip,
-                self._fence.holder or "nobody yet",
+                self._fence.holder or "nobody",
             )
             self._standby = True
         self._route = None

@@ -11,14 +11,17 @@ import copy
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
+from providers.retry import RetryPolicy, verified_write, write_guard
 from tests.support.cluster import KubeCluster
-from watcher.lease import LeaseFence, LeaseSettings
+from watcher.lease import LeaseFence, LeaseLost, LeaseSettings
 
 NAME = "kura-failover-watcher-us-east"
+DURATION = 30
 
 
 class Clock:
@@ -37,10 +40,22 @@ def lease_ns(kube_cluster: KubeCluster) -> Iterator[str]:
 
 
 def fence(
-    cluster: KubeCluster, namespace: str, identity: str, clock: Clock, api: k8s.ApiClient | None = None
+    cluster: KubeCluster, namespace: str, identity: str, clock: Clock, api: Any = None, name: str = NAME
 ) -> LeaseFence:
-    settings = LeaseSettings(namespace=namespace, name=NAME, identity=identity, duration_seconds=30)
-    return LeaseFence(k8s.CoordinationV1Api(api or cluster.api), settings, clock=clock)
+    settings = LeaseSettings(namespace=namespace, name=name, identity=identity, duration_seconds=DURATION)
+    return LeaseFence(api or k8s.CoordinationV1Api(cluster.api), settings, clock=clock)
+
+
+def two_watchers(cluster: KubeCluster, namespace: str) -> tuple[LeaseFence, Clock, LeaseFence, Clock]:
+    """A holds the lease (it created it, then waited a duration out); B has read it once."""
+    a_clock, b_clock = Clock(), Clock()
+    a = fence(cluster, namespace, "watcher-a", a_clock)
+    b = fence(cluster, namespace, "watcher-b", b_clock)
+    assert not a.hold()  # created: held only once a holder of a deleted one would have lapsed
+    a_clock.now += DURATION
+    assert a.hold() and a.held()
+    assert not b.hold() and not b.held() and b.holder == "watcher-a"
+    return a, a_clock, b, b_clock
 
 
 def record(cluster: KubeCluster, namespace: str) -> k8s.V1LeaseSpec:
@@ -48,44 +63,35 @@ def record(cluster: KubeCluster, namespace: str) -> k8s.V1LeaseSpec:
     return spec
 
 
-def test_the_first_watcher_takes_the_lease_and_a_second_waits(
+def test_a_created_lease_is_held_a_duration_later_and_a_second_watcher_waits(
     kube_cluster: KubeCluster, lease_ns: str
 ) -> None:
-    a_clock, b_clock = Clock(), Clock()
-    a, b = (
-        fence(kube_cluster, lease_ns, "watcher-a", a_clock),
-        fence(kube_cluster, lease_ns, "watcher-b", b_clock),
-    )
-    assert a.hold() and a.held()
-    assert not b.hold() and not b.held() and b.holder == "watcher-a"
+    a, a_clock, b, b_clock = two_watchers(kube_cluster, lease_ns)
     spec = record(kube_cluster, lease_ns)
     assert (spec.holder_identity, spec.lease_duration_seconds, spec.lease_transitions) == ("watcher-a", 30, 0)
+    assert a.term == 1
     # A renews every 10 s: B, on its own clock, sees the record change each time and never takes over.
     for _ in range(6):
         a_clock.now += 10
         b_clock.now += 10
         assert a.hold()
         assert not b.hold()
-    assert record(kube_cluster, lease_ns).holder_identity == "watcher-a"
+    assert (record(kube_cluster, lease_ns).holder_identity, a.term) == ("watcher-a", 1)
 
 
 def test_a_lease_left_unrenewed_past_its_duration_is_taken_over(
     kube_cluster: KubeCluster, lease_ns: str
 ) -> None:
-    a_clock, b_clock = Clock(), Clock()
-    a, b = (
-        fence(kube_cluster, lease_ns, "watcher-a", a_clock),
-        fence(kube_cluster, lease_ns, "watcher-b", b_clock),
-    )
-    assert a.hold()
-    assert not b.hold()  # B first sees the record now, on its own clock
-    b_clock.now += 30
-    assert not b.hold()  # unchanged for exactly the duration: not yet
+    a, a_clock, b, b_clock = two_watchers(kube_cluster, lease_ns)
+    b_clock.now += DURATION
+    assert not b.hold()  # unchanged for exactly the duration since B first saw it: not yet
     # A's own window closed first: it counts from before the write that renewed it.
-    a_clock.now += 30
+    a_clock.now += DURATION
     assert not a.held()
+    with pytest.raises(LeaseLost, match=r"lease \S+/kura-failover-watcher-us-east is not held by watcher-a"):
+        a.require()
     b_clock.now += 1
-    assert b.hold() and b.held()
+    assert b.hold() and b.held() and b.term == 1
     spec = record(kube_cluster, lease_ns)
     assert (spec.holder_identity, spec.lease_transitions) == ("watcher-b", 1)
     # A comes back (its Node answers again): the record says B, so A holds nothing and writes nothing.
@@ -94,12 +100,36 @@ def test_a_lease_left_unrenewed_past_its_duration_is_taken_over(
     assert record(kube_cluster, lease_ns).holder_identity == "watcher-b"
 
 
+def test_a_record_is_dated_from_after_the_read_that_returned_it(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    """B's read is sent, A renews, the read answers 20 s later with A's renewal: B counts A's renewal
+    from when the answer came, so it cannot take over before A's window has closed."""
+    a, a_clock, _, b_clock = two_watchers(kube_cluster, lease_ns)
+    api = k8s.CoordinationV1Api(kube_cluster.api)
+
+    class SlowRead:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(api, name)
+
+        def read_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+            b_clock.now += 20  # in flight ...
+            a_clock.now += 20
+            assert a.hold()  # ... while A renews
+            return api.read_namespaced_lease(*args, **kwargs)
+
+    b = fence(kube_cluster, lease_ns, "watcher-b", b_clock, api=SlowRead())
+    assert not b.hold()
+    b._api = api
+    b_clock.now += 15  # 35 s after the read was sent, 15 s after it answered
+    assert not b.hold()
+    assert record(kube_cluster, lease_ns).holder_identity == "watcher-a"
+
+
 def test_a_renewal_that_fails_keeps_the_lease_only_until_its_window_closes(
     kube_cluster: KubeCluster, lease_ns: str
 ) -> None:
-    clock = Clock()
-    a = fence(kube_cluster, lease_ns, "watcher-a", clock)
-    assert a.hold()
+    a, clock, _, _ = two_watchers(kube_cluster, lease_ns)
     # The API server stops answering (an address nothing listens on).
     config = copy.deepcopy(kube_cluster.api.configuration)
     config.host = "https://127.0.0.1:1"
@@ -110,14 +140,23 @@ def test_a_renewal_that_fails_keeps_the_lease_only_until_its_window_closes(
     assert not a.hold() and not a.held()
 
 
+def test_a_deleted_lease_is_held_by_the_watcher_that_creates_it_only_once_the_old_holder_lapsed(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    a, a_clock, b, b_clock = two_watchers(kube_cluster, lease_ns)
+    k8s.CoordinationV1Api(kube_cluster.api).delete_namespaced_lease(NAME, lease_ns)
+    assert not b.hold()  # B created it anew ...
+    assert record(kube_cluster, lease_ns).holder_identity == "watcher-b"
+    assert a.held()  # ... while A, which has not read since, still believes it holds the old one
+    a_clock.now += DURATION
+    b_clock.now += DURATION
+    assert not a.held()
+    assert b.hold() and b.held()
+    assert not a.hold()
+
+
 def test_a_released_lease_is_taken_at_once(kube_cluster: KubeCluster, lease_ns: str) -> None:
-    a_clock, b_clock = Clock(), Clock()
-    a, b = (
-        fence(kube_cluster, lease_ns, "watcher-a", a_clock),
-        fence(kube_cluster, lease_ns, "watcher-b", b_clock),
-    )
-    assert a.hold()
-    assert not b.hold()
+    a, _, b, _ = two_watchers(kube_cluster, lease_ns)
     a.release()
     assert not a.held()
     assert record(kube_cluster, lease_ns).holder_identity is None
@@ -128,25 +167,22 @@ def test_a_released_lease_is_taken_at_once(kube_cluster: KubeCluster, lease_ns: 
 def test_a_restarted_container_of_the_same_pod_takes_its_lease_back(
     kube_cluster: KubeCluster, lease_ns: str
 ) -> None:
-    assert fence(kube_cluster, lease_ns, "watcher-a", Clock()).hold()
+    two_watchers(kube_cluster, lease_ns)
     again = fence(kube_cluster, lease_ns, "watcher-a", Clock())
     assert again.hold() and again.held()
     assert record(kube_cluster, lease_ns).lease_transitions == 0
 
 
-def test_two_watchers_racing_for_a_free_lease_never_both_hold_it(
-    kube_cluster: KubeCluster, lease_ns: str
-) -> None:
+def test_two_watchers_racing_for_a_lease_never_both_hold_it(kube_cluster: KubeCluster, lease_ns: str) -> None:
     for round_ in range(5):
         name = f"race-{round_}"
-        fences = [
-            LeaseFence(
-                k8s.CoordinationV1Api(kube_cluster.api),
-                LeaseSettings(namespace=lease_ns, name=name, identity=f"watcher-{i}", duration_seconds=30),
-                clock=Clock(),
-            )
-            for i in range(2)
-        ]
+        # A held it and released it: the two take it over at once, by compare-and-swap.
+        first = fence(kube_cluster, lease_ns, "watcher-first", Clock(), name=name)
+        first.hold()
+        first._clock.now += DURATION  # type: ignore[attr-defined]
+        assert first.hold()
+        first.release()
+        fences = [fence(kube_cluster, lease_ns, f"watcher-{i}", Clock(), name=name) for i in range(2)]
         won = race([f.hold for f in fences])
         assert sorted(won) == [False, True], won
         holder = k8s.CoordinationV1Api(kube_cluster.api).read_namespaced_lease(name, lease_ns).spec
@@ -170,6 +206,23 @@ def race(calls: list[Callable[[], bool]]) -> list[bool]:
     return [bool(r) for r in results]
 
 
+def test_a_move_stops_at_its_next_write_once_the_lease_is_lost(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    """The guard the loop sets around a move (watcher/loop.py): each verified write checks it."""
+    a, clock, _, _ = two_watchers(kube_cluster, lease_ns)
+    sent: list[str] = []
+    token = write_guard.set(a.require)
+    try:
+        verified_write(RetryPolicy(), lambda: sent.append("detach"), lambda: None)
+        clock.now += DURATION  # the detach's wait outlasted the lease
+        with pytest.raises(LeaseLost):
+            verified_write(RetryPolicy(), lambda: sent.append("attach"), lambda: None)
+    finally:
+        write_guard.reset(token)
+    assert sent == ["detach"]
+
+
 def test_times_with_no_microseconds_are_written_as_the_api_wants_them(
     kube_cluster: KubeCluster, lease_ns: str
 ) -> None:
@@ -178,7 +231,7 @@ def test_times_with_no_microseconds_are_written_as_the_api_wants_them(
     a = LeaseFence(
         k8s.CoordinationV1Api(kube_cluster.api), settings, clock=Clock(), wall=lambda: on_the_second
     )
-    assert a.hold()
+    a.hold()
     assert record(kube_cluster, lease_ns).renew_time == on_the_second
 
 

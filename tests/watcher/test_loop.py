@@ -20,6 +20,7 @@ import pytest
 from kubernetes import client as k8s
 
 from providers.errors import RateLimitError
+from providers.retry import RetryPolicy, verified_write, write_guard
 from tests.support.cluster import KubeCluster, Kubelet, Kubelets, node_ready, wait_until
 from watcher.decision import Action
 from watcher.lease import LeaseFence, LeaseSettings
@@ -226,29 +227,38 @@ def test_a_box_whose_demux_pod_fails_is_left_after_two_polls(
     ]
 
 
+def lease_fence(
+    cluster: KubeCluster, region: Region, lease: str, who: str, clock: Callable[[], float]
+) -> LeaseFence:
+    """A fence on `lease`, a Lease of the test's own in the module's namespace."""
+    settings = LeaseSettings(namespace=region.namespace, name=lease, identity=who)
+    return LeaseFence(k8s.CoordinationV1Api(cluster.api), settings, clock=clock)
+
+
+def holding(fence: LeaseFence, clock: LeaseClock) -> LeaseFence:
+    """`fence`, holding the lease: it created it, then waited a duration out."""
+    fence.hold()
+    clock.now += fence.settings.duration_seconds
+    assert fence.hold()
+    return fence
+
+
 def test_only_the_watcher_holding_the_regions_lease_reads_the_vendor_or_moves(
     kube_cluster: KubeCluster, healthy: Region
 ) -> None:
     """Two watchers of one region (a partitioned Node's and its replacement): the one without the
-    Lease reads no route and moves nothing; once the holder lets go, the other decides afresh."""
+    Lease reads no route and moves nothing; once the holder's lease lapses, the other decides afresh."""
     make_unready(kube_cluster, healthy, A)
     clock = LeaseClock()
-    fences = [
-        LeaseFence(
-            k8s.CoordinationV1Api(kube_cluster.api),
-            LeaseSettings(namespace=healthy.namespace, name="failover-us-east", identity=who),
-            clock=clock,
-        )
-        for who in ("watcher-old", "watcher-new")
-    ]
-    old_fence, new_fence = fences
-    assert old_fence.hold() and not new_fence.hold()
+    old_fence = holding(lease_fence(kube_cluster, healthy, "two-watchers", "watcher-old", clock), clock)
+    new_fence = lease_fence(kube_cluster, healthy, "two-watchers", "watcher-new", clock)
+    assert not new_fence.hold()
     mover = RecordingMover(BOX[A])
     list_nodes, list_pods = kube_listers(k8s.CoreV1Api(kube_cluster.api), healthy.settings)
     standby = FailoverWatcher(healthy.settings, list_nodes, list_pods, mover, fence=new_fence)
     assert [standby.poll_once() for _ in range(3)] == [None, None, None]
     assert mover.calls == []
-    # The holder's lease lapses mid-poll (a move it confirmed is not made): its own window closed.
+    # The holder confirms the move over two polls, but its lease lapses before the second.
     holder = FailoverWatcher(healthy.settings, list_nodes, list_pods, mover, fence=old_fence)
     assert holder.poll_once().action is Action.MOVE  # type: ignore[union-attr]
     clock.now += 31
@@ -264,6 +274,56 @@ def test_only_the_watcher_holding_the_regions_lease_reads_the_vendor_or_moves(
         ("failover_target", IP),
         ("move_failover", IP, BOX[B]),
     ]
+
+
+def test_a_move_whose_lease_lapses_between_its_writes_stops_before_the_next(
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Dedibox move detaches, waits (minutes), attaches: each is a verified write, and each checks
+    the lease first, so a watcher that lost it during the wait attaches nothing."""
+    make_unready(kube_cluster, healthy, A)
+    clock = LeaseClock()
+    fence = holding(lease_fence(kube_cluster, healthy, "lapsed-midway", "watcher", clock), clock)
+
+    @dataclass
+    class TwoStepMover(RecordingMover):
+        def move_failover(self, ip: str, box_id: str) -> None:
+            verified_write(RetryPolicy(), lambda: self.calls.append(("detach", ip)), lambda: None)
+            clock.now += 31  # the detach's wait outlasts the lease
+            verified_write(RetryPolicy(), lambda: self.calls.append(("attach", ip, box_id)), lambda: None)
+
+    mover = TwoStepMover(BOX[A])
+    list_nodes, list_pods = kube_listers(k8s.CoreV1Api(kube_cluster.api), healthy.settings)
+    w = FailoverWatcher(healthy.settings, list_nodes, list_pods, mover, fence=fence)
+    with caplog.at_level(logging.ERROR, logger="watcher"):
+        w.poll_once()
+        fence.hold()  # its renewal thread, between the polls
+        w.poll_once()
+    assert mover.calls == [("failover_target", IP), ("failover_target", IP), ("detach", IP)]
+    assert f"failover {IP}: ALERT move to {BOX[B]} stopped: lease" in caplog.text
+    assert write_guard.get() is None  # the guard is the move's alone
+    assert w.poll_once() is None  # standby, until its renewal thread holds the lease again
+
+
+def test_a_watcher_that_holds_its_lease_anew_forgets_the_route_it_knew(
+    kube_cluster: KubeCluster, healthy: Region
+) -> None:
+    """After a pause no poll saw (a rate-limit wait), the lease lapsed and was held again: another
+    watcher may have moved the IP meanwhile, so a budgeted watcher decides on no route it knew."""
+    lease_clock, clock, mover = LeaseClock(), Clock(), RecordingMover(BOX[A])
+    fence = holding(lease_fence(kube_cluster, healthy, "held-anew", "watcher", lease_clock), lease_clock)
+    settings = dataclasses.replace(healthy.settings, poll_seconds=5, route_read_seconds=72)
+    list_nodes, list_pods = kube_listers(k8s.CoreV1Api(kube_cluster.api), settings)
+    w = FailoverWatcher(settings, list_nodes, list_pods, mover, clock=clock, fence=fence)
+    assert w.poll_once().action is Action.KEEP  # type: ignore[union-attr]
+    lease_clock.now += 31
+    assert fence.hold() and fence.term == 2
+    clock.t = 5
+    assert w.poll_once() is None  # the route is unknown until the next read the budget allows
+    assert mover.calls == [("failover_target", IP)]
+    clock.t = 72
+    assert w.poll_once().action is Action.KEEP  # type: ignore[union-attr]
+    assert mover.calls == [("failover_target", IP)] * 2
 
 
 class LeaseClock:
