@@ -105,6 +105,23 @@ def parse_retry_after(value: str | None) -> float | None:
     return seconds if seconds >= 0 else None
 
 
+# A check made before each attempt of each vendor call; it raises to stop the call (None: no check).
+# The failover watcher sets it to "still holds the region's Lease" around a move (watcher/loop.py), so
+# a move of several calls (and their retries) stops at the next one once another watcher may be moving
+# the IP. Context-local: the Pulumi providers and other threads never see it set.
+call_guard: ContextVar[Callable[[], None] | None] = ContextVar("call_guard", default=None)
+
+
+def _guarded(operation: Callable[[], T]) -> Callable[[], T]:
+    def attempt() -> T:
+        guard = call_guard.get()
+        if guard is not None:
+            guard()
+        return operation()
+
+    return attempt
+
+
 def _retryable(idempotent: bool) -> Callable[[BaseException], bool]:
     def decide(error: BaseException) -> bool:
         if not isinstance(error, TransientVendorError):
@@ -149,7 +166,7 @@ def call_with_retries(
         reraise=True,
     )
     try:
-        return retrying(operation)
+        return retrying(_guarded(operation))
     except TransientVendorError as error:
         if idempotent or not error.maybe_applied or isinstance(error, OutcomeUnknownError):
             raise
@@ -175,12 +192,6 @@ def with_retries(
     return call_with_retries(policy, operation, idempotent=True, sleep=sleep)
 
 
-# A check each verified write makes before it is sent; it raises to stop the write (None: no check).
-# The failover watcher sets it to "still holds the region's Lease" around a move (watcher/loop.py),
-# so a move of several writes stops at the next one once another watcher may be moving the IP.
-write_guard: ContextVar[Callable[[], None] | None] = ContextVar("write_guard", default=None)
-
-
 def verified_write(
     policy: RetryPolicy,
     write: Callable[[], T],
@@ -197,11 +208,8 @@ def verified_write(
     attempt = 0
     while True:
         attempt += 1
-        guard = write_guard.get()
-        if guard is not None:
-            guard()
         try:
-            return write()
+            return _guarded(write)()
         except OutcomeUnknownError as unknown:
             found = read_back()
             if found is None and attempt < policy.max_attempts:

@@ -40,6 +40,9 @@ log = logging.getLogger("watcher")
 KUBE_TIMEOUT = (2, 5)
 # After a failed renewal, the next try comes this soon rather than a whole renew period later.
 RETRY_SECONDS = 2.0
+# A move's vendor call starts only while this much of the lease's window is left: the call's own
+# connect and answer time must not carry it past the moment a contender could take over.
+WRITE_MARGIN_SECONDS = 10.0
 
 
 class LeaseLost(Exception):
@@ -55,7 +58,7 @@ class LeaseSettings:
     renew_seconds: float = 10.0
 
     def __post_init__(self) -> None:
-        # Two failed renewals and their calls' timeouts still leave the lease held.
+        # A renewal late by its calls' timeouts (2 + 5 s each, read and write) still leaves the lease held.
         if not self.renew_seconds * 2 < self.duration_seconds:
             raise ValueError(
                 f"lease {self.namespace}/{self.name}: renew_seconds ({self.renew_seconds}) must be under "
@@ -82,34 +85,58 @@ class LeaseFence:
         self._api = coordination_v1
         self._clock = clock
         self._wall = wall
+        # Guards the window and the term, which the loop's thread reads while the renewal thread
+        # writes them; everything else is the renewal thread's alone.
         self._lock = threading.Lock()
-        # From and until when (on `clock`) this watcher holds the lease; None: it does not.
+        # From and until when (on `clock`) this watcher holds the lease; until None: it does not.
         self._held_from = 0.0
         self._held_until: float | None = None
-        # Counts the times this watcher came to hold the lease: a loop that saw another term decides
-        # afresh (another watcher may have moved the IP in between, unseen by any of its polls).
-        self.term = 0
+        # Goes up each time this watcher comes to hold the lease anew (or creates it): a loop that
+        # sees another term decides afresh, as another watcher may have moved the IP in between.
+        self._term = 0
         # The record last read (its resourceVersion) and when this watcher first saw it.
         self._seen: tuple[str, float] | None = None
         self.holder: str | None = None  # as last read, for the logs
+        self.failed = False  # the last hold() could not read or write the record
         self._announced = False  # whether the logs last said this watcher holds it
+
+    def _held_now(self, now: float) -> bool:
+        return self._held_until is not None and self._held_from <= now < self._held_until
+
+    def held_term(self) -> tuple[bool, int]:
+        """Whether this watcher holds the lease now, and in which term: read together."""
+        with self._lock:
+            return self._held_now(self._clock()), self._term
 
     def held(self) -> bool:
         """Whether this watcher holds the lease now: renewed less than `duration_seconds` ago."""
+        return self.held_term()[0]
+
+    def require(self, term: int | None = None) -> None:
+        """LeaseLost unless the lease is held (in `term`, when given) with `WRITE_MARGIN_SECONDS` of
+        its window left: the check a move makes before each vendor call, so a call that still takes
+        its connect and answer time lands before any contender could have taken over."""
         with self._lock:
             now = self._clock()
-            return self._held_until is not None and self._held_from <= now < self._held_until
-
-    def require(self) -> None:
-        """LeaseLost unless the lease is held: the check a move makes before each of its writes."""
-        if not self.held():
+            ok = (
+                self._held_now(now)
+                and self._held_until is not None
+                and now + WRITE_MARGIN_SECONDS < self._held_until
+                and (term is None or term == self._term)
+            )
+        if not ok:
             s = self.settings
-            raise LeaseLost(f"lease {s.namespace}/{s.name} is not held by {s.identity} any more")
+            raise LeaseLost(
+                f"lease {s.namespace}/{s.name} is not held by {s.identity}"
+                + ("" if term is None else f" in term {term}")
+                + " with time to spare"
+            )
 
     def hold(self) -> bool:
         """Acquire the lease, or renew it when held. True when this watcher holds it afterwards; a
         failed read or a lost compare-and-swap is False (the next call tries again)."""
         s = self.settings
+        self.failed = False
         started = self._clock()
         try:
             lease = self._api.read_namespaced_lease(s.name, s.namespace, _request_timeout=KUBE_TIMEOUT)
@@ -117,9 +144,13 @@ class LeaseFence:
             if exc.status != 404:
                 return self._lost(f"read failed: {exc.status} {exc.reason}")
             # Gone (deleted by hand): whatever this watcher believed ends, and the one that creates
-            # it anew waits a whole duration before holding it, as a holder that still believes it
-            # holds the deleted one may go on for that long.
-            self._drop()
+            # it anew holds it only a whole duration after the answer that showed it gone, as a
+            # holder that still believes it holds the deleted one may go on for that long. Set
+            # before the create, so a create whose answer is lost waits all the same.
+            gone = self._clock()
+            with self._lock:
+                self._held_until = None
+                self._held_from = max(self._held_from, gone + s.duration_seconds)
             return self._write(started, None, transitions=0)
         except Exception as exc:
             return self._lost(f"read failed: {exc}")
@@ -138,7 +169,8 @@ class LeaseFence:
         if holder == s.identity:
             return self._write(started, version, transitions=transitions, acquired=spec.acquire_time)
         # Another watcher holds it by the record: whatever this one believed ends now.
-        self._drop()
+        with self._lock:
+            self._held_until = None
         if holder is None or unchanged_for > duration:
             if holder is not None:
                 log.warning(
@@ -181,18 +213,16 @@ class LeaseFence:
             return self._lost(f"write refused: {exc.status} {exc.reason}" if exc.status != 409 else None)
         except Exception as exc:
             return self._lost(f"write failed: {exc}")
-        was_held = self.held()
         with self._lock:
-            # A lease just created is held only once any holder of a deleted one has lapsed.
-            self._held_from = (
-                started + s.duration_seconds if version is None else max(self._held_from, started)
-            )
+            was_held = self._held_now(self._clock())
+            # A renewal's window counts from before its read, so from before any contender's view.
+            self._held_from = max(self._held_from, started)
             self._held_until = started + s.duration_seconds
+            if version is None or not was_held:
+                self._term += 1
+            held = self._held_now(self._clock())
         self._seen = (str(written.metadata.resource_version), started)
         self.holder = s.identity
-        held = self.held()
-        if held and not was_held:
-            self.term += 1
         if held and not self._announced:
             self._announced = True
             log.info("lease %s/%s: held by %s", s.namespace, s.name, s.identity)
@@ -206,14 +236,12 @@ class LeaseFence:
             )
         return held
 
-    def _drop(self) -> None:
-        with self._lock:
-            self._held_until = None
-
     def _lost(self, why: str | None) -> bool:
-        """After a failed read or write: held while the last renewal's window lasts."""
+        """After a failed read or write (`why`), or a lease another holds: held while the last
+        renewal's window lasts."""
         s = self.settings
         if why is not None:
+            self.failed = True
             log.warning("lease %s/%s: %s", s.namespace, s.name, why)
         held = self.held()
         if self._announced and not held:
@@ -266,8 +294,10 @@ class LeaseFence:
             try:
                 held = self.hold()
             except Exception:
+                self.failed = True
                 # A thread that died would leave the lease to lapse with no word said.
                 log.exception("lease %s/%s: renewal failed", self.settings.namespace, self.settings.name)
-            # Every renew_seconds from the start of the last one; sooner after a failure.
-            wait = self.settings.renew_seconds if held else RETRY_SECONDS
+            # Every renew_seconds from the start of the last one; sooner after a failed call (not
+            # after a lease another holds, or one just created: those wait their turn).
+            wait = RETRY_SECONDS if self.failed and not held else self.settings.renew_seconds
             stop.wait(max(0.0, wait - (time.monotonic() - began)))

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from providers.constants import POOL_LABEL
 from providers.errors import RateLimitError
-from providers.retry import write_guard
+from providers.retry import call_guard
 from watcher.decision import (
     Action,
     Decision,
@@ -232,9 +232,11 @@ class FailoverWatcher:
             return None  # it lapsed during this poll's reads: the holder decides
         else:
             assert decision.target is not None
-            # Each of the move's writes checks the lease first: a move is several (a Dedibox detach,
-            # a wait of minutes, an attach), and one whose watcher lost the lease midway must stop.
-            fenced = write_guard.set(self._fence.require if self._fence is not None else None)
+            # Each of the move's vendor calls checks the lease first, in the term the move was decided
+            # in: a move is several (a Dedibox detach, a wait of minutes, an attach), and one whose
+            # watcher lost the lease midway must stop, even if it holds the lease again by then.
+            fence, term = self._fence, self._term
+            fenced = call_guard.set((lambda: fence.require(term)) if fence is not None else None)
             try:
                 self._mover.move_failover(ip, decision.target)
             except LeaseLost as exc:
@@ -267,7 +269,7 @@ class FailoverWatcher:
                 )
                 return decision
             finally:
-                write_guard.reset(fenced)
+                call_guard.reset(fenced)
             log.info("failover %s: moved to %s (%s): %s", ip, decision.target, decision.node, decision.reason)
             self._route, self._failed_moves = (decision.target,), 0
             # The move read the route itself (Robot checks it before the POST): the next read waits.
@@ -280,14 +282,15 @@ class FailoverWatcher:
         the holder's, and the route it knew may have been changed by the holder since."""
         if self._fence is None:
             return True
-        if self._fence.held():
+        held, term = self._fence.held_term()
+        if held:
             if self._standby:
                 log.info("failover %s: holding the region's lease; deciding again", self.settings.ip)
                 self._standby = False
-            if self._fence.term != self._term:
+            if term != self._term:
                 # Held anew (even with no poll that saw it lapse, as after a rate-limit pause):
                 # another watcher may have moved the IP meanwhile.
-                self._term = self._fence.term
+                self._term = term
                 self._route = None
                 self._confirmer.reset()
             return True

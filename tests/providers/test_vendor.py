@@ -19,7 +19,15 @@ from providers.errors import (
     scrub,
     transport_error,
 )
-from providers.retry import PollPolicy, PollTimeout, RetryPolicy, call_with_retries, poll, verified_write
+from providers.retry import (
+    PollPolicy,
+    PollTimeout,
+    RetryPolicy,
+    call_guard,
+    call_with_retries,
+    poll,
+    verified_write,
+)
 from providers.vendor import MARKER_LIMITS, Reinstall, Vendor, marker_problem
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0, max_delay=0)
@@ -84,6 +92,27 @@ def test_a_lost_write_the_vendor_shows_only_a_moment_later_is_not_sent_twice() -
     write, read_backs = Flaky(lost, lost), []
     assert verified_write(policy, write, lambda: read_backs.append(1), sleep=sleeps.append) == "ok"
     assert (write.calls, len(read_backs), sleeps[1:]) == (3, 4, [2, 4])
+
+
+def test_the_call_guard_is_checked_before_every_attempt_of_every_call() -> None:
+    """The failover watcher's lease check (watcher/loop.py): a retried POST the vendor never saw (a
+    throttle, a refused connect) is not sent again once the guard says no."""
+    never_arrived = transient(maybe_applied=False)
+    post = Flaky(never_arrived, never_arrived)
+    allowed = iter([True, True, False])
+
+    def guard() -> None:
+        if not next(allowed):
+            raise PermissionError("the lease is lost")
+
+    token = call_guard.set(guard)
+    try:
+        with pytest.raises(PermissionError, match="the lease is lost"):
+            call_with_retries(FAST, post, idempotent=False, sleep=lambda _: None)
+    finally:
+        call_guard.reset(token)
+    assert post.calls == 2
+    assert call_with_retries(FAST, Flaky(), idempotent=False, sleep=lambda _: None) == "ok"  # unset: no check
 
 
 def test_transport_failures_say_whether_the_request_may_have_arrived() -> None:

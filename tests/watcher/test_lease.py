@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from providers.retry import RetryPolicy, verified_write, write_guard
+from providers.retry import RetryPolicy, call_guard, verified_write
 from tests.support.cluster import KubeCluster
 from watcher.lease import LeaseFence, LeaseLost, LeaseSettings
 
@@ -69,14 +69,14 @@ def test_a_created_lease_is_held_a_duration_later_and_a_second_watcher_waits(
     a, a_clock, b, b_clock = two_watchers(kube_cluster, lease_ns)
     spec = record(kube_cluster, lease_ns)
     assert (spec.holder_identity, spec.lease_duration_seconds, spec.lease_transitions) == ("watcher-a", 30, 0)
-    assert a.term == 1
+    term = a.held_term()[1]
     # A renews every 10 s: B, on its own clock, sees the record change each time and never takes over.
     for _ in range(6):
         a_clock.now += 10
         b_clock.now += 10
         assert a.hold()
         assert not b.hold()
-    assert (record(kube_cluster, lease_ns).holder_identity, a.term) == ("watcher-a", 1)
+    assert (record(kube_cluster, lease_ns).holder_identity, a.held_term()) == ("watcher-a", (True, term))
 
 
 def test_a_lease_left_unrenewed_past_its_duration_is_taken_over(
@@ -91,7 +91,7 @@ def test_a_lease_left_unrenewed_past_its_duration_is_taken_over(
     with pytest.raises(LeaseLost, match=r"lease \S+/kura-failover-watcher-us-east is not held by watcher-a"):
         a.require()
     b_clock.now += 1
-    assert b.hold() and b.held() and b.term == 1
+    assert b.hold() and b.held_term() == (True, 1)
     spec = record(kube_cluster, lease_ns)
     assert (spec.holder_identity, spec.lease_transitions) == ("watcher-b", 1)
     # A comes back (its Node answers again): the record says B, so A holds nothing and writes nothing.
@@ -212,15 +212,61 @@ def test_a_move_stops_at_its_next_write_once_the_lease_is_lost(
     """The guard the loop sets around a move (watcher/loop.py): each verified write checks it."""
     a, clock, _, _ = two_watchers(kube_cluster, lease_ns)
     sent: list[str] = []
-    token = write_guard.set(a.require)
+    token = call_guard.set(a.require)
     try:
         verified_write(RetryPolicy(), lambda: sent.append("detach"), lambda: None)
         clock.now += DURATION  # the detach's wait outlasted the lease
         with pytest.raises(LeaseLost):
             verified_write(RetryPolicy(), lambda: sent.append("attach"), lambda: None)
     finally:
-        write_guard.reset(token)
+        call_guard.reset(token)
     assert sent == ["detach"]
+
+
+def test_a_move_checks_its_own_term_and_leaves_time_to_spare(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    a, clock, _, _ = two_watchers(kube_cluster, lease_ns)
+    held, term = a.held_term()
+    assert held
+    a.require(term)
+    clock.now += 21  # 9 s of the window left: held, but a call started now could outlast it
+    assert a.held()
+    with pytest.raises(LeaseLost, match=f"not held by watcher-a in term {term} with time to spare"):
+        a.require(term)
+    # Lapsed and held again: a move decided in the old term stops, a new one may go.
+    clock.now += 10
+    assert a.hold()
+    new_term = a.held_term()[1]
+    assert new_term != term
+    with pytest.raises(LeaseLost):
+        a.require(term)
+    a.require(new_term)
+
+
+def test_a_created_lease_whose_answer_was_lost_is_held_no_sooner(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    """The create committed but its answer was lost: the next read shows this watcher as the holder,
+    and it still waits the whole duration counted from the answer that showed the lease gone."""
+    api = k8s.CoordinationV1Api(kube_cluster.api)
+
+    class LostAnswer:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(api, name)
+
+        def create_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+            api.create_namespaced_lease(*args, **kwargs)
+            raise TimeoutError("read timed out")
+
+    clock = Clock()
+    a = fence(kube_cluster, lease_ns, "watcher-a", clock, api=LostAnswer())
+    assert not a.hold() and a.failed
+    assert record(kube_cluster, lease_ns).holder_identity == "watcher-a"
+    clock.now += 10
+    assert not a.hold() and not a.failed  # renewed, but not held yet
+    clock.now += DURATION - 10
+    assert a.hold() and a.held()
 
 
 def test_times_with_no_microseconds_are_written_as_the_api_wants_them(
