@@ -17,9 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.conftest import Engine, render_only
+
+# Each test is a sequence of engine runs (the longest, nine): 3 to 5 minutes alone, and past the
+# suite's 10-minute default on a machine shared with a cold toolchain build, as its siblings allow for.
+pytestmark = pytest.mark.timeout(1800)
 
 OVH = ("ovh-ns1001.ip-203-0-113.net", "ovh-ns1002.ip-203-0-113.net")
 NEVER = re.compile(r"cancel|terminat|confirmTermination|/order/", re.IGNORECASE)
