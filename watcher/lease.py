@@ -11,8 +11,10 @@ and must not lose it midway), and a contender takes it over only after it went u
 Expiry is judged as client-go's leader election judges it: by how long the record has gone unchanged
 on the contender's own clock, never by comparing the holder's timestamps with local time, so clock
 skew between Nodes cannot hand the Lease to two watchers. Every write is a compare-and-swap on the
-record's resourceVersion. A holder counts its lease from before the write that renewed it, so its
-window always closes before any contender's can open.
+record's resourceVersion. A holder counts its lease from before the read that preceded its renewal,
+so its window always closes before any contender's can open; a Lease created anew is held only once a
+holder of a deleted one would have lapsed. A move checks the lease before each vendor call
+(`require`, through providers.retry.call_guard).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ KUBE_TIMEOUT = (2, 5)
 RETRY_SECONDS = 2.0
 # A move's vendor call starts only while this much of the lease's window is left: the call's own
 # connect and answer time must not carry it past the moment a contender could take over.
-WRITE_MARGIN_SECONDS = 10.0
+CALL_MARGIN_SECONDS = 10.0
 
 
 class LeaseLost(Exception):
@@ -113,7 +115,7 @@ class LeaseFence:
         return self.held_term()[0]
 
     def require(self, term: int | None = None) -> None:
-        """LeaseLost unless the lease is held (in `term`, when given) with `WRITE_MARGIN_SECONDS` of
+        """LeaseLost unless the lease is held (in `term`, when given) with `CALL_MARGIN_SECONDS` of
         its window left: the check a move makes before each vendor call, so a call that still takes
         its connect and answer time lands before any contender could have taken over."""
         with self._lock:
@@ -121,7 +123,7 @@ class LeaseFence:
             ok = (
                 self._held_now(now)
                 and self._held_until is not None
-                and now + WRITE_MARGIN_SECONDS < self._held_until
+                and now + CALL_MARGIN_SECONDS < self._held_until
                 and (term is None or term == self._term)
             )
         if not ok:
