@@ -197,6 +197,7 @@ class FailoverWatcher:
         self._rate_limited = False
         if not self._holds_lease():
             return None
+        term = self._term
         try:
             nodes = self._list_nodes()
             pods = self._list_pods()
@@ -228,14 +229,14 @@ class FailoverWatcher:
                 self.settings.confirm_polls,
                 decision.reason,
             )
-        elif not self._holds_lease():
-            return None  # it lapsed during this poll's reads: the holder decides
+        elif not self._holds_lease() or self._term != term:
+            return None  # it lapsed during this poll's reads (the holder decides), or was held anew
         else:
             assert decision.target is not None
             # Each of the move's vendor calls checks the lease first, in the term the move was decided
             # in: a move is several (a Dedibox detach, a wait of minutes, an attach), and one whose
             # watcher lost the lease midway must stop, even if it holds the lease again by then.
-            fence, term = self._fence, self._term
+            fence = self._fence
             fenced = call_guard.set((lambda: fence.require(term)) if fence is not None else None)
             try:
                 self._mover.move_failover(ip, decision.target)
