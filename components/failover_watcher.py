@@ -29,6 +29,7 @@ from components.k8s import (
     heartbeat_volume,
     locked_down,
     metadata,
+    pod_field_env,
     prefer_off_pool,
     region_labels,
 )
@@ -270,14 +271,7 @@ class FailoverWatcher(pulumi.ComponentResource):
                                 env=[
                                     *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
                                     # Its identity in the Lease: a restarted container takes it back.
-                                    k8s.core.v1.EnvVarArgs(
-                                        name="POD_NAME",
-                                        value_from=k8s.core.v1.EnvVarSourceArgs(
-                                            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
-                                                field_path="metadata.name"
-                                            )
-                                        ),
-                                    ),
+                                    pod_field_env("POD_NAME", "metadata.name"),
                                 ],
                                 volume_mounts=[
                                     k8s.core.v1.VolumeMountArgs(

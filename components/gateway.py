@@ -16,7 +16,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import child_options, metadata, pool_node_selector, pool_tolerations, region_labels
+from components.k8s import (
+    child_options,
+    metadata,
+    pod_field_env,
+    pool_node_selector,
+    pool_tolerations,
+    region_labels,
+)
 from config.models import Fleet, GatewayMode, Region
 
 __all__ = [
@@ -295,22 +302,8 @@ class Gateway(pulumi.ComponentResource):
                                 image=args.image,
                                 args=controller_args(region, ns),
                                 env=[
-                                    k8s.core.v1.EnvVarArgs(
-                                        name="POD_NAME",
-                                        value_from=k8s.core.v1.EnvVarSourceArgs(
-                                            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
-                                                field_path="metadata.name"
-                                            )
-                                        ),
-                                    ),
-                                    k8s.core.v1.EnvVarArgs(
-                                        name="POD_NAMESPACE",
-                                        value_from=k8s.core.v1.EnvVarSourceArgs(
-                                            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(
-                                                field_path="metadata.namespace"
-                                            )
-                                        ),
-                                    ),
+                                    pod_field_env("POD_NAME", "metadata.name"),
+                                    pod_field_env("POD_NAMESPACE", "metadata.namespace"),
                                 ],
                                 ports=[
                                     k8s.core.v1.ContainerPortArgs(

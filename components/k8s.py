@@ -207,3 +207,14 @@ def bound_role(
         opts=opts,
     )
     return role, binding
+
+
+def pod_field_env(name: str, field_path: str) -> k8s.core.v1.EnvVarArgs:
+    """An environment variable the downward API fills from the pod's own `field_path`
+    (`metadata.name`, `metadata.namespace`)."""
+    return k8s.core.v1.EnvVarArgs(
+        name=name,
+        value_from=k8s.core.v1.EnvVarSourceArgs(
+            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path=field_path)
+        ),
+    )

@@ -26,7 +26,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.failover_watcher import failover_namespace
-from components.k8s import MANAGED_BY, child_options, pool_node_selector, pool_toleration_dicts
+from components.k8s import (
+    MANAGED_BY,
+    child_options,
+    pod_field_env,
+    pool_node_selector,
+    pool_toleration_dicts,
+)
 from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
 from providers.machine.spec import EGRESS_MBPS_RESOURCE
 
@@ -255,12 +261,7 @@ class KuraController(pulumi.ComponentResource):
         )
         env = controller_env(args.placements, kura, args.environment, args.cluster)
         env_vars = [
-            k8s.core.v1.EnvVarArgs(
-                name="POD_NAMESPACE",
-                value_from=k8s.core.v1.EnvVarSourceArgs(
-                    field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.namespace")
-                ),
-            ),
+            pod_field_env("POD_NAMESPACE", "metadata.namespace"),
             *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
         ]
         probe = k8s.core.v1.ProbeArgs

@@ -209,7 +209,7 @@ def verified_write(
     while True:
         attempt += 1
         try:
-            return _guarded(write)()
+            return write()
         except OutcomeUnknownError as unknown:
             found = read_back()
             if found is None and attempt < policy.max_attempts:

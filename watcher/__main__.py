@@ -105,16 +105,17 @@ def main() -> None:
     list_nodes, list_pods = kube_listers(client.CoreV1Api(), settings)
     lease = lease_from_env()
     fence = LeaseFence(client.CoordinationV1Api(), lease) if lease is not None else None
-    stop, renewals_stop = threading.Event(), threading.Event()
+    stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    renewals = None
-    if fence is not None:
+    watcher = FailoverWatcher(settings, list_nodes, list_pods, mover, fence=fence)
+    if fence is None:
+        watcher.run(stop)
+    else:
         fence.hold()  # before the first poll, which would otherwise wait a whole poll as standby
+        renewals_stop = threading.Event()
         renewals = threading.Thread(target=fence.renew_until, args=(renewals_stop,), daemon=True)
         renewals.start()
-    watcher = FailoverWatcher(settings, list_nodes, list_pods, mover, fence=fence)
-    watcher.run(stop)
-    if fence is not None and renewals is not None:
+        watcher.run(stop)
         # After the loop's last poll (and any move in it): the next watcher takes over at once.
         renewals_stop.set()
         renewals.join()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from providers.retry import RetryPolicy, call_guard, verified_write
+from providers.retry import RetryPolicy, call_guard, call_with_retries
 from tests.support.cluster import KubeCluster
 from watcher.lease import LeaseFence, LeaseLost, LeaseSettings
 
@@ -209,15 +209,15 @@ def race(calls: list[Callable[[], bool]]) -> list[bool]:
 def test_a_move_stops_at_its_next_write_once_the_lease_is_lost(
     kube_cluster: KubeCluster, lease_ns: str
 ) -> None:
-    """The guard the loop sets around a move (watcher/loop.py): each verified write checks it."""
+    """The guard the loop sets around a move (watcher/loop.py): each vendor call checks it."""
     a, clock, _, _ = two_watchers(kube_cluster, lease_ns)
     sent: list[str] = []
     token = call_guard.set(a.require)
     try:
-        verified_write(RetryPolicy(), lambda: sent.append("detach"), lambda: None)
+        call_with_retries(RetryPolicy(), lambda: sent.append("detach"), idempotent=False)
         clock.now += DURATION  # the detach's wait outlasted the lease
         with pytest.raises(LeaseLost):
-            verified_write(RetryPolicy(), lambda: sent.append("attach"), lambda: None)
+            call_with_retries(RetryPolicy(), lambda: sent.append("attach"), idempotent=False)
     finally:
         call_guard.reset(token)
     assert sent == ["detach"]

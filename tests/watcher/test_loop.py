@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client as k8s
 
 from providers.errors import RateLimitError
-from providers.retry import RetryPolicy, call_guard, verified_write
+from providers.retry import RetryPolicy, call_guard, call_with_retries
 from tests.support.cluster import KubeCluster, Kubelet, Kubelets, node_ready, wait_until
 from watcher.decision import Action
 from watcher.lease import LeaseFence, LeaseSettings
@@ -279,7 +279,7 @@ def test_only_the_watcher_holding_the_regions_lease_reads_the_vendor_or_moves(
 def test_a_move_whose_lease_lapses_between_its_writes_stops_before_the_next(
     kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A Dedibox move detaches, waits (minutes), attaches: each is a verified write, and each checks
+    """A Dedibox move detaches, waits (minutes), attaches: each is a vendor call, and each checks
     the lease first, so a watcher that lost it during the wait attaches nothing."""
     make_unready(kube_cluster, healthy, A)
     clock = LeaseClock()
@@ -288,9 +288,11 @@ def test_a_move_whose_lease_lapses_between_its_writes_stops_before_the_next(
     @dataclass
     class TwoStepMover(RecordingMover):
         def move_failover(self, ip: str, box_id: str) -> None:
-            verified_write(RetryPolicy(), lambda: self.calls.append(("detach", ip)), lambda: None)
+            call_with_retries(RetryPolicy(), lambda: self.calls.append(("detach", ip)), idempotent=False)
             clock.now += 31  # the detach's wait outlasts the lease
-            verified_write(RetryPolicy(), lambda: self.calls.append(("attach", ip, box_id)), lambda: None)
+            call_with_retries(
+                RetryPolicy(), lambda: self.calls.append(("attach", ip, box_id)), idempotent=False
+            )
 
     mover = TwoStepMover(BOX[A])
     list_nodes, list_pods = kube_listers(k8s.CoreV1Api(kube_cluster.api), healthy.settings)
