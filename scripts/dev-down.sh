@@ -20,7 +20,7 @@ if [ -f "$cluster_dir/admin.kubeconfig" ]; then
     in_netns bash "$here/cluster.sh" start --dir "$cluster_dir" --apiserver-port 6443 --cloud-workers 2 --platform
 fi
 bash "$here/vendorsim.sh" start
-in_netns pulumi destroy -s dev --yes --non-interactive
+in_netns bash "$here/private-tmp.sh" pulumi destroy -s dev --yes --non-interactive
 bash "$here/vendorsim.sh" stop
 if [ -f "$cluster_dir/admin.kubeconfig" ]; then in_netns bash "$here/cluster.sh" stop --dir "$cluster_dir"; fi
 left=$(bash "$here/netns.sh" pids "$TUIST_DEV_NETNS" | tr '\n' ' ')

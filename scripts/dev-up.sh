@@ -38,14 +38,14 @@ if [ "$current" != "$(cat "$cluster_dir/admin.kubeconfig")" ]; then
 fi
 log=build/dev/preview-diff.log
 echo "==> pulumi preview -s dev --diff (the full diff goes to $log)"
-in_netns pulumi preview -s dev --diff --non-interactive > "$log" 2>&1 || {
+in_netns bash "$here/private-tmp.sh" pulumi preview -s dev --diff --non-interactive > "$log" 2>&1 || {
     tail -n 40 "$log" >&2
     echo "preview failed; the whole output is in $log" >&2
     exit 1
 }
 grep -E '^Resources:|^ +[+~-]? ?[0-9]+ (to |unchanged)' "$log" || true
 echo "==> pulumi up -s dev"
-in_netns pulumi up -s dev --yes --non-interactive --skip-preview
+in_netns bash "$here/private-tmp.sh" pulumi up -s dev --yes --non-interactive --skip-preview
 pulumi stack output -s dev --json > build/dev/outputs.json
 echo "==> what the dev stack made (outputs: build/dev/outputs.json, full diff: $log)"
 python "$here/dev_summary.py" < build/dev/outputs.json

@@ -14,4 +14,7 @@ export PULUMI_CONFIG_PASSPHRASE="$TUIST_DEV_PASSPHRASE"
 export KUBECONFIG="$TUIST_ROOT/build/dev/cluster/admin.kubeconfig"
 cd "$TUIST_ROOT"
 [ $# -gt 0 ] || set -- bash
+# pulumi gets a TMPDIR of its own, removed after (scripts/private-tmp.sh): the Kubernetes plugin leaves
+# the dev kubeconfig there at every run.
+[ "$1" != pulumi ] || set -- bash "$here/private-tmp.sh" "$@"
 exec bash "$here/netns.sh" run "$TUIST_DEV_NETNS" -- "$@"

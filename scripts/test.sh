@@ -21,4 +21,9 @@ mypy .
 # the longest go out first. `-n 0` after it (or TEST_WORKERS=0) runs everything in one process.
 workers=${TEST_WORKERS:-$(($(nproc) + 1))}
 echo "==> pytest on $workers workers (in a network namespace of its own)"
-exec bash "$here/netns.sh" exec -- python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
+# The run gets a TMPDIR of its own, removed at its end (scripts/private-tmp.sh): each Kubernetes plugin
+# the tests start leaves a kubeconfig there. pytest's own folders stay where they were (the last three
+# runs kept, for a failure's logs).
+export PYTEST_DEBUG_TEMPROOT="${PYTEST_DEBUG_TEMPROOT:-${TMPDIR:-/tmp}}"
+exec bash "$here/private-tmp.sh" bash "$here/netns.sh" exec -- \
+    python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

@@ -20,4 +20,5 @@ cd "$TUIST_ROOT"
 backend_login
 # --parallel: the CLI's default (4 x CPU cores) would adopt a fleet a runner's cores at a time; the
 # machine provider serves 64 calls at once (docs/machines.md).
-exec pulumi up --yes --non-interactive --color never --diff --policy-pack policy --parallel 64 --stack "$stack"
+# private-tmp.sh: the Kubernetes plugin's copy of the kubeconfig goes with the run (a runner may be reused).
+exec bash "$TUIST_ROOT/scripts/private-tmp.sh" pulumi up --yes --non-interactive --color never --diff --policy-pack policy --parallel 64 --stack "$stack"

@@ -14,4 +14,5 @@ unset PULUMI_BACKEND_URL  # env.sh points at the local file backend; CI logs in 
 source "$here/backend.sh"
 : "${PULUMI_CONFIG_PASSPHRASE:?the preview-$stack environment must provide PULUMI_CONFIG_PASSPHRASE}"
 backend_login
-exec python3 "$here/preview.py" run "$stack" --out "$out"
+# private-tmp.sh: the Kubernetes plugin's copy of the kubeconfig goes with the run (a runner may be reused).
+exec bash "$TUIST_ROOT/scripts/private-tmp.sh" python3 "$here/preview.py" run "$stack" --out "$out"

@@ -126,17 +126,25 @@ def test_the_records_change_hands_without_a_gap(kube_cluster: KubeCluster, tmp_p
     (project / "__main__.py").write_text(
         textwrap.dedent(PROGRAM).format(region=REGION, host=HOST, static=json.dumps(STATIC))
     )
+    # Every run goes through scripts/private-tmp.sh, as the project's scripts run pulumi; the last
+    # preview does not, and shows what it is for: the plugin's copy of the kubeconfig stays behind.
+    outer_tmp = tmp_path / "tmpdir"
+    outer_tmp.mkdir()
     env = cli_env(
         tmp_path,
         passphrase="test-only",
         PYTHONPATH=str(REPO),
         HANDOVER_NAMESPACE=namespace,
         HANDOVER_KUBECONFIG=str(kube_cluster.kubeconfig),
+        TMPDIR=str(outer_tmp),
     )
 
-    def pulumi(*args: str, stage: str = "new", mark: str = "") -> str:
+    def pulumi(*args: str, stage: str = "new", mark: str = "", private: bool = True) -> str:
+        command = [str(pulumi_cli), *args, "--non-interactive"]
+        if private:
+            command = ["bash", str(REPO / "scripts" / "private-tmp.sh"), *command]
         proc = subprocess.run(
-            [str(pulumi_cli), *args, "--non-interactive"],
+            command,
             cwd=project,
             env={**env, "HANDOVER_STAGE": stage, "MARK": mark},
             text=True,
@@ -145,6 +153,8 @@ def test_the_records_change_hands_without_a_gap(kube_cluster: KubeCluster, tmp_p
             check=False,
         )
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        if private:
+            assert sorted(p.name for p in outer_tmp.iterdir()) == [], args
         return proc.stdout
 
     pulumi("stack", "init", "organization/handover/dev")
@@ -174,5 +184,11 @@ def test_the_records_change_hands_without_a_gap(kube_cluster: KubeCluster, tmp_p
     assert (live()["metadata"]["annotations"], live()["spec"]) == ({"tuist.dev/mark": "2"}, mine)
     pulumi("up", "--yes", "--skip-preview", mark="2")
     assert live()["spec"] == mine
-    preview = pulumi("preview", "--diff", mark="2")
+    preview = pulumi("preview", "--diff", mark="2", private=False)
     assert "dns-public" not in preview, preview
+    # Without private-tmp.sh: the kubeconfig the program gave the provider, client key included, is
+    # left in TMPDIR (pulumi-kubernetes writeKubeconfigToFile). Should a release stop doing that, this
+    # fails, and private-tmp.sh may go.
+    left = [p for p in outer_tmp.iterdir() if p.name.startswith("kubeconfig")]
+    assert len(left) == 1, sorted(p.name for p in outer_tmp.iterdir())
+    assert "client-key-data" in left[0].read_text()
