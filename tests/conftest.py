@@ -44,3 +44,26 @@ def _rank(item: pytest.Item) -> tuple[int, int]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: collection order within a rank, so each file stays together
+
+
+# --- where the run's time went, by file ------------------------------------------------------------
+#
+# `--durations=10` (pyproject.toml) names the slowest tests; this names the slowest files (setup,
+# call and teardown of each test summed, module fixtures included), the units xdist schedules, so that
+# LONGEST_FIRST above can be checked against a run. With xdist the reports reach the controller too.
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _FILE_SECONDS or hasattr(terminalreporter.config, "workerinput"):
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"slowest 10 files (of {len(_FILE_SECONDS)}; {total:.0f} s in all tests)")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:10]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {path}")
