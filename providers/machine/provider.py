@@ -233,11 +233,18 @@ class ClaimProvider(_Stateless):
             deadline=self.clock.now() + budget,
             clock=self.clock.now,
         )
-        saved = record.save(
-            replace(
-                progress, phase=Phase.CLAIMED, state="CLAIMED", release_allowed=release_refusal(spec) is None
+        allowed = release_refusal(spec) is None
+        if progress.phase in (Phase.ADOPTING, Phase.READY, Phase.LEAVING):
+            # This slot's own box, adopted (or being adopted, or leaving) under a claim that left the
+            # state while the box stayed: a refresh that lost the marker, a claim removed by hand, the
+            # migration that adds claims to machines. The record keeps where the box is: reset to
+            # CLAIMED, the machine's create would install a Robot box again under its workloads.
+            saved = record.save(replace(progress, release_allowed=allowed))
+            log(f"{spec.resource_name}: {box.id} was this slot's already (record {progress.state}): kept")
+        else:
+            saved = record.save(
+                replace(progress, phase=Phase.CLAIMED, state="CLAIMED", release_allowed=allowed)
             )
-        )
         return dyn.CreateResult(
             id_=resource_id(spec.vendor, box.id),
             outs=self._outs(props, spec, box, record, release_allowed=saved.release_allowed),
@@ -372,6 +379,7 @@ class ClaimProvider(_Stateless):
             spec,
             spec.urn,
             claim=spec,
+            token=token,
             client=client,
             pins=pins,
             hostname=node_name_for(spec.fleet, box_id),

@@ -76,7 +76,9 @@ def _claim(run: Run) -> ClaimSpec:
 
 
 def marking(run: Run) -> Result:
-    _client(run).set_claim(run.box_id, Claim(_claim(run).token, releasing=True))
+    # The token the box carries (the claim's stored `claim_token`), not one computed from today's
+    # inputs: after a stack rename they differ, and a marker under a token nobody holds loses the box.
+    _client(run).set_claim(run.box_id, Claim(run.get("token"), releasing=True))
     return Complete()
 
 

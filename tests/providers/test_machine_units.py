@@ -555,3 +555,136 @@ def test_a_robot_install_stopped_on_a_rescue_system_that_is_gone_starts_over_fro
     assert _create_from_record(monkeypatch, "Adopting", "INSTALLIMAGE", {}, "MissingFact") == "RESCUE_BOOT"
     assert _create_from_record(monkeypatch, "Adopting", "INSTALLIMAGE", rescue, "Timeout") == "INSTALLIMAGE"
     assert install_resume_state("WAIT_RESCUE_SSH", "HostKeyMismatch") == "WAIT_RESCUE_SSH"  # a stranger: stop
+
+
+@pytest.mark.parametrize(
+    ("phase", "state"), [("Ready", "READY"), ("Adopting", "DONE"), ("Adopting", "JOINING")]
+)
+def test_a_claim_created_again_over_its_own_adopted_box_keeps_its_record_and_the_machine_never_reinstalls(
+    monkeypatch: pytest.MonkeyPatch, phase: str, state: str
+) -> None:
+    """The claim left the state while its Robot box stayed adopted: a refresh that no longer found the
+    marker's claim suffix (an edit in Robot's UI), a claim removed by hand, or the migration that adds a
+    claim to each machine. Creating the claim again finds the box by its record and keeps what the
+    record says: reset to CLAIMED, the machine's next create would install the box again under its
+    workloads."""
+    from dataclasses import replace
+
+    from providers.machine import provider as machine_provider
+    from providers.machine.record import ProcessClaimRecord, Progress
+    from providers.machine.selection import CandidatePools
+    from tests.providers.test_machine_support import machine_props
+
+    props = claim_props("runners-linux", 0, install_artifacts=ROBOT_MACHINE["install_artifacts"])
+    spec = parse_claim(props)
+    record = ProcessClaimRecord({})
+    holder = Holder(spec.project, spec.stack, spec.resource_name, spec.token)
+    pin = {"pin": "SHA256:live", "installed_host_key": "SHA256:live"}
+    held = record.acquire(Progress("robot", "2345601", "runners-linux", holder))
+    record.save(replace(held, phase=phase, state=state, facts=pin))
+    marker: dict[str, Claim | None] = {"claim": None}  # the claim suffix is gone from the server name
+    writes: list[Claim | None] = []
+
+    class Client:
+        def list_boxes(self) -> list[Box]:
+            return [self.get_box("2345601")]
+
+        def get_box(self, box_id: str) -> Box:
+            return box(
+                box_id, "tuist-bm-dev-1", vendor=Vendor.ROBOT, claim=marker["claim"], datacenter="FSN1-DC1"
+            )
+
+        def set_claim(self, _box_id: str, claim: Claim | None) -> None:
+            writes.append(claim)
+            marker["claim"] = claim
+
+    class Settings:
+        pools = CandidatePools()
+
+        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
+            return record
+
+        def vendor_client(self, _vendor: object) -> Client:
+            return Client()
+
+        def secret_values(self) -> list[str]:
+            return []
+
+    claims = ClaimProvider()
+    claims._settings = Settings()  # type: ignore[assignment]
+    outs = claims.create(props).outs
+    assert writes == [Claim(spec.token)]  # the marker is written back
+    kept = record.get("robot", "2345601")
+    assert kept is not None
+    assert (kept.phase, kept.state, dict(kept.facts)) == (phase, state, pin)
+
+    started: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    class Runner:
+        def __init__(self, *_args: object) -> None:
+            pass
+
+        def start(self, first: str) -> None:
+            started.append(first)
+            raise Stop
+
+    monkeypatch.setattr(machine_provider, "Runner", Runner)
+    machines = MachineProvider()
+    machines._settings = Settings()  # type: ignore[assignment]
+    with pytest.raises(Stop):
+        machines.create(machine_props("runners-linux", 0, outs))
+    # An adoption that had joined rejoins; one stopped at JOINING resumes there. Never RESCUE_BOOT.
+    assert started == ["JOINING"]
+
+
+def test_a_release_marks_the_box_with_the_token_it_carries_not_one_from_todays_inputs() -> None:
+    """After `pulumi stack rename` and any claim update, the claim's inputs name the new stack, whose
+    token differs from the one the box carries (`claim_token`, kept from the create). The release marks
+    the box releasing under the token it carries: under another, the next delete would take the box for
+    someone else's and leave it marked releasing for ever, held by nobody."""
+    from providers.machine.record import ProcessClaimRecord
+
+    props = claim_props("kura-ovh", 0, stack="renamed", allow_release=True)
+    carried = "0123456789ab"
+    assert parse_claim(props).token != carried
+    record = ProcessClaimRecord({})
+    marker: dict[str, Claim | None] = {"claim": Claim(carried)}
+    writes: list[Claim | None] = []
+
+    class Done(Exception):
+        pass
+
+    class Client:
+        def get_box(self, box_id: str) -> Box:
+            return box(box_id, "tuist-kura-dev-ovh", claim=marker["claim"])
+
+        def set_claim(self, _box_id: str, claim: Claim | None) -> None:
+            writes.append(claim)
+            marker["claim"] = claim
+
+        def start_reinstall(self, *_args: object, **_kwargs: object) -> object:
+            raise Done
+
+    class Settings:
+        fleet_public_key = "ssh-ed25519 AAAAkey"
+        sudo_password = "x"
+
+        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
+            return record
+
+        def vendor_client(self, _vendor: object) -> Client:
+            return Client()
+
+        def secret_values(self) -> list[str]:
+            return []
+
+    provider = ClaimProvider()
+    provider._settings = Settings()  # type: ignore[assignment]
+    from providers.machine.errors import MachineStepError
+
+    with pytest.raises(MachineStepError, match="RELEASE_REINSTALL failed"):  # after the marking
+        provider.delete("ovh:ns1.ip-1-2-3.eu", {**props, "claim_token": carried})
+    assert writes == [Claim(carried, releasing=True)]
