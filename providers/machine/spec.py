@@ -71,6 +71,9 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "release_clearing": 120,
     # Not states: one SSH handshake, the pause between SSH connection retries, the poll period.
     "ssh_handshake": 30,
+    # The macOS bootstrap's pause between two looks at the node agent's launchd job: an agent that
+    # cannot start dies within a second or two, and launchd respawns it no sooner than 5 s later.
+    "agent_settle": 3,
     "ssh_retry_delay": 30,
     "poll_interval": 5,
     "retry_delay": 10,  # the first pause before a state is tried again (doubling, at most 300)

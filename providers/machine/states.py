@@ -166,6 +166,7 @@ def mac_bootstrap(run: Run) -> Result:
         ca_bundle_pem=ca_pem,
         cluster_dns=spec.cluster_dns,
         cluster_domain=spec.cluster_domain,
+        agent_settle_seconds=spec.timeout("agent_settle"),
     )
     result = run_script(
         target,

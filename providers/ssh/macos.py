@@ -56,6 +56,9 @@ class MacBootstrapParams:
     ca_bundle_pem: str | None = None
     cluster_dns: str | None = None
     cluster_domain: str = "cluster.local"
+    # The pause between the script's two looks at the agent's launchd job: a crash-looping agent
+    # shows a new pid (or none) at the second. The machine's `agent_settle` timeout (spec.py).
+    agent_settle_seconds: float = 3
 
 
 def _check(params: MacBootstrapParams) -> None:
@@ -81,6 +84,9 @@ def _check(params: MacBootstrapParams) -> None:
         raise SelfJoinInputError("a node agent that registers a Node needs the cluster's api_server and CA")
     if not 1 <= params.ssh_port <= 65535:
         raise SelfJoinInputError(f"ssh_port {params.ssh_port!r} is not a TCP port")
+    settle = params.agent_settle_seconds
+    if isinstance(settle, bool) or not isinstance(settle, int | float) or not 0 < settle <= 60:
+        raise SelfJoinInputError(f"agent_settle_seconds {settle!r} is not a number of seconds in (0, 60]")
 
 
 def _b64(path: Path) -> str:
@@ -109,6 +115,8 @@ def render_macos_bootstrap_script(params: MacBootstrapParams) -> str:
         "SSH_PORT": str(params.ssh_port),
         "SSHGUARD_PF_B64": _b64(SSHGUARD_RULES),
         "SSHGUARD_REARM_B64": _b64(SSHGUARD_REARM),
+        # Plain decimals, as sleep(1) takes them (never 1e-05).
+        "AGENT_SETTLE_SECONDS": f"{params.agent_settle_seconds:.3f}".rstrip("0").rstrip("."),
     }
     header = "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
     return "# parameters, rendered by providers/ssh/macos.py\n" + header + MACOS_BOOTSTRAP_SCRIPT.read_text()

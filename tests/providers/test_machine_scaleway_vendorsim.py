@@ -25,6 +25,7 @@ from tests.providers.test_machine_support import (
     machine_props,
     running_sim,
 )
+from tests.vendorsim.test_applesilicon import launchd_dump, sim_pid
 from vendorsim.artifacts import ARTIFACTS_DIR, NODE_AGENT, sha256_of
 
 EM_DEV_1 = "fr-par-2/e1000000-0000-4000-8000-000000000001"
@@ -166,6 +167,8 @@ def test_a_mac_is_claimed_by_name_bootstrapped_the_macos_way_and_released_by_rei
     assert "<string>--register-node=false</string>" in plist
     assert "launchctl bootstrap system /Library/LaunchDaemons/dev.tuist.node-agent.plist" in calls
     assert "launchctl bootstrap system /Library/LaunchDaemons/dev.tuist.sshguard.plist" in calls
+    # Is it loaded, then the two looks at it, agent_settle apart.
+    assert calls.count("launchctl print system/dev.tuist.node-agent") == 3
     loaded = (root / "var/lib/sim/launchd/loaded").read_text()
     assert "dev.tuist.node-agent /Library/LaunchDaemons/dev.tuist.node-agent.plist" in loaded
     # pf is on and the sshguard anchor holds its rules, on the fleet's SSH port, with static self.
@@ -211,5 +214,50 @@ def test_a_mac_whose_agent_does_not_match_its_pin_is_not_bootstrapped(sim: Sim) 
     root = sim.box_root("mac-a5000000-0000-4000-8000-000000000001")
     assert not (root / "usr/local/libexec/tuist/tart-kubelet").exists()
     assert not (root / "Library/LaunchDaemons/dev.tuist.node-agent.plist").exists()
+    # The claim stays, for destroy to release.
+    sim.destroy(claim, None)
+
+
+@pytest.mark.parametrize(
+    ("crash_loop", "second_look", "why"),
+    [
+        # Respawned before each look: the second finds another life.
+        (
+            "",
+            ("running", 2, 1, "1"),
+            "restarted in the 0.1 s between two looks: pid {pid} then pid {pid_1}, runs 1 then 2",
+        ),
+        # Down between lives: the second finds it waiting for launchd to respawn it.
+        (
+            " running,spawn scheduled",
+            ("spawn scheduled", 1, None, "1"),
+            "is not running at the second look, 0.1 s after the first (state = spawn scheduled)",
+        ),
+    ],
+    ids=["respawned", "down-between-lives"],
+)
+def test_a_mac_whose_node_agent_crash_loops_is_not_bootstrapped(
+    sim: Sim, crash_loop: str, second_look: tuple[str, int, int | None, str], why: str
+) -> None:
+    """The agent is running at the first look; the second, agent_settle later, sees the crash loop, and
+    the bootstrap fails saying how, after the job as launchd printed it."""
+    label = "dev.tuist.node-agent"
+    root = sim.box_root("mac-a5000000-0000-4000-8000-000000000001")
+    launchd = root / "var/lib/sim/launchd"
+    launchd.mkdir(parents=True, exist_ok=True)
+    (launchd / "crash-looping").write_text(f"{label}{crash_loop}\n")
+    claim = sim.claims().create(claim_props("runners-macos", 0)).outs
+    assert claim is not None
+    with pytest.raises(MachineStepError) as caught:
+        sim.machines().create(machine_props("runners-macos", 0, claim, node_agent=agent_pin(sim)))
+    pid = sim_pid(label)
+    message = str(caught.value)
+    # The job as the second look found it (the agent's log tail: none here), then why.
+    state, runs, pid_offset, last_exit = second_look
+    dump = launchd_dump(state, runs, None if pid_offset is None else pid + pid_offset, last_exit)
+    assert message.endswith(
+        f"\n{dump}macos-bootstrap: launchd job {label} {why.format(pid=pid, pid_1=pid + 1)}\n"
+    )
+    assert (launchd / "looks" / label).read_text() == "2\n"
     # The claim stays, for destroy to release.
     sim.destroy(claim, None)

@@ -82,6 +82,7 @@ FAST_TIMEOUTS = {
     "ssh_retry_delay": 0.2,
     "retry_delay": 0.05,
     "poll_interval": 0.05,
+    "agent_settle": 0.1,  # vendorsim's launchd shows a crash loop at every look, however soon
     "joining": 60,
     "release_wait_install": 30,
     "wait_rescue_ssh": 30,

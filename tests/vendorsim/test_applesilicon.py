@@ -395,7 +395,9 @@ def test_launchctl_and_pfctl_keep_state_as_macos_does(mac_box: tuple[Served, Box
     )
     assert ssh(port, key, "pfctl -s info", user="m1").stderr == "pfctl: /dev/pf: Permission denied\n"
 
-    # A job whose program is missing loads but does not run; once the program exists, it runs.
+    # A job whose program is missing loads but does not run; once the program exists, it runs. This
+    # one has no KeepAlive (a StartInterval job, as the guard's re-arm): it runs, exits 0, and between
+    # runs reads not running.
     assert root("cat > /Library/LaunchDaemons/dev.tuist.sshguard.plist", stdin=PLIST)[0] == 0
     assert root("launchctl bootstrap system /Library/LaunchDaemons/dev.tuist.sshguard.plist")[0] == 0
     assert root("launchctl bootstrap system /Library/LaunchDaemons/dev.tuist.sshguard.plist")[1:] == (
@@ -405,7 +407,10 @@ def test_launchctl_and_pfctl_keep_state_as_macos_does(mac_box: tuple[Served, Box
     printed = root("launchctl print system/dev.tuist.sshguard")[1]
     assert "state = not running" in printed and "last exit code = 78: EX_CONFIG" in printed
     root("printf '#!/bin/sh\\n' > /usr/local/bin/tuist-sshguard && chmod +x /usr/local/bin/tuist-sshguard")
-    assert "state = running" in root("launchctl print system/dev.tuist.sshguard")[1]
+    printed = root("launchctl print system/dev.tuist.sshguard")[1]
+    assert "\tstate = not running\n" in printed and "\truns = 1\n" in printed
+    assert "\tlast exit code = 0\n" in printed and "\tpid = " not in printed
+    assert root("launchctl list dev.tuist.sshguard")[1] == "PID\tStatus\tLabel\n-\t0\tdev.tuist.sshguard\n"
     assert root("launchctl bootout system/dev.tuist.sshguard")[0] == 0
     assert root("launchctl kickstart -k system/dev.tuist.sshguard")[:3:2] == (
         113,
@@ -440,6 +445,101 @@ def test_launchctl_and_pfctl_keep_state_as_macos_does(mac_box: tuple[Served, Box
         "",
         "/tmp/bad.conf:2: syntax error\npfctl: Syntax error in config file: pf rules not loaded\n",
     )
+
+
+AGENT_PLIST = """<?xml version="1.0" encoding="UTF-8"?>
+<plist version="1.0">
+<dict>
+  <key>Label</key>
+  <string>dev.tuist.node-agent</string>
+  <key>ProgramArguments</key>
+  <array>
+    <string>/usr/local/libexec/tuist/tart-kubelet</string>
+    <string>--register-node=false</string>
+  </array>
+  <key>KeepAlive</key>
+  <true/>
+</dict>
+</plist>
+"""
+
+
+def sim_pid(label: str) -> int:
+    """The pid vendorsim's launchctl gives a job's first life: the label's cksum, as the shim takes it."""
+    done = subprocess.run(["cksum"], input=label, capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[0]) % 90000 + 400
+
+
+def launchd_dump(state: str, runs: int, pid: int | None, last_exit: str) -> str:
+    """What vendorsim's `launchctl print system/dev.tuist.node-agent` prints for AGENT_PLIST."""
+    return (
+        "system/dev.tuist.node-agent = {\n"
+        f"\tactive count = {0 if pid is None else 1}\n"
+        "\tpath = /Library/LaunchDaemons/dev.tuist.node-agent.plist\n"
+        f"\tstate = {state}\n"
+        "\tprogram = /usr/local/libexec/tuist/tart-kubelet\n"
+        f"\truns = {runs}\n"
+        + ("" if pid is None else f"\tpid = {pid}\n")
+        + f"\tlast exit code = {last_exit}\n"
+        "}\n"
+    )
+
+
+def test_launchctl_shows_a_crash_looping_job_in_a_new_life_at_each_look(
+    mac_box: tuple[Served, BoxFarm, int, Path],
+) -> None:
+    """A job named in /var/lib/sim/launchd/crash-looping is seen by each `print` one step along its
+    cycle: at `running` in a new life (a new pid, runs one more), else between two; a healthy job
+    keeps its pid and runs = 1, as launchd shows them."""
+    _, _, port, key = mac_box
+    label, plist = "dev.tuist.node-agent", "/Library/LaunchDaemons/dev.tuist.node-agent.plist"
+    pid = sim_pid(label)
+
+    def root(command: str, stdin: str = "") -> tuple[int, str, str]:
+        done = ssh(
+            port, key, f"sudo -S -p '' bash -c {command!r}", user="m1", stdin="prep-sudo-pass\n" + stdin
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    def looks(n: int) -> list[str]:
+        # n prints in one session, each ended by a line `--`
+        done = root("; ".join([f"launchctl print system/{label}; echo --"] * n))
+        assert done[0] == 0
+        return done[1].split("--\n")[:-1]
+
+    assert root(f"cat > {plist}", stdin=AGENT_PLIST)[0] == 0
+    agent = "/usr/local/libexec/tuist/tart-kubelet"
+    installed = f"mkdir -p /usr/local/libexec/tuist && cat > {agent} && chmod +x {agent}"
+    assert root(f"{installed} && launchctl bootstrap system {plist}", stdin="#!/bin/sh\n")[0] == 0
+
+    healthy = launchd_dump("running", 1, pid, "(never exited)")
+    assert looks(2) == [healthy, healthy]
+    assert root(f"launchctl list {label}")[1] == f"PID\tStatus\tLabel\n{pid}\t0\t{label}\n"
+
+    # Respawned before every look: each finds a new life.
+    assert root("cat > /var/lib/sim/launchd/crash-looping", stdin=f"{label}\n")[0] == 0
+    assert looks(3) == [
+        launchd_dump("running", 1, pid, "(never exited)"),
+        launchd_dump("running", 2, pid + 1, "1"),
+        launchd_dump("running", 3, pid + 2, "1"),
+    ]
+    # list reads the last look, it takes none.
+    assert root(f"launchctl list {label}")[1] == f"PID\tStatus\tLabel\n{pid + 2}\t1\t{label}\n"
+    assert looks(1) == [launchd_dump("running", 4, pid + 3, "1")]
+
+    # Down between lives every other look; a reload starts the loop over.
+    crash_loop = f"{label} running,spawn scheduled\n"
+    assert root("cat > /var/lib/sim/launchd/crash-looping", stdin=crash_loop)[0] == 0
+    assert root(f"launchctl bootout system/{label} && launchctl bootstrap system {plist}")[0] == 0
+    assert looks(2) == [
+        launchd_dump("running", 1, pid, "(never exited)"),
+        launchd_dump("spawn scheduled", 1, None, "1"),
+    ]
+    assert root(f"launchctl list {label}")[1] == f"PID\tStatus\tLabel\n-\t1\t{label}\n"
+    assert looks(2) == [
+        launchd_dump("running", 2, pid + 1, "1"),
+        launchd_dump("spawn scheduled", 2, None, "1"),
+    ]
 
 
 def test_the_sshguard_rearm_lets_go_of_sources_blocked_an_hour_ago(

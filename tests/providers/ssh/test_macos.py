@@ -60,7 +60,14 @@ def test_the_header_carries_the_nodes_identity_the_pin_and_the_guard_files() -> 
     assert base64.b64decode(values["CA_BUNDLE_B64"]).decode() == CA
     assert base64.b64decode(values["SSHGUARD_PF_B64"]) == SSHGUARD_RULES.read_bytes()
     assert base64.b64decode(values["SSHGUARD_REARM_B64"]) == SSHGUARD_REARM.read_bytes()
+    assert values["AGENT_SETTLE_SECONDS"] == "3"
     assert "BOOTSTRAP_TOKEN" not in values and "SUDO_PASSWORD" not in values
+
+
+def test_the_agent_settle_time_is_rendered_as_a_plain_decimal_for_sleep() -> None:
+    for seconds, rendered in ((0.1, "0.1"), (2.5, "2.5"), (10, "10"), (60.0, "60")):
+        values = header(render_macos_bootstrap_script(params(agent_settle_seconds=seconds)))
+        assert values["AGENT_SETTLE_SECONDS"] == rendered
 
 
 def test_an_agent_that_registers_no_node_gets_no_cluster() -> None:
@@ -79,6 +86,10 @@ def test_an_agent_that_registers_no_node_gets_no_cluster() -> None:
         ({"api_server": None}, "a node agent that registers a Node needs the cluster's api_server and CA"),
         ({"labels": {"kubernetes.io/role": "mac"}}, "a namespace the kubelet may not set"),
         ({"ssh_port": 0}, "ssh_port 0 is not a TCP port"),
+        ({"agent_settle_seconds": 0}, "agent_settle_seconds 0 is not a number of seconds in (0, 60]"),
+        ({"agent_settle_seconds": 61}, "agent_settle_seconds 61 is not a number of seconds in (0, 60]"),
+        ({"agent_settle_seconds": True}, "agent_settle_seconds True is not a number of seconds in (0, 60]"),
+        ({"agent_settle_seconds": "3"}, "agent_settle_seconds '3' is not a number of seconds in (0, 60]"),
     ],
 )
 def test_bad_parameters_fail_before_any_box_is_touched(overrides: dict[str, object], message: str) -> None:

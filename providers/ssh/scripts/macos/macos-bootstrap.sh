@@ -26,6 +26,7 @@ set -euo pipefail
 : "${SSH_PORT:=22}"
 : "${SSHGUARD_PF_B64:?SSHGUARD_PF_B64 is required}"
 : "${SSHGUARD_REARM_B64:?SSHGUARD_REARM_B64 is required}"
+: "${AGENT_SETTLE_SECONDS:=3}"
 : "${SUDO_PASSWORD=}"
 : "${BOOTSTRAP_TOKEN=}"
 
@@ -227,17 +228,47 @@ if changed "$AGENT_PLIST" || changed "$AGENT"; then agent_reload=reload; fi
 load "$GUARD_LABEL" "$GUARD_PLIST" "$guard_reload"
 load "$AGENT_LABEL" "$AGENT_PLIST" "$agent_reload"
 
-# 8. Both jobs run, pf is on and the anchor holds its rules; else fail saying which is not. (Outputs
+# 8. The agent runs, the guard ran cleanly, pf is on and the anchor holds its rules; else fail saying which is not. (Outputs
 #    are read whole before grep: `grep -q` closing a pipe early fails the pipeline under pipefail.)
-for label in "$GUARD_LABEL" "$AGENT_LABEL"; do
-  job=$(as_root launchctl print "system/$label" 2>&1 || true)
-  if ! grep -q 'state = running' <<<"$job"; then
-    printf '%s\n' "$job" >&2
-    as_root tail -n 20 /var/log/tuist-node-agent.log >&2 2>/dev/null || true
-    echo "macos-bootstrap: launchd job $label is not running" >&2
-    exit 1
-  fi
-done
+job_print() { as_root launchctl print "system/$1" 2>&1 || true; }
+job_field() { # job_field DUMP NAME: the job's own `NAME = value` (one tab in; nested blocks have more)
+  awk -v key="\t$2 = " 'index($0, key) == 1 { print substr($0, length(key) + 1); exit }' <<<"$1"
+}
+job_failed() { # job_failed LABEL DUMP WHY: the dump, the agent's log tail and why, then exit 1
+  { set +x; } 2>/dev/null # the failure's last lines are its own, untraced
+  printf '%s\n' "$2" >&2
+  as_root tail -n 20 /var/log/tuist-node-agent.log >&2 2>/dev/null || true
+  echo "macos-bootstrap: launchd job $1 $3" >&2
+  exit 1
+}
+# The guard's re-arm is no daemon: launchd runs it at load and every StartInterval, and it exits.
+# Between runs its job reads `state = not running`; it must be loaded and its last run clean.
+job=$(job_print "$GUARD_LABEL")
+state=$(job_field "$job" state) last_exit=$(job_field "$job" "last exit code")
+if [ "$state" != running ] && { [ "$state" != "not running" ] || [ "$last_exit" != 0 ]; }; then
+  job_failed "$GUARD_LABEL" "$job" "has not run cleanly (state = ${state:-unknown}, last exit code = ${last_exit:-none})"
+fi
+# The agent is looked at twice, AGENT_SETTLE_SECONDS apart: a crash-looping agent may be caught in
+# one of its short lives, but launchd gives each life a new pid and counts it in `runs`. An agent that
+# cannot start exits within a second or two, and its plist's ThrottleInterval keeps launchd from
+# respawning it sooner than 5 s after the last spawn, so the second look sees it down or in a new life.
+first=$(job_print "$AGENT_LABEL")
+[ "$(job_field "$first" state)" = running ] || job_failed "$AGENT_LABEL" "$first" "is not running"
+sleep "$AGENT_SETTLE_SECONDS"
+second=$(job_print "$AGENT_LABEL")
+state=$(job_field "$second" state)
+if [ "$state" != running ]; then
+  job_failed "$AGENT_LABEL" "$second" \
+    "is not running at the second look, $AGENT_SETTLE_SECONDS s after the first (state = ${state:-unknown})"
+fi
+pid1=$(job_field "$first" pid) pid2=$(job_field "$second" pid)
+runs1=$(job_field "$first" runs) runs2=$(job_field "$second" runs)
+restarted=''
+if [ "$pid1" != "$pid2" ]; then restarted="pid $pid1 then pid $pid2"; fi
+if [ "$runs1" != "$runs2" ]; then restarted="${restarted:+$restarted, }runs $runs1 then $runs2"; fi
+if [ -n "$restarted" ]; then
+  job_failed "$AGENT_LABEL" "$second" "restarted in the $AGENT_SETTLE_SECONDS s between two looks: $restarted"
+fi
 info=$(as_root pfctl -s info 2>&1 || true)
 grep -q '^Status: Enabled' <<<"$info" || { echo "macos-bootstrap: pf is not enabled" >&2; exit 1; }
 anchor_rules=$(as_root pfctl -a com.apple/tuist.sshguard -s rules 2>&1 || true)
