@@ -27,7 +27,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.k8s import MANAGED_BY, child_options
+from components.k8s import MANAGED_BY, child_options, secret_hash
 from config.models import Cluster, Environment
 from demux.routes import KURA_PUBLIC_ZONE
 
@@ -49,6 +49,10 @@ DNSENDPOINT_GROUP = "externaldns.k8s.io"
 TOKEN_SECRET = "external-dns-cloudflare"
 TOKEN_KEY = "apiToken"
 TOKEN_DIR = "/etc/external-dns/cloudflare"
+# On the pod template: the sha256 of the token (components.k8s.secret_hash). external-dns reads the
+# file only at start (the kubelet updates the mounted file, but it never looks again); a rotated
+# token changes the template, so the pod is recreated with it.
+TOKEN_HASH_ANNOTATION = "tuist.dev/cloudflare-token-hash"
 LABELS = {
     "app.kubernetes.io/name": EXTERNAL_DNS_NAME,
     "app.kubernetes.io/component": "dns",
@@ -155,6 +159,7 @@ class ExternalDns(pulumi.ComponentResource):
         env: list[k8s.core.v1.EnvVarArgs] = []
         volumes: list[k8s.core.v1.VolumeArgs] = []
         mounts: list[k8s.core.v1.VolumeMountArgs] = []
+        annotations: dict[str, pulumi.Input[str]] | None = None
         deps: list[pulumi.Resource] = [self.role_binding]
         if cloudflare and token is not None:
             self.token = k8s.core.v1.Secret(
@@ -166,6 +171,7 @@ class ExternalDns(pulumi.ComponentResource):
                 opts=child,
             )
             deps.append(self.token)
+            annotations = {TOKEN_HASH_ANNOTATION: secret_hash(token)}
             # external-dns reads CF_API_TOKEN from a file when it starts with "file:": the token
             # stays out of the environment (kubectl describe, crash dumps, child processes).
             env.append(k8s.core.v1.EnvVarArgs(name="CF_API_TOKEN", value=f"file:{TOKEN_DIR}/{TOKEN_KEY}"))
@@ -189,7 +195,7 @@ class ExternalDns(pulumi.ComponentResource):
                     match_labels={"app.kubernetes.io/name": EXTERNAL_DNS_NAME}
                 ),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=LABELS),
+                    metadata=meta(labels=LABELS, annotations=annotations),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=EXTERNAL_DNS_NAME,
                         volumes=volumes or None,

@@ -34,6 +34,7 @@ __all__ = [
     "pool_tolerations",
     "prefer_off_pool",
     "region_labels",
+    "secret_hash",
 ]
 
 # The pool label every adopted box carries (the self-join stamps it) and every
@@ -167,6 +168,17 @@ def heartbeat_probe(run_dir: str) -> k8s.core.v1.ProbeArgs:
 
 def config_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def secret_hash(value: pulumi.Input[str]) -> pulumi.Output[str]:
+    """config_hash of a secret, for a pod-template annotation: a container reads a Secret (an env
+    secretKeyRef, or a file it reads once) only when it starts, so the template has to change with
+    the value for a rotation to roll the pods.
+
+    Not secret: a sha256 of a high-entropy value (a random API token) reveals nothing of it, and a
+    secret anywhere in the template would have Pulumi mask the Deployment's whole spec in every diff.
+    Only for such values: a short or guessable one could be recovered from its hash."""
+    return pulumi.Output.unsecret(pulumi.Output.from_input(value).apply(config_hash))
 
 
 def child_options(

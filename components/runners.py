@@ -14,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity import DEFAULT_MIN_WARM_POOL_FLOOR, DEFAULT_SCALE_DOWN_COOLDOWN_SECONDS
+from components.k8s import secret_hash
 from components.runner_pool import (
     KATA_NODE_LABELS,
     KATA_POD_OVERHEAD,
@@ -247,6 +248,9 @@ def controller_args(namespace: str) -> list[str]:
 
 SERVER_SECRET = "runners-controller-tuist-server"
 SERVER_TOKEN_KEY = "token"
+# On the pod template: the sha256 of the token (components.k8s.secret_hash). The controller reads it
+# from its env only at start; a rotated token changes the template, so the pods roll onto it.
+SERVER_TOKEN_HASH_ANNOTATION = "tuist.dev/tuist-server-token-hash"
 
 
 @dataclass(frozen=True)
@@ -304,6 +308,7 @@ class RunnersController(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, role]),
         )
         env: list[k8s.core.v1.EnvVarArgs] | None = None
+        annotations: dict[str, pulumi.Input[str]] | None = None
         deps: list[pulumi.Resource] = [ns]
         if args.server_url is not None:
             if args.server_token is None:
@@ -320,6 +325,7 @@ class RunnersController(pulumi.ComponentResource):
             )
             deps.append(self.server_token)
             env = controller_env(args.server_url)
+            annotations = {SERVER_TOKEN_HASH_ANNOTATION: secret_hash(args.server_token)}
         container = k8s.core.v1.ContainerArgs(
             name="manager",
             image=args.image,
@@ -354,7 +360,7 @@ class RunnersController(pulumi.ComponentResource):
                     match_labels={"app.kubernetes.io/name": CONTROLLER_NAME}
                 ),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=CONTROLLER_LABELS),
+                    metadata=meta(labels=CONTROLLER_LABELS, annotations=annotations),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=CONTROLLER_NAME,
                         security_context=k8s.core.v1.PodSecurityContextArgs(

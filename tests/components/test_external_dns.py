@@ -4,6 +4,8 @@ checked in tests/cluster/test_k8s_external_dns.py."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pulumi
 import yaml
 
@@ -114,3 +116,38 @@ def test_the_installed_crd_is_the_published_one_the_tests_validate_against() -> 
 def test_a_replacement_goes_after_the_old_one_is_gone(cluster: Cluster) -> None:
     # One writer of the zone at a time, also while an up moves it to another namespace.
     assert render(cluster).options["external-dns-deployment"].delete_before_replace
+
+
+TOKEN_HASH = "tuist.dev/cloudflare-token-hash"
+
+
+def token_hash(cluster: Cluster, token: str) -> str:
+    template = render(cluster, token).find("Deployment", "external-dns")["spec"]["template"]
+    return str(template["metadata"]["annotations"][TOKEN_HASH])
+
+
+def test_the_pod_template_carries_the_sha256_of_the_token_never_the_token(cluster: Cluster) -> None:
+    # external-dns reads the token file only at start: the template has to change with it.
+    annotation = token_hash(cluster, "cf-token-value")
+    assert annotation == hashlib.sha256(b"cf-token-value").hexdigest()
+    assert "cf-token-value" not in annotation
+
+
+def test_a_rotated_token_changes_the_pod_template_and_the_same_token_does_not(cluster: Cluster) -> None:
+    first = token_hash(cluster, "cf-token-value")
+    assert token_hash(cluster, "rotated-cf-token-value") != first
+    assert token_hash(cluster, "cf-token-value") == first
+
+
+def test_the_token_hash_does_not_make_the_deployment_secret(cluster: Cluster) -> None:
+    # A hash of a high-entropy token reveals nothing; a secret in the template would mask the whole
+    # spec in every diff.
+    registered = render(cluster).registered[("Deployment", "external-dns")]
+    assert "1b47061264138c4ac30d75fd1eb44270" not in repr(registered)
+    assert "cf-token-value" not in repr(registered)
+
+
+def test_without_a_token_there_is_no_token_hash(cluster: Cluster) -> None:
+    dev = cluster.model_copy(update={"external_dns_provider": "inmemory"})
+    template = render(dev, token=None).find("Deployment", "external-dns")["spec"]["template"]
+    assert "annotations" not in template["metadata"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 import tomllib
 from decimal import Decimal
@@ -651,3 +652,40 @@ def test_the_token_is_registered_as_a_secret_output_even_when_passed_plain() -> 
 def test_a_server_url_without_its_token_is_refused() -> None:
     with pytest.raises(ValueError, match="a Tuist server URL was given without its token"):
         render(server_args(None))
+
+
+# --- a rotated token rolls the controller ------------------------------------------------------
+
+TOKEN_HASH = "tuist.dev/tuist-server-token-hash"
+
+
+def token_hash(token: Any) -> str:
+    template = the(render(server_args(token)), "Deployment")["spec"]["template"]
+    return str(template["metadata"]["annotations"][TOKEN_HASH])
+
+
+def test_the_pod_template_carries_the_sha256_of_the_token_never_the_token() -> None:
+    # The controller reads TUIST_SERVER_TOKEN only at start: the template has to change with it.
+    annotation = token_hash(pulumi.Output.secret("token-value"))
+    assert annotation == hashlib.sha256(b"token-value").hexdigest()
+    assert "token-value" not in annotation
+
+
+def test_a_rotated_token_changes_the_pod_template_and_the_same_token_does_not() -> None:
+    first = token_hash(pulumi.Output.secret("token-value"))
+    assert token_hash(pulumi.Output.secret("rotated-token-value")) != first
+    assert token_hash(pulumi.Output.secret("token-value")) == first
+    assert token_hash("token-value") == first
+
+
+def test_the_token_hash_does_not_make_the_deployment_secret() -> None:
+    # A hash of a high-entropy token reveals nothing; a secret in the template would mask the whole
+    # spec in every diff.
+    out = render(server_args(pulumi.Output.secret("token-value")))
+    registered = out.registered[("Deployment", "runners-controller")]
+    assert "1b47061264138c4ac30d75fd1eb44270" not in repr(registered)
+    assert "token-value" not in repr(registered)
+
+
+def test_without_a_server_there_is_no_token_hash(rendered: ManifestRecorder) -> None:
+    assert "annotations" not in the(rendered, "Deployment")["spec"]["template"]["metadata"]
