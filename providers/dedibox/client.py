@@ -11,13 +11,18 @@ Writes and their repeats (docs/vendor-behaviour.md):
   install's ticket. An install has no id: the ticket holds that it was seen running, so a later
   `installed` is known to be this install's and not the one before it.
 - POST failover-ips/attach is sent again only after reading back that the IP is neither on the
-  box nor busy moving; an attach refused because the IP sits on another server (the API does not
-  document whether it moves it) is done as detach, then attach.
+  box nor busy moving. An attach refused while the IP sits on another server (the API does not
+  document whether it moves it, nor how it words the refusal; ATTACHED_ELSEWHERE is the simulator's)
+  is done as detach, then attach; when that second attach fails (the refusal had another cause: the
+  server takes no more failover IPs, ...), the IP is attached back to the server it was on, so a
+  failed move does not leave it unrouted. "failover ip ... is busy" (another attach or detach of it
+  runs) was not carried out and is retried like a throttle (FAILOVER_BUSY).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -81,6 +86,15 @@ log = logging.getLogger(__name__)
 
 VENDOR = "dedibox"
 PAGE_SIZE = 100
+
+# The attach refusal that says the IP is attached to another server, as vendorsim words it
+# (`dedibox.attach_when_attached: reject`; docs/vendor-behaviour.md section 2). The real wording is
+# undocumented, so any refusal while the IP is elsewhere is answered with detach, then attach (and a
+# put-back should that attach fail); this one is the expected case, logged as such.
+ATTACHED_ELSEWHERE = re.compile(r"\bfailover ip (?:\S+ )?is attached to server \d+: detach it first\b", re.I)
+# The refusal of an attach or detach while another one of the IP runs: nothing was carried out, so
+# it is a TransientVendorError that is retried even for these writes (docs/vendor-behaviour.md).
+FAILOVER_BUSY = re.compile(r"\bfailover ip (?:\S+ )?is busy\b", re.I)
 
 
 class DediboxClient(MarkerFiltering):
@@ -457,12 +471,54 @@ class DediboxClient(MarkerFiltering):
 
     def move_failover(self, ip: str, box_id: str) -> None:
         """Attach `ip` to `box_id` and wait until the IP reads ready on it; a no-op when it is
-        already there."""
-        zone, server_id = parse_box_id(box_id)
+        already there. A refusal while the IP is on another server is answered with detach, then
+        attach; if that attach fails, the IP is put back where it was."""
+        parse_box_id(box_id)
         fip_zone, fip = self._find_failover(ip)
         if self._target_of(fip_zone, fip) == box_id:
             return
         fip_id = int(fip["id"])
+
+        def there(current: Mapping[str, Any]) -> bool:
+            return self._target_of(fip_zone, current) == box_id
+
+        try:
+            self._attach(fip_zone, fip_id, ip, box_id)
+        except VendorError as refused:
+            if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
+                raise
+            current = self._fip(fip_zone, fip_id, ip)
+            elsewhere = self._target_of(fip_zone, current)
+            if elsewhere is None or elsewhere == box_id:
+                raise
+            if ATTACHED_ELSEWHERE.search(refused.message):
+                log.info(
+                    "Dedibox attach of %s to %s refused while on %s; detaching first", ip, box_id, elsewhere
+                )
+            else:
+                # The API does not document its answer to an attach of an IP on another server, so an
+                # unknown refusal is answered the same way; if it had another cause (the server takes
+                # no more failover IPs), the attach below fails too and the IP is put back.
+                log.warning(
+                    "Dedibox attach of %s to %s refused while on %s (%s); detaching first",
+                    ip,
+                    box_id,
+                    elsewhere,
+                    refused.message,
+                )
+            self._detach(fip_zone, fip_id, ip)
+            try:
+                self._attach(fip_zone, fip_id, ip, box_id)
+                self._wait_fip(fip_zone, fip_id, ip, there)
+            except VendorError as failed:
+                raise self._put_back(fip_zone, fip_id, ip, elsewhere, failed) from None
+            return
+        self._wait_fip(fip_zone, fip_id, ip, there)
+
+    def _attach(self, fip_zone: str, fip_id: int, ip: str, box_id: str) -> None:
+        """POST failover-ips/attach of the IP to `box_id`, sent again only after reading back that the
+        IP is neither there nor busy moving."""
+        zone, server_id = parse_box_id(box_id)
 
         def attach() -> bool:
             self._call(
@@ -477,23 +533,36 @@ class DediboxClient(MarkerFiltering):
         def read_back() -> bool | None:
             current = self._fip(fip_zone, fip_id, ip)
             if self._target_of(fip_zone, current) == box_id or current.get("status") == "busy":
-                return True  # there, or on its way: the wait below settles which
+                return True  # there, or on its way: the wait after it settles which
             return None
 
+        verified_write(self._retry, attach, read_back, sleep=self._sleep)
+
+    def _put_back(self, zone: str, fip_id: int, ip: str, previous: str, failed: VendorError) -> VendorError:
+        """The move detached the IP from `previous` and its attach then failed: attach it back there,
+        so the failed move does not leave it unrouted. Best effort, and only when the IP reads ready
+        on no server (anything else is someone else's operation). Returns `failed`, noting what
+        became of the IP."""
+        detached = f"it had been detached from {previous} for the move"
         try:
-            verified_write(self._retry, attach, read_back, sleep=self._sleep)
-        except VendorError as refused:
-            if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
-                raise
-            current = self._fip(fip_zone, fip_id, ip)
-            elsewhere = self._target_of(fip_zone, current)
-            if elsewhere is None or elsewhere == box_id:
-                raise
-            # The API refused to attach an IP that sits on another server: detach it first.
-            log.info("Dedibox attach of %s to %s refused while on %s; detaching first", ip, box_id, elsewhere)
-            self._detach(fip_zone, fip_id, ip)
-            verified_write(self._retry, attach, read_back, sleep=self._sleep)
-        self._wait_fip(fip_zone, fip_id, ip, lambda current: self._target_of(fip_zone, current) == box_id)
+            current = self._fip(zone, fip_id, ip)
+            now = self._target_of(zone, current)
+            if now is not None or current.get("status") != "ready":
+                status = current.get("status") or "unknown"
+                return _noted(
+                    failed, f"{detached}; it now reads {status} on {now or 'no server'}: not put back"
+                )
+            log.warning(
+                "Dedibox move of %s failed after its detach (%s); attaching it back to %s",
+                ip,
+                failed,
+                previous,
+            )
+            self._attach(zone, fip_id, ip, previous)
+            self._wait_fip(zone, fip_id, ip, lambda current: self._target_of(zone, current) == previous)
+        except (VendorError, VendorInputError) as error:
+            return _noted(failed, f"{detached}; attaching it back failed too, so it may be unrouted: {error}")
+        return _noted(failed, f"{detached} and was put back there")
 
     def _detach(self, zone: str, fip_id: int, ip: str) -> None:
         def detach() -> bool:
@@ -656,6 +725,18 @@ def _error_from(
         return AuthError(**fields)
     if status == 404:
         return NotFoundError(**fields)
+    if status in (400, 409) and FAILOVER_BUSY.search(fields["message"]):
+        # Another attach or detach of the IP runs: this one was refused, not carried out.
+        return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
     if status == 409:
         return ConflictError(**fields)
     return VendorError(**fields)
+
+
+def _noted(error: VendorError, note: str) -> VendorError:
+    """`error` (same class and fields) with `note` added to its message."""
+    noted = type(error).__new__(type(error))
+    noted.__dict__.update(error.__dict__)
+    noted.message = f"{error.message}; {note}"
+    noted.args = (str(noted),)
+    return noted

@@ -571,6 +571,192 @@ def test_attach_refused_while_the_ip_is_elsewhere_detaches_first(recorder, clien
         (f"{fips}/detach", {"fips_ids": [9001]}),
         (f"{fips}/attach", {"server_id": 104523, "fips_ids": [9001]}),
     ]
+    assert recorder.calls() == [
+        f"GET {fips}?project_id={PROJECT}&page=1&page_size=100",
+        f"POST {fips}/attach",
+        f"GET {fips}/9001",
+        f"POST {fips}/detach",
+        f"GET {fips}/9001",
+        f"GET {fips}/9001",
+        f"POST {fips}/attach",
+        f"GET {fips}/9001",
+        f"GET {fips}/9001",
+    ]
+
+
+FIPS = f"/dedibox/v1/zones/{ZONE}/failover-ips"
+LIST_FIPS = f"GET {FIPS}?project_id={PROJECT}&page=1&page_size=100"
+ATTACHED_ELSEWHERE = {
+    "type": "invalid_request_error",
+    "message": "failover ip 212.83.160.7 is attached to server 104524: detach it first",
+}
+SERVER_FULL = {"type": "invalid_request_error", "message": "server 104523 cannot take more failover IPs"}
+FIP_BUSY = {"type": "invalid_request_error", "message": "failover ip 212.83.160.7 is busy"}
+
+
+def posts(recorder) -> list[tuple[str, dict]]:
+    return [(r.path.rsplit("/", 1)[1], r.json()) for r in recorder.requests if r.method == "POST"]
+
+
+def test_only_the_attached_elsewhere_refusal_matches_its_pattern():
+    from providers.dedibox.client import ATTACHED_ELSEWHERE as PATTERN
+    from providers.dedibox.client import FAILOVER_BUSY
+
+    assert PATTERN.search(ATTACHED_ELSEWHERE["message"])  # as vendorsim words it
+    assert PATTERN.search("failover ip is attached to server 104524: detach it first")
+    for other in (SERVER_FULL["message"], FIP_BUSY["message"], "failover ip 212.83.160.7 is locked"):
+        assert not PATTERN.search(other)
+    assert FAILOVER_BUSY.search(FIP_BUSY["message"])
+    assert not FAILOVER_BUSY.search(SERVER_FULL["message"])
+
+
+def test_an_attach_refused_while_the_ip_is_on_no_server_is_not_answered_with_a_detach(recorder, client):
+    """A refusal while the IP is on no server (here the target takes no more failover IPs) has
+    nothing to detach: the error is raised as it came, and nothing else is sent."""
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(None)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=SERVER_FULL))
+    recorder.on("GET", f"{FIPS}/9001", fip(None))
+    with pytest.raises(VendorError) as raised:
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert type(raised.value) is VendorError
+    assert str(raised.value) == (
+        "dedibox: POST /dedibox/v1/zones/{zone}/failover-ips/attach [212.83.160.7] failed (HTTP 400 "
+        "invalid_request_error): server 104523 cannot take more failover IPs"
+    )
+    assert recorder.calls() == [LIST_FIPS, f"POST {FIPS}/attach", f"GET {FIPS}/9001"]
+
+
+def test_an_attach_refused_while_the_ip_is_busy_is_retried_as_transient(recorder, client, sleeps):
+    """ "busy": another attach or detach of the IP runs; the refused attach was not carried out, so
+    it is sent again after the retry delay, never answered with a detach."""
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=FIP_BUSY), {})
+    recorder.on("GET", f"{FIPS}/9001", fip(104523, "busy"), fip(104523))
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert recorder.calls() == [
+        LIST_FIPS,
+        f"POST {FIPS}/attach",
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+        f"GET {FIPS}/9001",
+    ]
+    assert posts(recorder) == [("attach", {"server_id": 104523, "fips_ids": [9001]})] * 2
+    assert len(sleeps) == 2  # the retry delay, then one poll
+
+    recorder.requests.clear()
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=FIP_BUSY))
+    with pytest.raises(TransientVendorError, match=r"is busy$") as raised:
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert raised.value.maybe_applied is False
+    assert recorder.calls() == [LIST_FIPS] + [f"POST {FIPS}/attach"] * 3  # max_attempts, no detach
+
+
+def test_an_attach_after_the_detach_refused_puts_the_ip_back_where_it_was(recorder, client):
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on(
+        "POST",
+        f"{FIPS}/attach",
+        recorder.reply(status=400, body=ATTACHED_ELSEWHERE),
+        recorder.reply(status=400, body=SERVER_FULL),
+        {},
+    )
+    recorder.on("POST", f"{FIPS}/detach", {})
+    recorder.on(
+        "GET",
+        f"{FIPS}/9001",
+        fip(104524),  # after the first refusal: elsewhere
+        fip(104524, "busy"),  # detaching
+        fip(None),  # detached
+        fip(None),  # after the second refusal: still unrouted, so it is put back
+        fip(104524, "busy"),
+        fip(104524),
+    )
+    with pytest.raises(VendorError) as raised:
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert type(raised.value) is VendorError
+    assert str(raised.value).endswith(
+        "server 104523 cannot take more failover IPs; "
+        "it had been detached from fr-par-2/104524 for the move and was put back there"
+    )
+    assert recorder.calls() == [
+        LIST_FIPS,
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/detach",
+        f"GET {FIPS}/9001",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+        f"GET {FIPS}/9001",
+    ]
+    assert posts(recorder) == [
+        ("attach", {"server_id": 104523, "fips_ids": [9001]}),
+        ("detach", {"fips_ids": [9001]}),
+        ("attach", {"server_id": 104523, "fips_ids": [9001]}),
+        ("attach", {"server_id": 104524, "fips_ids": [9001]}),
+    ]
+
+
+def test_an_attach_after_the_detach_that_fails_as_a_task_puts_the_ip_back(recorder, client):
+    """The attach was accepted but its operation ended with the IP on no server."""
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=ATTACHED_ELSEWHERE), {})
+    recorder.on("POST", f"{FIPS}/detach", {})
+    recorder.on(
+        "GET",
+        f"{FIPS}/9001",
+        fip(104524),
+        fip(None),  # detached
+        fip(None, "busy"),  # the attach runs...
+        fip(None),  # ...and ends on no server
+        fip(None),
+        fip(104524),
+    )
+    with pytest.raises(
+        TaskFailedError,
+        match=r"ended with the IP on None; it had been detached from "
+        r"fr-par-2/104524 for the move and was put back there$",
+    ):
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert posts(recorder)[-1] == ("attach", {"server_id": 104524, "fips_ids": [9001]})
+
+
+def test_when_putting_the_ip_back_fails_too_the_error_says_it_may_be_unrouted(recorder, client):
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on(
+        "POST",
+        f"{FIPS}/attach",
+        recorder.reply(status=400, body=ATTACHED_ELSEWHERE),
+        recorder.reply(status=400, body=SERVER_FULL),
+        recorder.reply(status=400, body={"type": "invalid_request_error", "message": "no"}),
+    )
+    recorder.on("POST", f"{FIPS}/detach", {})
+    recorder.on("GET", f"{FIPS}/9001", fip(104524), fip(None))
+    with pytest.raises(
+        VendorError,
+        match=r"cannot take more failover IPs; it had been detached from "
+        r"fr-par-2/104524 for the move; attaching it back failed too, so it may be "
+        r"unrouted: .*HTTP 400 invalid_request_error\): no$",
+    ):
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert [path for path, _ in posts(recorder)] == ["attach", "detach", "attach", "attach"]
+
+
+def test_an_ip_someone_else_moved_meanwhile_is_not_put_back(recorder, client):
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on(
+        "POST",
+        f"{FIPS}/attach",
+        recorder.reply(status=400, body=ATTACHED_ELSEWHERE),
+        recorder.reply(status=400, body=SERVER_FULL),
+    )
+    recorder.on("POST", f"{FIPS}/detach", {})
+    recorder.on("GET", f"{FIPS}/9001", fip(104524), fip(None), fip(104525, "busy"))
+    with pytest.raises(VendorError, match=r"it now reads busy on fr-par-2/104525: not put back$"):
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert [path for path, _ in posts(recorder)] == ["attach", "detach", "attach"]
 
 
 def test_attach_whose_answer_is_lost_is_not_sent_twice(recorder, client):
