@@ -143,7 +143,8 @@ class MoveConfirmer:
 
     A box whose Ready condition flaps yields move/keep/move/...; the streak never reaches
     `required`, so the IP does not ping-pong. Once moved, "keep the current box while
-    eligible" stops it from moving back.
+    eligible" stops it from moving back. It must be given every poll's decision, KEEP and STAY
+    too: those are what end a streak (watcher/loop.py).
     """
 
     def __init__(self, required: int = 2) -> None:

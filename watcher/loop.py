@@ -95,6 +95,9 @@ class WatcherSettings:
     heartbeat_file: str | None = None
     # The longest a vendor move may block a poll (the clients' task timeout, and some).
     move_budget_seconds: float = MOVE_BUDGET_SECONDS
+    # The shortest period the wait after a failed move is counted in (see poll_once): OVH and Dedibox
+    # read the route every poll, and a refused move must not be retried as often.
+    failed_move_period_seconds: float = 30.0
 
 
 def condition_true(conditions: list[Any] | None, kind: str) -> bool:
@@ -175,7 +178,9 @@ class FailoverWatcher:
         # When the vendor may next be asked where the IP routes (None: now). A read, answered or not,
         # spends a request; so does a move, which checks the route itself (Robot) before its POST.
         self._next_read_at: float | None = None
-        self._failed_moves = 0  # in a row: each doubles the wait before the next read and move
+        # Failed moves since the IP was last seen on an eligible box or moved by this loop: each
+        # doubles the wait before the next read and move.
+        self._failed_moves = 0
 
     def _current_route(self) -> str | None:
         """The box the IP routes to: the vendor's answer when a read is due, else the route known.
@@ -217,11 +222,17 @@ class FailoverWatcher:
             log.warning("failover %s: read failed, keeping the current route: %s", ip, exc)
             return None
         decision = decide(current, nodes, pods)
+        # Every decision goes through the confirmer: a KEEP or STAY between two polls that decide a move
+        # ends the streak, so a box that is unready for single polls now and then keeps the IP.
+        confirmed = self._confirmer.confirm(decision)
         if decision.action is Action.STAY:
             log.error("failover %s: ALERT stay: %s", ip, decision.reason)
         elif decision.action is Action.KEEP:
+            # The IP is on an eligible box, whatever the failed moves before did: a later failure
+            # starts over at the shortest wait.
+            self._failed_moves = 0
             log.info("failover %s: keep: %s", ip, decision.reason)
-        elif not self._confirmer.confirm(decision):
+        elif not confirmed:
             log.info(
                 "failover %s: move to %s pending confirmation (%d polls needed): %s",
                 ip,
@@ -257,15 +268,22 @@ class FailoverWatcher:
                 # The move may have happened all the same (an answer lost): the route is unknown
                 # until the vendor is read again, and the move is retried only after that read.
                 # A vendor that keeps refusing is asked half as often each time (Robot: 50 moves an
-                # hour), from one read period up to 32.
+                # hour), from two periods up to 32; a period is at least a poll and 30 s, since OVH
+                # and Dedibox read every poll (route_read_seconds 0).
                 self._route = None
                 self._failed_moves += 1
-                backoff = self.settings.route_read_seconds * 2 ** min(self._failed_moves, 5)
+                period = max(
+                    self.settings.route_read_seconds,
+                    self.settings.poll_seconds,
+                    self.settings.failed_move_period_seconds,
+                )
+                backoff = period * 2 ** min(self._failed_moves, 5)
                 self._next_read_at = self._clock() + backoff
                 log.error(
-                    "failover %s: move to %s failed, retrying after the next vendor read: %s",
+                    "failover %s: move to %s failed, retrying after the next vendor read in %.0fs: %s",
                     ip,
                     decision.target,
+                    backoff,
                     exc,
                 )
                 return decision

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -15,6 +17,7 @@ from watcher.decision import (
     box_id_from_provider_id,
     decide,
 )
+from watcher.loop import FailoverWatcher, WatcherSettings
 
 
 def node(name: str, box: str | None = None, *, ready: bool = True, **kw: bool) -> NodeView:
@@ -114,28 +117,82 @@ def test_decide(
     assert decide(current, nodes, pods) == expected, case
 
 
+IP = "203.0.113.7"
+Observation = tuple[list[NodeView], list[PodView]]
+
+
+@dataclass
+class Routes:
+    """The vendor as the loop sees it: where the IP routes, moved by the loop's own calls."""
+
+    route: str | None
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    def failover_target(self, ip: str) -> str | None:
+        self.calls.append(("failover_target", ip))
+        return self.route
+
+    def move_failover(self, ip: str, box_id: str) -> None:
+        self.calls.append(("move_failover", ip, box_id))
+        self.route = box_id
+
+
 def run_polls(
-    observations: list[tuple[list[NodeView], list[PodView]]], current: str, required: int = 2
-) -> list[str]:
-    """Feed polls through decide + MoveConfirmer the way the loop does; return the route after each."""
-    confirmer = MoveConfirmer(required)
-    route, history = current, []
-    for nodes, pods in observations:
-        d = decide(route, nodes, pods)
-        if confirmer.confirm(d) and d.target is not None:
-            route = d.target
-            confirmer.reset()
-        history.append(route)
+    observations: list[Observation], current: str, required: int = 2, mover: Routes | None = None
+) -> list[str | None]:
+    """Feed polls through the watcher's own loop (FailoverWatcher.poll_once: decide, confirm, move),
+    each poll's Kubernetes reads answering the next observation; return the route after each."""
+    mover = mover or Routes(current)
+    polls = iter(observations)
+    seen: list[Observation] = []
+
+    def list_nodes() -> list[NodeView]:
+        seen.append(next(polls))
+        return seen[-1][0]
+
+    settings = WatcherSettings(ip=IP, region="r", node_pool="p", confirm_polls=required)
+    loop = FailoverWatcher(settings, list_nodes, lambda: seen[-1][1], mover)
+    history = []
+    for _ in observations:
+        assert loop.poll_once() is not None
+        history.append(mover.route)
     return history
 
 
 UP = ([node("a"), node("b")], [demux("a"), demux("b")])
 A_DOWN = ([node("a", ready=False), node("b")], [demux("a"), demux("b")])
 B_DOWN = ([node("a"), node("b", ready=False)], [demux("a"), demux("b")])
+ALL_DOWN = ([node("a", ready=False), node("b", ready=False)], [demux("a"), demux("b")])
 
 
 def test_flapping_current_box_never_moves() -> None:
     assert run_polls([A_DOWN, UP, A_DOWN, UP, A_DOWN, UP], "box-a") == ["box-a"] * 6
+
+
+@pytest.mark.parametrize("ready_polls", [1, 100])
+def test_single_unready_polls_apart_never_move_the_ip(
+    ready_polls: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A demux blip, any number of healthy polls, another blip: two unready polls, but not in a row."""
+    mover = Routes("box-a")
+    with caplog.at_level(logging.INFO, logger="watcher"):
+        history = run_polls([A_DOWN, *[UP] * ready_polls, A_DOWN], "box-a", mover=mover)
+    assert history == ["box-a"] * (ready_polls + 2)
+    assert mover.calls == [("failover_target", IP)] * (ready_polls + 2)
+    pending = f"failover {IP}: move to box-b pending confirmation (2 polls needed): {MOVE_OFF_A}"
+    keep = f"failover {IP}: keep: current box box-a (a) is eligible"
+    assert caplog.messages == [pending, *[keep] * ready_polls, pending]
+
+
+def test_a_poll_with_no_eligible_box_restarts_the_confirmation() -> None:
+    assert run_polls([A_DOWN, ALL_DOWN, A_DOWN], "box-a") == ["box-a"] * 3
+    assert run_polls([A_DOWN, ALL_DOWN, A_DOWN, A_DOWN], "box-a") == ["box-a"] * 3 + ["box-b"]
+
+
+def test_confirm_polls_counts_unready_polls_in_a_row() -> None:
+    down_up_down = [A_DOWN, A_DOWN, UP, A_DOWN, A_DOWN]
+    assert run_polls(down_up_down, "box-a", required=3) == ["box-a"] * 5
+    assert run_polls([*down_up_down, A_DOWN], "box-a", required=3) == ["box-a"] * 5 + ["box-b"]
 
 
 def test_a_box_down_for_two_polls_moves_once_and_does_not_come_back() -> None:
@@ -169,6 +226,21 @@ def test_a_rolling_demux_moves_the_ip_on_the_first_poll() -> None:
 
 def test_a_not_ready_box_still_needs_its_confirming_polls() -> None:
     assert run_polls([A_DOWN], "box-a", required=2) == ["box-a"]
+
+
+def test_confirmation_restarts_after_a_decision_that_is_no_move() -> None:
+    confirmer = MoveConfirmer(2)
+    to_b = Decision(Action.MOVE, "box-b", "b", "")
+    keep = Decision(Action.KEEP, "box-a", "a", "")
+    stay = Decision(Action.STAY, None, None, "")
+    assert [confirmer.confirm(d) for d in (to_b, keep, to_b, stay, to_b, to_b)] == [
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]
 
 
 def test_confirmation_restarts_when_the_target_changes() -> None:

@@ -21,10 +21,12 @@ from kubernetes import client as k8s
 
 from providers.errors import RateLimitError
 from providers.retry import RetryPolicy, call_guard, call_with_retries
+from providers.vendor import Vendor
 from tests.support.cluster import KubeCluster, Kubelet, Kubelets, node_ready, wait_until
 from watcher.decision import Action
 from watcher.lease import LeaseFence, LeaseSettings
 from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
+from watcher.mover import min_poll_seconds
 
 IP = "203.0.113.7"
 REGION = "us-east"
@@ -167,6 +169,12 @@ def make_unready(cluster: KubeCluster, region: Region, node: str) -> None:
     )
 
 
+def make_ready(cluster: KubeCluster, region: Region, node: str) -> None:
+    pod = region.pods[node]
+    region.kubelets[node].set_ready(pod, "nginx", True)
+    wait_until(f"{pod.metadata.name} Ready", lambda: pod_ready(cluster, region.namespace, pod.metadata.name))
+
+
 @dataclass
 class RecordingMover:
     route: str | None
@@ -224,6 +232,37 @@ def test_a_box_whose_demux_pod_fails_is_left_after_two_polls(
         ("failover_target", IP),
         ("move_failover", IP, BOX[B]),
         ("failover_target", IP),
+    ]
+
+
+def test_a_demux_pod_unready_for_single_polls_apart_keeps_the_ip(
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CONFIRM_POLLS counts polls in a row: a poll that keeps the IP ends the count, so box A's demux
+    failing single probes now and then never moves the IP; failing two polls in a row does."""
+    mover = RecordingMover(BOX[A])
+    w = watcher(kube_cluster, healthy, mover)
+    with caplog.at_level(logging.INFO, logger="watcher"):
+        make_unready(kube_cluster, healthy, A)
+        w.poll_once()
+        make_ready(kube_cluster, healthy, A)
+        for _ in range(3):
+            w.poll_once()
+        make_unready(kube_cluster, healthy, A)
+        w.poll_once()
+        assert mover.calls == [("failover_target", IP)] * 5
+        w.poll_once()
+    assert mover.calls == [("failover_target", IP)] * 6 + [("move_failover", IP, BOX[B])]
+    why = f"current box {BOX[A]} is not eligible; lowest eligible node is {B}"
+    pending = f"failover {IP}: move to {BOX[B]} pending confirmation (2 polls needed): {why}"
+    keep = f"failover {IP}: keep: current box {BOX[A]} ({A}) is eligible"
+    assert [r.getMessage() for r in caplog.records if r.name == "watcher"] == [
+        pending,
+        keep,
+        keep,
+        keep,
+        pending,
+        f"failover {IP}: moved to {BOX[B]} ({B}): {why}",
     ]
 
 
@@ -414,17 +453,89 @@ def test_no_eligible_box_stays_and_alerts(
     assert mover.calls == [("failover_target", IP)]
 
 
-def test_failed_move_is_retried_on_the_next_poll(kube_cluster: KubeCluster, healthy: Region) -> None:
+def polled_every_5s(
+    cluster: KubeCluster, region: Region, mover: RecordingMover, clock: Clock, vendor: Vendor
+) -> FailoverWatcher:
+    """A watcher as deployed for `vendor`: Kubernetes every 5 s, the route as often as its budget allows."""
+    settings = dataclasses.replace(
+        region.settings, poll_seconds=5, route_read_seconds=min_poll_seconds(vendor)
+    )
+    list_nodes, list_pods = kube_listers(k8s.CoreV1Api(cluster.api), settings)
+    return FailoverWatcher(settings, list_nodes, list_pods, mover, clock=clock)
+
+
+@pytest.mark.parametrize("vendor", [Vendor.OVH, Vendor.DEDIBOX])
+def test_a_refused_move_is_retried_after_a_growing_wait_not_every_poll(
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture, vendor: Vendor
+) -> None:
+    """OVH and Dedibox read the route every poll, yet a vendor refusing moves is not asked every 5 s:
+    the wait after a failure is two 30 s periods, doubled for each failure in a row up to 32."""
     kube_cluster.core.patch_node(A, {"spec": {"unschedulable": True}})
-    mover = RecordingMover(BOX[A], fail_moves=1)
-    w = watcher(kube_cluster, healthy, mover)
-    for _ in range(2):
+    clock, mover = Clock(), RecordingMover(BOX[A], fail_moves=7)
+    w = polled_every_5s(kube_cluster, healthy, mover, clock, vendor)
+    attempt = [("failover_target", IP), ("move_failover", IP, BOX[B])]
+    waits = [60, 120, 240, 480, 960, 960, 960]
+    with caplog.at_level(logging.ERROR, logger="watcher"):
         w.poll_once()
-    assert [c for c in mover.calls if c[0] == "move_failover"] == [
-        ("move_failover", IP, BOX[B]),
-        ("move_failover", IP, BOX[B]),
+        assert mover.calls == attempt
+        for wait in waits:
+            # No vendor call at all within the wait: the route is unknown, so no decision either.
+            for t in (clock.t + 5, clock.t + wait - 1):
+                moves, clock.t = len(mover.calls), t
+                assert w.poll_once() is None and len(mover.calls) == moves
+            clock.t += 1
+            w.poll_once()
+            assert mover.calls[moves:] == attempt
+    assert mover.route == BOX[B]  # the eighth move went through
+    assert clock.t == sum(waits)
+    assert caplog.messages == [
+        f"failover {IP}: move to {BOX[B]} failed, retrying after the next vendor read in {wait}s: "
+        "vendor said 503"
+        for wait in waits
     ]
-    assert mover.route == BOX[B]
+
+
+def test_a_poll_that_keeps_the_ip_starts_the_failed_moves_over(
+    kube_cluster: KubeCluster, healthy: Region, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A move whose answer was lost went through: the next read keeps the IP there, and the next
+    failure waits the shortest time again, not one doubled by a failure that was no failure."""
+
+    @dataclass
+    class LostAnswers(RecordingMover):
+        def move_failover(self, ip: str, box_id: str) -> None:
+            self.calls.append(("move_failover", ip, box_id))
+            self.route = box_id
+            raise RuntimeError("read timed out")
+
+    kube_cluster.core.patch_node(A, {"spec": {"unschedulable": True}})
+    clock, mover = Clock(), LostAnswers(BOX[A])
+    w = polled_every_5s(kube_cluster, healthy, mover, clock, Vendor.OVH)
+    with caplog.at_level(logging.ERROR, logger="watcher"):
+        assert w.poll_once().action is Action.MOVE  # type: ignore[union-attr]
+        clock.t = 60
+        assert w.poll_once().action is Action.KEEP  # type: ignore[union-attr]
+        # B is released in turn, A is back.
+        kube_cluster.core.patch_node(A, {"spec": {"unschedulable": False}})
+        kube_cluster.core.patch_node(B, {"spec": {"unschedulable": True}})
+        clock.t = 65
+        assert w.poll_once().action is Action.MOVE  # type: ignore[union-attr]
+        clock.t = 65 + 59
+        assert w.poll_once() is None
+        clock.t = 65 + 60
+        assert w.poll_once().action is Action.KEEP  # type: ignore[union-attr]
+    assert mover.calls == [
+        ("failover_target", IP),
+        ("move_failover", IP, BOX[B]),
+        ("failover_target", IP),
+        ("failover_target", IP),
+        ("move_failover", IP, BOX[A]),
+        ("failover_target", IP),
+    ]
+    assert caplog.messages == [
+        f"failover {IP}: move to {box} failed, retrying after the next vendor read in 60s: read timed out"
+        for box in (BOX[B], BOX[A])
+    ]
 
 
 def test_a_node_with_a_foreign_provider_id_is_logged_and_never_a_target(
