@@ -203,6 +203,15 @@ def cordon(api: k8s.ApiClient, node: str) -> bool:
     )
 
 
+def uncordon(api: k8s.ApiClient, node: str) -> bool:
+    """Mark the Node schedulable again (a leave that stopped halfway, wanted back); False when there
+    is no such Node."""
+    return _missing_ok(
+        f"uncordon Node {node}",
+        lambda: k8s.CoreV1Api(api).patch_node(node, {"spec": {"unschedulable": False}}),
+    )
+
+
 def drain(
     api: k8s.ApiClient,
     node: str,

@@ -43,6 +43,7 @@ from providers.machine.robot_install import INSTALL_STATES
 from providers.machine.selection import claim_box
 from providers.machine.settings import Settings, settings_from_config
 from providers.machine.spec import (
+    LEAVING,
     ClaimSpec,
     MachineSpec,
     Vendor,
@@ -483,9 +484,12 @@ class MachineProvider(_Stateless):
         # adopted the box and no delete left the cluster since (a create whose answer was lost, or a
         # refresh that found its Node gone). A Robot box is installed already: join it again, never
         # reinstall it under its workloads.
-        adopted = progress.phase == Phase.READY or (
+        # LEAVING too: a leave that stopped halfway (the machine's delete failed), the machine then
+        # dropped from state and wanted again; its Node, if still there, is uncordoned after the join.
+        adopted = progress.phase in (Phase.READY, Phase.LEAVING) or (
             progress.phase == Phase.ADOPTING and progress.state == DONE
         )
+        was_leaving = progress.phase == Phase.LEAVING
         installed = adopted and bool(progress.facts.get(PIN))
         if resume:
             start = install_resume_state(progress.state, progress.error_type)
@@ -503,11 +507,14 @@ class MachineProvider(_Stateless):
             )
         elif installed:
             run.log(
-                f"{spec.resource_name}: {run.box_label} was adopted already (record READY): joining again"
+                f"{spec.resource_name}: {run.box_label} was adopted already (record {progress.state}): "
+                "joining again"
             )
         elif spec.vendor is Vendor.ROBOT:
             progress = replace(progress, facts={})
         done = Runner(table, run, record, progress, Phase.ADOPTING).start(start)
+        if was_leaving and installed:
+            self._uncordon(spec, run)
         record.save(replace(done, phase=Phase.READY, state="READY"))
         run.log(f"{spec.resource_name}: ready on {run.box_label} as node {spec.node_name}")
         outs = _outputs(
@@ -531,12 +538,22 @@ class MachineProvider(_Stateless):
         progress = replace(
             self._progress(record, spec), facts={PIN: str(olds.get("host_key_fingerprint") or "")}
         )
+        was_leaving = progress.phase == Phase.LEAVING
         run = self._machine_run(spec, news)
-        run.log(f"{spec.resource_name}: {', '.join(changed)} changed: joining again")
+        if was_leaving:
+            run.log(
+                f"{spec.resource_name}: its leave stopped at {progress.state} and it is wanted again: "
+                "joining again, then uncordoning its Node"
+            )
+        else:
+            run.log(f"{spec.resource_name}: {', '.join(changed)} changed: joining again")
         network = bool(spec.private_network)
         table = rejoin_table(spec.vendor, network)
         done = Runner(table, run, record, progress, Phase.ADOPTING).start(join_start(spec.vendor, network))
+        if was_leaving:
+            self._uncordon(spec, run)
         record.save(replace(done, phase=Phase.READY, state="READY"))
+        outs["state"] = "ready"
         outs.update(host_key_fingerprint=run.facts[PIN], node_registered=run.facts.get(REGISTERED) == "true")
         return dyn.UpdateResult(outs=outs)
 
@@ -571,8 +588,31 @@ class MachineProvider(_Stateless):
                 warning=True,
             )
             return dyn.ReadResult(id_="", outs={})
-        outs = _outputs(props, public_ipv4=box.public_ipv4, datacenter=box.datacenter, state="ready")
+        state = "ready"
+        if spec.api_server:
+            held = settings.claim_record(spec.api_server).get(vendor.value, box_id)
+            if held is not None and held.holder.token == spec.claim_token and held.phase == Phase.LEAVING:
+                # Its delete failed halfway (a drain held past its budget): the Node is cordoned. Kept
+                # in the stack, the next `pulumi up` joins it again and uncordons it (spec.LEAVING);
+                # removed from the stack, it finishes leaving.
+                state = LEAVING
+                engine_link.progress(
+                    f"{spec.resource_name}: its leave stopped at {held.state}: Node {spec.node_name} is "
+                    "cordoned; `pulumi up` rejoins it, or finishes the leave if the machine is removed",
+                    spec.urn,
+                    ephemeral=False,
+                    warning=True,
+                )
+        outs = _outputs(props, public_ipv4=box.public_ipv4, datacenter=box.datacenter, state=state)
         return dyn.ReadResult(id_=id_, outs=outs)
+
+    def _uncordon(self, spec: MachineSpec, run: Run) -> None:
+        """The Node of a leave that stopped halfway, joined again: schedulable again (the leave
+        cordoned it; the join does not touch that)."""
+        if not spec.api_server:
+            return
+        if kube.uncordon(self._config().kube_api(), spec.node_name):
+            run.log(f"{spec.resource_name}: Node {spec.node_name} uncordoned")
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         """Leave the cluster. The box stays claimed: the claim's delete, which follows, releases it."""

@@ -264,11 +264,23 @@ def release_unrecorded(olds: Mapping[str, Any], news: Mapping[str, Any]) -> bool
 CLAIM_FACTS = ("box_id", "box_name", "datacenter", "public_ipv4", "provider_id", "claim_token")
 
 
+# The machine's `state` output as `pulumi refresh` reads it from the box's record when the machine's
+# leave stopped halfway (its delete failed: a drain a PodDisruptionBudget held past its budget) and the
+# machine is still in the stack: its Node is cordoned and partly drained.
+LEAVING = "leaving"
+
+
+def unfinished_leave(olds: Mapping[str, Any]) -> bool:
+    """A machine that is wanted again after its leave stopped halfway (the shrink reverted): an update
+    joins it again and uncordons its Node (MachineProvider.update)."""
+    return olds.get("state") == LEAVING
+
+
 def machine_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResult:
-    """AdoptedMachine: see MACHINE_INPUTS."""
+    """AdoptedMachine: see MACHINE_INPUTS, and a leave that stopped halfway (`unfinished_leave`)."""
     found = table_diff(MACHINE_INPUTS, olds, _claim_facts_in_preview(olds, news))
     replaces = found[Change.REPLACE]
-    changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN])
+    changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN] or unfinished_leave(olds))
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
 
 
@@ -298,7 +310,10 @@ def diff_table_markdown(table: Mapping[str, InputRule]) -> str:
 
 
 def rejoin_needed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
-    return table_diff(MACHINE_INPUTS, olds, news)[Change.REJOIN]
+    """What makes an update join the box again: changed inputs, and `state` for a leave that stopped
+    halfway."""
+    changed = table_diff(MACHINE_INPUTS, olds, news)[Change.REJOIN]
+    return [*changed, "state"] if unfinished_leave(olds) else changed
 
 
 # --- parsed inputs ------------------------------------------------------------------------------------

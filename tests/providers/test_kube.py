@@ -261,6 +261,10 @@ def test_release_cordons_drains_through_a_budget_and_deletes_the_node_and_its_lo
 
     assert kube.cordon(api, leaving) is True
     assert core.read_node(leaving).spec.unschedulable is True
+    # What a leave wanted back does (MachineProvider.update): schedulable again. Then on with the leave.
+    assert kube.uncordon(api, leaving) is True
+    assert not core.read_node(leaving).spec.unschedulable  # false is left out
+    assert kube.cordon(api, leaving) is True
 
     # While the budget says no, drain keeps asking; a copy on the other box lets it go.
     evictions: list[str] = []
@@ -307,6 +311,7 @@ def test_release_cordons_drains_through_a_budget_and_deletes_the_node_and_its_lo
 
     # A retried release converges: everything is already gone.
     assert kube.cordon(api, leaving) is False
+    assert kube.uncordon(api, leaving) is False
     assert kube.delete_node(api, leaving) is False
     assert kube.delete_node_local_pvcs(api, leaving) == []
     for pv in ("kube-pv-a", "kube-pv-b", "kube-pv-c", "kube-pv-d"):

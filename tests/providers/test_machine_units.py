@@ -8,6 +8,7 @@ import json
 import pickle
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from pulumi.dynamic import ConfigureRequest
@@ -688,3 +689,91 @@ def test_a_release_marks_the_box_with_the_token_it_carries_not_one_from_todays_i
     with pytest.raises(MachineStepError, match="RELEASE_REINSTALL failed"):  # after the marking
         provider.delete("ovh:ns1.ip-1-2-3.eu", {**props, "claim_token": carried})
     assert writes == [Claim(carried, releasing=True)]
+
+
+def test_a_machine_whose_leave_stopped_halfway_joins_again_and_never_reinstalls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its delete failed in the drain and the machine then left the state (a refresh after the Node
+    was deleted, a state edit): the record says Leaving. The box is installed and ours: it joins again."""
+    pinned = {"pin": "SHA256:x", "installed_host_key": "SHA256:x"}
+    assert _create_from_record(monkeypatch, "Leaving", "DRAINING", pinned) == "JOINING"
+    assert _create_from_record(monkeypatch, "Leaving", "DELETING_NODE", pinned) == "JOINING"
+    assert _create_from_record(monkeypatch, "Leaving", "DRAINING", {}) == "RESCUE_BOOT"
+
+
+def _leaving_world(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[tuple[str, str]], list[str]]:
+    """A Robot machine in a cluster whose record says its leave stopped at DRAINING; kube calls and the
+    states the flow was started at are recorded, and the flow completes at once."""
+    from dataclasses import replace
+
+    from providers import kube
+    from providers.machine import provider as machine_provider
+    from providers.machine.record import ProcessClaimRecord, Progress
+
+    record = ProcessClaimRecord({})
+    holder = Holder("tuist-infra", "dev", "runners-0", "0123456789ab")
+    held = record.acquire(Progress("robot", "2345601", "runners", holder))
+    record.save(replace(held, phase="Leaving", state="DRAINING", facts={"pin": "SHA256:x"}))
+    kube_calls: list[tuple[str, str]] = []
+    started: list[str] = []
+
+    class Runner:
+        def __init__(self, _table: object, run: Any, _record: object, progress: Any, _phase: str) -> None:
+            self.run, self.progress = run, progress
+
+        def start(self, first: str) -> Any:
+            started.append(first)
+            self.run.facts["pin"] = "SHA256:x"
+            return self.progress
+
+    class Client:
+        def get_box(self, box_id: str) -> Box:
+            return box(box_id, "tuist-bm-dev-1", vendor=Vendor.ROBOT, claim=Claim("0123456789ab"))
+
+    class Settings:
+        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
+            return record
+
+        def kube_api(self) -> str:
+            return "api"
+
+        def vendor_client(self, _vendor: object) -> Client:
+            return Client()
+
+        def secret_values(self) -> list[str]:
+            return []
+
+    monkeypatch.setattr(machine_provider, "Runner", Runner)
+    monkeypatch.setattr(kube, "uncordon", lambda _api, node: kube_calls.append(("uncordon", node)) or True)
+    monkeypatch.setattr(kube, "node_exists", lambda _api, node: kube_calls.append(("exists", node)) or True)
+    provider = MachineProvider()
+    provider._settings = Settings()  # type: ignore[assignment]
+    return (provider, record), kube_calls, started
+
+
+def test_a_refresh_shows_a_leave_that_stopped_halfway_and_the_next_update_rejoins_and_uncordons(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (provider, record), kube_calls, started = _leaving_world(monkeypatch)
+    props = {
+        **ROBOT_MACHINE,
+        "api_server": "https://cp.staging.tuist.dev:6443",
+        "host_key_fingerprint": "SHA256:x",
+    }
+    node = "runners-2345601"
+    read = provider.read("robot:2345601", props)
+    assert read.outs is not None and read.outs["state"] == "leaving"
+    assert kube_calls == [("exists", node)]
+
+    olds = {**props, **read.outs}
+    news = {k: v for k, v in props.items() if k != "host_key_fingerprint"}
+    updated = provider.update("robot:2345601", olds, news)
+    assert started == ["JOINING"]  # joined again, never RESCUE_BOOT
+    assert kube_calls[1:] == [("uncordon", node)]
+    assert updated.outs is not None and updated.outs["state"] == "ready"
+    saved = record.get("robot", "2345601")
+    assert saved is not None and (saved.phase, saved.state) == ("Ready", "READY")
+    # Read again: nothing is leaving any more.
+    again = provider.read("robot:2345601", props)
+    assert again.outs is not None and again.outs["state"] == "ready"
