@@ -13,7 +13,11 @@ Taking it, in this order, before anything slow:
 Within one provider process the fleet's boxes are listed once and handed out one per claim
 (`CandidatePools`): a claim costs O(1) vendor calls (the chosen box is read again, claimed and read
 back), not a listing of the account, and no lock is held across a vendor call.
-A retried create finds its own claim (by token, in the record or the marker) and resumes there.
+A retried create finds its own claim (by token, in the record or the marker) and resumes there. A
+record of its own on a box gone at the vendor, or on one it cannot adopt whose marker does not carry
+its claim (a create that died between the record and the marker write), is released and another box
+claimed; the box's marker is left as it is. A record that says the box was adopted (Adopting, Ready,
+Leaving) is kept and the claim refused instead: that box may still be a Node.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from providers.constants import ENVIRONMENTS
+from providers.errors import NotFoundError
 from providers.machine.errors import NoAdoptableBoxError
-from providers.machine.record import ClaimHeldError, ClaimRecord, Holder, Progress
+from providers.machine.record import ClaimHeldError, ClaimRecord, Holder, Phase, Progress
 from providers.machine.spec import ClaimSpec, Vendor
 from providers.vendor import Box, Claim, VendorClient
 
@@ -240,30 +245,16 @@ def claim_box(
     key: PoolKey = (spec.vendor.value, spec.fleet, spec.marker, spec.datacenter_prefix or "")
     recorded = record.held(spec.vendor.value)
     pool = pools.pool(key, client.list_boxes)
-    own_id = next((box_id for box_id, held in recorded.items() if held.token == spec.token), None)
-    if own_id is None and spec.token in pool.claimed:
-        own_id = pool.claimed[spec.token].id
+    # This claim's own boxes: those its token holds a record of, then the one its marker names (a create
+    # that died after the marker write, in a process whose record is gone).
+    own_ids = [box_id for box_id, held in recorded.items() if held.token == spec.token]
+    if spec.token in pool.claimed and pool.claimed[spec.token].id not in own_ids:
+        own_ids.append(pool.claimed[spec.token].id)
     skipped: list[tuple[str, str]] = []
-    if own_id is not None:
-        box = client.get_box(own_id)
-        reason = _reason(box, spec, recorded.get(box.id))
-        if reason is not None and box.claim is not None and box.claim.token == spec.token:
-            # The box carries this slot's claim and cannot be adopted (its own release unfinished, the
-            # fleet excluded it). A second box would carry the same claim, and nothing would find the
-            # first again: the operator returns it first.
-            raise NoAdoptableBoxError(
-                f"{spec.resource_name}: its claim is on {spec.vendor.value} box {box.id}, which cannot be "
-                f"adopted: {reason}; claiming another box would leave that one claimed. Return it first "
-                f"(`tuist-ops unclaim -s {spec.stack} {spec.vendor.value}:{box.id}`), then run this again"
-            )
-        if reason is not None:
-            skipped.append((box.id, reason))
-        else:
-            progress = record.acquire(_new_progress(spec, box, holder))
-            if box.claim != Claim(spec.token):
-                client.set_claim(box.id, Claim(spec.token))
-            log(f"{spec.resource_name}: resuming on {box.id}, which already carries its claim")
-            return box, progress
+    for own_id in own_ids:
+        resumed = _resume_own(client, record, spec, holder, own_id, recorded.get(own_id), log, skipped)
+        if resumed is not None:
+            return resumed
     relisted = False
     while True:
         if deadline is not None and clock() > deadline:
@@ -311,6 +302,75 @@ def claim_box(
         record.release(progress)
         holder_text = back.claim.token if back.claim else "nobody (the claim did not stick)"
         skipped.append((box.id, f"claimed by {holder_text} before this claim was read back"))
+
+
+def _resume_own(
+    client: VendorClient,
+    record: ClaimRecord,
+    spec: ClaimSpec,
+    holder: Holder,
+    box_id: str,
+    recorded: Holder | None,
+    log: Callable[[str], None],
+    skipped: list[tuple[str, str]],
+) -> tuple[Box, Progress] | None:
+    """Resume this claim on `box_id`, a box its record or its marker names. None when the box is gone
+    at the vendor, or cannot be adopted and its marker does not carry this claim: this claim's record
+    of it is then deleted (it would keep every other claimer off the box, and this token would hold two
+    records), the box's marker left as it is, and the box added to `skipped`."""
+    try:
+        box = client.get_box(box_id)
+    except NotFoundError:
+        _let_go_own_record(record, spec, box_id, f"it no longer exists at {spec.vendor.value}", log)
+        skipped.append((box_id, f"no longer exists at {spec.vendor.value}"))
+        return None
+    reason = _reason(box, spec, recorded)
+    if reason is None:
+        progress = record.acquire(_new_progress(spec, box, holder))
+        if box.claim != Claim(spec.token):
+            client.set_claim(box.id, Claim(spec.token))
+        log(f"{spec.resource_name}: resuming on {box.id}, which already carries its claim")
+        return box, progress
+    if box.claim is not None and box.claim.token == spec.token:
+        # The box carries this slot's claim and cannot be adopted (its own release unfinished, the
+        # fleet excluded it). A second box would carry the same claim, and nothing would find the
+        # first again: the operator returns it first.
+        raise NoAdoptableBoxError(
+            f"{spec.resource_name}: its claim is on {spec.vendor.value} box {box.id}, which cannot be "
+            f"adopted: {reason}; claiming another box would leave that one claimed. Return it first "
+            f"(`tuist-ops unclaim -s {spec.stack} {spec.vendor.value}:{box.id}`), then run this again"
+        )
+    # The marker names nobody or another holder (a create that died between the record and the marker
+    # write, a marker edited by hand): the box is left alone at the vendor, only this claim's record of
+    # it goes.
+    why = f"it cannot be adopted ({reason}) and its marker does not carry this claim"
+    _let_go_own_record(record, spec, box.id, why, log)
+    skipped.append((box.id, reason))
+    return None
+
+
+def _let_go_own_record(
+    record: ClaimRecord, spec: ClaimSpec, box_id: str, why: str, log: Callable[[str], None]
+) -> None:
+    """Delete this claim's record of `box_id`, if it holds one (another holder's record is theirs). A
+    record that says the box was adopted under this claim is kept and the claim refused: the box may
+    still be a Node, which a second box would leave found by nothing."""
+    held = record.get(spec.vendor.value, box_id)
+    if held is None or held.holder.token != spec.token:
+        return
+    if held.phase in (Phase.ADOPTING, Phase.READY, Phase.LEAVING):
+        raise NoAdoptableBoxError(
+            f"{spec.resource_name}: its {record.where} record {held.name} says {spec.vendor.value} box "
+            f"{box_id} was adopted under this claim ({held.phase}, state {held.state or 'none'}), but "
+            f"{why}; claiming another box would leave that one, perhaps still a Node, found by nothing. "
+            f"Once it is out of the cluster, delete the record (MachineClaim {held.name}), then run this "
+            "again"
+        )
+    record.release(held)
+    log(
+        f"{spec.resource_name}: this claim's {record.where} record is on {spec.vendor.value} box {box_id}, "
+        f"but {why}: the record is released (the box itself is left as it is); claiming another box"
+    )
 
 
 def _nothing_left(

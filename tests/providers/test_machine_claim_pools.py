@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import pytest
 
+from providers.errors import NotFoundError
 from providers.machine.errors import NoAdoptableBoxError
-from providers.machine.record import ProcessClaimRecord, Progress
+from providers.machine.record import Phase, ProcessClaimRecord, Progress
 from providers.machine.selection import CandidatePools, claim_box, holder_of
 from providers.machine.spec import ClaimSpec, parse_claim
 from providers.vendor import Box, Claim, Vendor
@@ -46,6 +47,7 @@ class FakeVendor:
             for i in range(free + others)
         }
         self.calls: Counter[str] = Counter()
+        self.writes: list[tuple[str, Claim | None]] = []  # every marker write, in order
         self.listing_started = threading.Event()
         self.listing_may_end = threading.Event()
         self.listing_may_end.set()
@@ -60,11 +62,14 @@ class FakeVendor:
     def get_box(self, box_id: str) -> Box:
         with self.lock:
             self.calls["get_box"] += 1
+            if box_id not in self.boxes:
+                raise NotFoundError(vendor=self.vendor.value, call="GET /server", message="not found")
             return self.boxes[box_id]
 
     def set_claim(self, box_id: str, claim: Claim | None) -> None:
         with self.lock:
             self.calls["set_claim"] += 1
+            self.writes.append((box_id, claim))
             self.boxes[box_id] = replace(self.boxes[box_id], claim=claim)
 
 
@@ -223,3 +228,129 @@ def test_a_claim_tries_no_further_candidate_past_its_claiming_budget() -> None:
     )
     assert message.endswith("); the next `pulumi up` tries again")
     assert ovh.calls["set_claim"] == 2  # two candidates, then the budget: the third was never tried
+
+
+def _claim_logged(vendor: FakeVendor, record: ProcessClaimRecord, s: ClaimSpec) -> tuple[Box, list[str]]:
+    lines: list[str] = []
+    box, _ = claim_box(vendor, record, s, lines.append, CandidatePools())  # type: ignore[arg-type]
+    return box, lines
+
+
+def test_a_record_of_its_own_on_an_unmarked_box_it_cannot_adopt_is_released_and_another_box_claimed() -> None:
+    """A create that died between the record and the marker write, and the fleet has excluded that box
+    since: the record alone must not keep the box from every other claim, nor give the token two."""
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    mine = replace(spec("kura-ovh", 0), excluded_boxes=("ns000",))
+    record = ProcessClaimRecord({})
+    record.acquire(Progress("ovh", "ns000", "kura-ovh", holder_of(mine)))
+    box, lines = _claim_logged(ovh, record, mine)
+    assert box.id == "ns001"
+    assert ovh.writes == [("ns001", Claim(mine.token))]  # ns000's marker never written
+    assert ovh.boxes["ns000"].claim is None
+    assert record.get("ovh", "ns000") is None
+    assert record.held("ovh") == {"ns001": holder_of(mine)}
+    assert lines[0] == (
+        "kura-ovh-0: this claim's process record is on ovh box ns000, but it cannot be adopted (in the "
+        "fleet's excluded_boxes) and its marker does not carry this claim: the record is released (the box "
+        "itself is left as it is); claiming another box"
+    )
+    # Nothing keeps ns000 from a slot that may take it.
+    other = spec("kura-ovh", 1)
+    assert claim(ovh, record, CandidatePools(), other).id == "ns000"
+
+
+def test_a_record_of_its_own_on_a_box_another_holder_marked_is_released_and_that_marker_left_alone() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    ovh.boxes["ns000"] = replace(ovh.boxes["ns000"], claim=Claim("fedcba987654"))  # a marker-only stack
+    mine = spec("kura-ovh", 0)
+    record = ProcessClaimRecord({})
+    record.acquire(Progress("ovh", "ns000", "kura-ovh", holder_of(mine)))
+    box, lines = _claim_logged(ovh, record, mine)
+    assert box.id == "ns001"
+    assert ovh.writes == [("ns001", Claim(mine.token))]
+    assert ovh.boxes["ns000"].claim == Claim("fedcba987654")
+    assert record.held("ovh") == {"ns001": holder_of(mine)}
+    assert "cannot be adopted (claimed by fedcba987654)" in lines[0]
+
+
+def test_a_record_of_its_own_on_a_box_gone_at_the_vendor_is_released_and_another_box_claimed() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=2)
+    mine = spec("kura-ovh", 0)
+    record = ProcessClaimRecord({})
+    record.acquire(Progress("ovh", "ns099", "kura-ovh", holder_of(mine)))
+    box, lines = _claim_logged(ovh, record, mine)
+    assert box.id == "ns000"
+    assert ovh.writes == [("ns000", Claim(mine.token))]
+    assert record.held("ovh") == {"ns000": holder_of(mine)}
+    assert lines[0] == (
+        "kura-ovh-0: this claim's process record is on ovh box ns099, but it no longer exists at ovh: the "
+        "record is released (the box itself is left as it is); claiming another box"
+    )
+
+
+def test_a_stale_record_of_its_own_is_released_and_the_box_its_marker_names_resumed() -> None:
+    """Two boxes name the token (a record left on one, the marker on the other): the claim resumes on
+    the marked box, claims no third and holds one record."""
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    mine = replace(spec("kura-ovh", 0), excluded_boxes=("ns000",))
+    ovh.boxes["ns002"] = replace(ovh.boxes["ns002"], claim=Claim(mine.token))
+    record = ProcessClaimRecord({})
+    record.acquire(Progress("ovh", "ns000", "kura-ovh", holder_of(mine)))
+    box, _ = _claim_logged(ovh, record, mine)
+    assert box.id == "ns002"
+    assert ovh.writes == []
+    assert record.held("ovh") == {"ns002": holder_of(mine)}
+
+
+def test_another_holders_record_of_the_box_its_marker_named_is_left_alone() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    mine, theirs = spec("kura-ovh", 0), spec("kura-ovh", 1, stack="other")
+    ovh.boxes["ns001"] = replace(ovh.boxes["ns001"], claim=Claim(mine.token))
+    record, pools = ProcessClaimRecord({}), CandidatePools()
+    pools.pool(("ovh", "kura-ovh", mine.marker, mine.datacenter_prefix or ""), ovh.list_boxes)
+    # After the listing, ns001 went to another holder (returned by hand, claimed again).
+    ovh.boxes["ns001"] = replace(ovh.boxes["ns001"], claim=Claim(theirs.token))
+    record.acquire(Progress("ovh", "ns001", "kura-ovh", holder_of(theirs)))
+    box, _ = claim_box(ovh, record, mine, lambda _line: None, pools)  # type: ignore[arg-type]
+    assert box.id == "ns000"
+    assert ovh.writes == [("ns000", Claim(mine.token))]
+    assert ovh.boxes["ns001"].claim == Claim(theirs.token)
+    assert record.held("ovh") == {"ns000": holder_of(mine), "ns001": holder_of(theirs)}
+
+
+def test_a_box_carrying_its_own_claim_that_it_cannot_adopt_still_refuses_and_keeps_its_record() -> None:
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    mine = replace(spec("kura-ovh", 0), excluded_boxes=("ns000",))
+    ovh.boxes["ns000"] = replace(ovh.boxes["ns000"], claim=Claim(mine.token))
+    record = ProcessClaimRecord({})
+    held = record.acquire(Progress("ovh", "ns000", "kura-ovh", holder_of(mine)))
+    with pytest.raises(NoAdoptableBoxError) as caught:
+        claim(ovh, record, CandidatePools(), mine)
+    assert str(caught.value) == (
+        "kura-ovh-0: its claim is on ovh box ns000, which cannot be adopted: in the fleet's "
+        "excluded_boxes; claiming another box would leave that one claimed. Return it first "
+        "(`tuist-ops unclaim -s dev ovh:ns000`), then run this again"
+    )
+    assert ovh.writes == []
+    assert record.get("ovh", "ns000") == held
+
+
+def test_a_record_saying_its_unmarked_box_was_adopted_is_kept_and_the_claim_refused() -> None:
+    """The box may still be a Node: a second box would leave it found by nothing."""
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=3)
+    mine = replace(spec("kura-ovh", 0), excluded_boxes=("ns000",))
+    record = ProcessClaimRecord({})
+    held = record.acquire(
+        Progress("ovh", "ns000", "kura-ovh", holder_of(mine), phase=Phase.READY, state="READY")
+    )
+    with pytest.raises(NoAdoptableBoxError) as caught:
+        claim(ovh, record, CandidatePools(), mine)
+    assert str(caught.value) == (
+        "kura-ovh-0: its process record ovh-ns000 says ovh box ns000 was adopted under this claim (Ready, "
+        "state READY), but it cannot be adopted (in the fleet's excluded_boxes) and its marker does not "
+        "carry this claim; claiming another box would leave that one, perhaps still a Node, found by "
+        "nothing. Once it is out of the cluster, delete the record (MachineClaim ovh-ns000), then run this "
+        "again"
+    )
+    assert ovh.writes == []
+    assert record.get("ovh", "ns000") == held
