@@ -5,10 +5,15 @@ budget, next state on success, on a retryable error, on a permanent failure, and
 errors the state takes before they count as permanent. A handler does one step and answers with a
 result, the way syself caph's host state machine does:
 
-- `Continue(delay, waiting_for)`: not there yet; call me again after `delay`, within the budget.
+- `Continue(delay, waiting_for)`: not there yet; call me again after `delay`, within the budget (the
+  last pause is cut to what is left of it, for one last look).
 - `Complete(facts)`: done; record `facts` (what later states need) and move on.
 - `Error(error_type, message)`: failed, worth retrying (through the row's `on_error` state).
 - `Failed(error_type, message)`: failed for good (through the row's `on_failure` state).
+
+A state's budget bounds the whole state: an error is tried again in place only when the pause
+before the next try still fits in it, and a handler's long step (an SSH script, a drain) is given what
+is left of it (`Run.step_timeout`), not a whole budget more.
 
 The runner persists every transition, the last error's type and message, the error count and the
 attempt through a ClaimRecord, so a retried create finds where the last one stopped. Time comes from
@@ -18,6 +23,7 @@ an injected Clock: tests drive whole flows with a fake one, without sleeping.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -46,6 +52,8 @@ DONE = "DONE"
 FAILED = "FAILED"
 MAX_ERROR_TEXT = 1000  # the record's lastError and a failure's cause are cut to this
 MAX_ENTRIES_PER_RUN = 3  # a state entered more often than this in one run fails the run (no loops)
+MIN_STEP_TIMEOUT = 1.0  # seconds: the least a step is given, however little of its state's budget is left
+MAX_RETRY_DELAY = 300  # seconds: the longest pause before a state is tried again in place
 
 
 # --- time -----------------------------------------------------------------------------------------------
@@ -150,9 +158,24 @@ class Run:
     facts: dict[str, str] = field(default_factory=dict)
     # What a flow needs beyond that (the specs, settings, clients, SSH target, pins): see states.py.
     extra: dict[str, Any] = field(default_factory=dict)
+    # The current state's budget and when it was entered (by `clock`): set by the Runner for each state.
+    state_budget: float | None = None
+    state_entered: float = 0.0
 
     def get(self, key: str) -> Any:
         return self.extra[key]
+
+    def remaining(self) -> float:
+        """Seconds left of the current state's budget, by the injected clock (negative once it is
+        spent); unbounded outside a Runner (a handler called on its own)."""
+        if self.state_budget is None:
+            return math.inf
+        return self.state_budget - (self.clock.now() - self.state_entered)
+
+    def step_timeout(self, step_budget: float) -> float:
+        """The timeout of a step started now: its own budget, cut to what is left of the state's, and
+        never less than MIN_STEP_TIMEOUT (a step is never given no time at all)."""
+        return max(min(step_budget, self.remaining()), MIN_STEP_TIMEOUT)
 
     def poll_delay(self, wait: str) -> float:
         """The pause before the next look at what `wait` waits for (a vendor task, an SSH host key, a
@@ -212,6 +235,12 @@ class Runner:
         self.run.facts.update(progress.facts)
 
     def start(self, state: str) -> Progress:
+        try:
+            return self._start(state)
+        finally:
+            self.run.state_budget = None
+
+    def _start(self, state: str) -> Progress:
         clock = self.run.clock
         entries: dict[str, int] = {}
         while state != DONE:
@@ -223,16 +252,21 @@ class Runner:
             self._enter(state)
             self.run.log(f"{self.run.machine}: {state} on {self.run.box_label} (budget {budget:g}s)")
             entered = clock.now()
+            self.run.state_budget, self.run.state_entered = budget, entered
             errors_here = 0
+            last_look = False  # the pause before this look ran to the end of the budget
             while True:
                 result = self._call(row)
                 elapsed = clock.now() - entered
                 if isinstance(result, Continue):
-                    if elapsed + result.delay > budget:
-                        result = Error("Timeout", f"{result.waiting_for}: not reached within {budget:g}s")
-                    else:
-                        clock.sleep(result.delay)
+                    left = budget - elapsed
+                    if left > 0 and not last_look:
+                        # A pause never runs past the budget: the last one is cut to what is left, for
+                        # one more look at its end.
+                        last_look = result.delay >= left
+                        clock.sleep(min(result.delay, left))
                         continue
+                    result = Error("Timeout", f"{result.waiting_for}: not reached within {budget:g}s")
                 if isinstance(result, Complete):
                     self.run.facts.update(result.facts)
                     self.run.log(
@@ -242,15 +276,27 @@ class Runner:
                     self.progress = replace(self.progress, error_type=None, last_error=None)
                     break
                 errors_here += 1
-                self._failure(result)
-                if isinstance(result, Error) and row.on_error == state:
-                    if errors_here <= row.retries and elapsed < budget:
-                        self.run.log(
-                            f"{self.run.machine}: {state} on {self.run.box_label}: {result.error_type}, "
-                            f"trying again ({errors_here}/{row.retries})"
+                retry_in: float | None = None
+                if isinstance(result, Error) and row.on_error == state and errors_here <= row.retries:
+                    delay = min(self.run.timeout("retry_delay") * 2 ** (errors_here - 1), MAX_RETRY_DELAY)
+                    if elapsed + delay < budget:
+                        retry_in = delay
+                    elif result.error_type != "Timeout":
+                        # No time left for another try. The error keeps its type: where a later run
+                        # resumes depends on it (a HostKeyMismatch in INSTALLIMAGE starts over).
+                        result = Error(
+                            result.error_type,
+                            f"{result.message} (no time left of {state}'s {budget:g}s budget to try again)",
                         )
-                        clock.sleep(min(self.run.timeout("retry_delay") * 2 ** (errors_here - 1), 300))
-                        continue
+                self._failure(result)
+                if retry_in is not None:
+                    self.run.log(
+                        f"{self.run.machine}: {state} on {self.run.box_label}: {result.error_type}, "
+                        f"trying again ({errors_here}/{row.retries})"
+                    )
+                    clock.sleep(retry_in)
+                    continue
+                if isinstance(result, Error) and row.on_error == state:
                     following = row.on_failure
                 elif isinstance(result, Error):
                     following = row.on_error

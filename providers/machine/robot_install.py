@@ -192,15 +192,20 @@ def installimage(run: Run) -> Result:
         "retries": 1,
         "retry_delay": run.timeout("ssh_retry_delay"),
     }
+    # Each step gets what is left of the state's budget: lsblk and installimage share it.
     budget = run.timeout("installimage")
-    listing = run_script(target, LSBLK_COMMAND, step_timeout=budget, step="lsblk", **common)
+    listing = run_script(target, LSBLK_COMMAND, step_timeout=run.step_timeout(budget), step="lsblk", **common)
     try:
         drive1, drive2 = pick_raid_pair(disks_from_lsblk(listing.output_tail))
         config = render_installimage_config(drive1=drive1, drive2=drive2, hostname=run.get("hostname"))
     except (RobotInstallInputError, RobotInstallError) as error:
         return Failed("InstallInput", str(error))
     run_script(
-        target, installimage_script(config, postinstall), step_timeout=budget, step="installimage", **common
+        target,
+        installimage_script(config, postinstall),
+        step_timeout=run.step_timeout(budget),
+        step="installimage",
+        **common,
     )
     return Complete()
 

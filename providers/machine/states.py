@@ -81,7 +81,7 @@ def joining(run: Run) -> Result:
         env_secrets=self_join_secrets(sudo_password=sudo_password, bootstrap_token=token.value),
         expected_host_key=pin,
         handshake_timeout=spec.timeout("ssh_handshake"),
-        step_timeout=spec.timeout("joining"),
+        step_timeout=run.step_timeout(spec.timeout("joining")),
         retries=1,  # connection trouble is the table's to retry
         step="self-join",
     )
@@ -119,7 +119,7 @@ def pn_vlan(run: Run) -> Result:
         env_secrets=pn_vlan_secrets(sudo_password=settings.sudo_password if target.user != "root" else None),
         expected_host_key=run.facts.get(PIN) or None,
         handshake_timeout=spec.timeout("ssh_handshake"),
-        step_timeout=spec.timeout("pn_vlan"),
+        step_timeout=run.step_timeout(spec.timeout("pn_vlan")),
         retries=1,
         step="pn-vlan",
     )
@@ -177,7 +177,7 @@ def mac_bootstrap(run: Run) -> Result:
         ),
         expected_host_key=run.facts.get(PIN) or None,
         handshake_timeout=spec.timeout("ssh_handshake"),
-        step_timeout=spec.timeout("mac_bootstrap"),
+        step_timeout=run.step_timeout(spec.timeout("mac_bootstrap")),
         retries=1,
         step="macos-bootstrap",
     )
@@ -218,8 +218,10 @@ def cordoning(run: Run) -> Result:
 
 
 def draining(run: Run) -> Result:
-    # One drain call waits (evictions a PodDisruptionBudget refuses are retried) for the state's budget.
-    kube.drain(run.get("kube"), _spec(run).node_name, timeout=run.timeout("draining"), sleep=run.clock.sleep)
+    # One drain call waits (evictions a PodDisruptionBudget refuses are retried) for what is left of the
+    # state's budget.
+    timeout = run.step_timeout(run.timeout("draining"))
+    kube.drain(run.get("kube"), _spec(run).node_name, timeout=timeout, sleep=run.clock.sleep)
     return Complete()
 
 

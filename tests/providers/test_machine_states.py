@@ -26,6 +26,7 @@ from providers.machine.fsm import (
     DONE,
     FAILED,
     MAX_ENTRIES_PER_RUN,
+    MIN_STEP_TIMEOUT,
     Complete,
     Continue,
     Error,
@@ -182,17 +183,17 @@ CASES = [
         1,
     ),
     Case(
-        # A polls 40 s at a time in a 100 s budget: two sleeps, then the third poll would overrun: a
-        # Timeout, routed to B, which does the same and routes back to A ... until a state would be
-        # entered a fourth time in one run.
+        # A polls 40 s at a time in a 100 s budget: two sleeps, then the third pause is cut to the 20 s
+        # left for a last look at the budget's end: a Timeout, routed to B, which does the same and routes
+        # back to A ... until a state would be entered a fourth time in one run.
         "the budget is spent polling: timeouts route between states until the loop cap",
-        tuple(Continue(40, "the box") for _ in range(9)),
+        tuple(Continue(40, "the box") for _ in range(4 * MAX_ENTRIES_PER_RUN)),
         (),
         "B",
         "Timeout",
         "B",
         ["A", "B"] * MAX_ENTRIES_PER_RUN,
-        [40.0] * (4 * MAX_ENTRIES_PER_RUN),
+        [40.0, 40.0, 20.0] * (2 * MAX_ENTRIES_PER_RUN),
         2 * MAX_ENTRIES_PER_RUN,
     ),
     Case(
@@ -267,6 +268,155 @@ def test_transitions(world: World, case: Case) -> None:
         case.visits + (["DONE"] if case.outcome == "done" else [])
     )
     assert world.clock.sleeps == case.sleeps
+
+
+# --- budgets bound the whole state ---------------------------------------------------------------------
+
+
+def timed(clock: FakeClock, *steps: tuple[float, Result | BaseException]) -> Callable[[Run], Result]:
+    """A handler whose calls take time: each step spends its seconds on the clock (not a sleep of the
+    runner's), then answers (an exception is raised)."""
+    answers = iter(steps)
+
+    def handler(_run: Run) -> Result:
+        seconds, answer = next(answers)
+        clock.t += seconds
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    return handler
+
+
+def test_a_failure_at_299s_of_a_300s_budget_is_not_retried(world: World) -> None:
+    """The state's retry delay (10 s) no longer fits in its budget: no fresh try of a whole budget. The
+    state fails with the error it ended on (where a later run resumes depends on its type), saying
+    that no time was left."""
+    world.run.timeout = Timeouts({"retry_delay": 10, "a": 300})
+    handler = timed(world.clock, (299, SshConnectError("connection refused")))
+    table = {"A": Row("A", handler, "a", DONE, "A", retries=3)}
+    with pytest.raises(MachineStepError) as caught:
+        start(world, table, "A")
+    error = caught.value
+    assert (error.state, error.error_type, error.failures) == ("A", "SshUnreachable", 1)
+    assert str(error) == (
+        "kura-ovh-0: A failed on ovh box ns1 after 299.0s (attempt 1, SshUnreachable, failure 1): "
+        "SshConnectError: connection refused (no time left of A's 300s budget to try again)"
+    )
+    assert world.clock.sleeps == []
+    stored = world.record.get("ovh", "ns1")
+    assert stored is not None
+    assert (stored.state, stored.error_type, stored.error_count) == ("A", "SshUnreachable", 1)
+    assert stored.last_error == (
+        "SshConnectError: connection refused (no time left of A's 300s budget to try again)"
+    )
+    assert not any("trying again" in line for line in world.lines)
+
+
+@pytest.mark.parametrize(
+    ("failed_at", "retried"),
+    [(289, True), (290, False)],
+    ids=["289s + 10s fits in 300s", "290s + 10s does not"],
+)
+def test_a_retry_is_taken_only_when_its_delay_fits_in_the_budget(
+    world: World, failed_at: float, retried: bool
+) -> None:
+    world.run.timeout = Timeouts({"retry_delay": 10, "a": 300})
+    handler = timed(world.clock, (failed_at, Error("Flaky", "once")), (0, Complete({"k": "v"})))
+    table = {"A": Row("A", handler, "a", DONE, "A", retries=3)}
+    if retried:
+        done = start(world, table, "A")
+        assert (done.state, done.facts, done.error_count) == (DONE, {"k": "v"}, 1)
+        assert world.clock.sleeps == [10]
+        assert world.clock.t == 299
+        assert any("A on ovh box ns1: Flaky, trying again (1/3)" in line for line in world.lines)
+    else:
+        with pytest.raises(MachineStepError) as caught:
+            start(world, table, "A")
+        assert (caught.value.error_type, caught.value.failures) == ("Flaky", 1)
+        assert str(caught.value).endswith("once (no time left of A's 300s budget to try again)")
+        assert world.clock.sleeps == []
+
+
+def test_the_backoff_stops_where_the_next_pause_would_overrun(world: World) -> None:
+    """Errors at 0 s, 10 s and 70 s of 100 s: pauses 10 s and 20 s fit; the third (40 s, from 70 s)
+    would end at 110 s: the state fails instead, at 70 s, with its last error."""
+    world.run.timeout = Timeouts({"retry_delay": 10, "a": 100})
+    handler = timed(
+        world.clock, (0, Error("Flaky", "1")), (0, Error("Flaky", "2")), (40, Error("Flaky", "3"))
+    )
+    table = {"A": Row("A", handler, "a", DONE, "A", retries=3)}
+    with pytest.raises(MachineStepError) as caught:
+        start(world, table, "A")
+    assert (caught.value.error_type, caught.value.failures) == ("Flaky", 3)
+    assert str(caught.value).endswith("3 (no time left of A's 100s budget to try again)")
+    assert world.clock.sleeps == [10, 20]
+    assert world.clock.t == 70
+
+
+def test_a_state_routed_elsewhere_on_error_keeps_its_error_type(world: World) -> None:
+    """Only a retry in place is bounded by the budget; an error routed to another state is not turned
+    into a timeout."""
+    world.run.timeout = Timeouts({"retry_delay": 10, "a": 100, "b": 100})
+    table = {
+        "A": Row("A", timed(world.clock, (99, Error("Gone", "away")), (0, Complete())), "a", "B", "B"),
+        "B": Row("B", scripted(Complete(), Complete()), "b", DONE, "B"),
+    }
+    done = start(world, table, "A")
+    assert done.state == DONE and done.error_count == 1
+    assert any("A on ovh box ns1: Gone, going back to B" in line for line in world.lines)
+
+
+@pytest.mark.parametrize("last_look", ["still waiting", "there"])
+def test_a_poll_near_the_end_sleeps_only_the_remainder_then_looks_once_more(
+    world: World, last_look: str
+) -> None:
+    """A state that retries itself (as NODE_READY does) polls 30 s at a time in 100 s: the fourth pause is
+    cut to the 10 s left, the look at 100 s is the last; still waiting there, the state times out with
+    the usual error and is not tried again."""
+    answers: list[Result] = [Continue(30, "the Node")] * 4
+    answers.append(Continue(30, "the Node") if last_look == "still waiting" else Complete())
+    calls: list[float] = []
+
+    def handler(_run: Run) -> Result:
+        calls.append(world.clock.t)
+        return answers.pop(0)
+
+    table = {"A": Row("A", handler, "a", DONE, "A", retries=3)}
+    if last_look == "there":
+        assert start(world, table, "A").state == DONE
+    else:
+        with pytest.raises(MachineStepError) as caught:
+            start(world, table, "A")
+        error = caught.value
+        assert (error.state, error.error_type, error.failures) == ("A", "Timeout", 1)
+        assert str(error) == (
+            "kura-ovh-0: A failed on ovh box ns1 after 100.0s (attempt 1, Timeout, failure 1): "
+            "the Node: not reached within 100s"
+        )
+    assert world.clock.sleeps == [30, 30, 30, 10]
+    assert calls == [0, 30, 60, 90, 100]
+    assert world.clock.t == 100
+
+
+def test_run_remaining_is_what_is_left_of_the_current_state(world: World) -> None:
+    seen: list[tuple[str, float, float, float]] = []
+
+    def look(name: str, spend: float) -> Callable[[Run], Result]:
+        def handler(run: Run) -> Result:
+            world.clock.t += spend
+            seen.append((name, run.remaining(), run.step_timeout(300), run.step_timeout(30)))
+            return Complete()
+
+        return handler
+
+    world.clock.t = 1000.0  # the clock's origin is no concern of the run's
+    table = {"A": Row("A", look("A", 60), "a", "B", "A"), "B": Row("B", look("B", 130), "b", DONE, "B")}
+    start(world, table, "A")
+    # A: 40 s left of its 100 s; B starts afresh, and has spent 30 s more than its budget: the floor.
+    assert seen == [("A", 40, 40, 30), ("B", -30, MIN_STEP_TIMEOUT, MIN_STEP_TIMEOUT)]
+    # Outside a Runner (a handler called on its own) nothing bounds a step but its own budget.
+    assert world.run.remaining() == float("inf") and world.run.step_timeout(300) == 300
 
 
 def test_what_is_persisted_on_failure_has_no_secret_and_is_cut_short(world: World) -> None:
@@ -575,6 +725,27 @@ def test_the_install_flow_needs_a_vendor_that_boots_a_rescue_system(
         install(world)
 
 
+def test_installimage_and_its_lsblk_share_the_states_budget(
+    robot_run: tuple[World, FakeRobot, list[Any], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world, _, _, _ = robot_run
+    world.run.facts.update(rescue_host_key="SHA256:rescue")
+    steps: list[tuple[str, float]] = []
+
+    def run_script(_target: SshTarget, _script: str, **kwargs: Any) -> Any:
+        steps.append((kwargs["step"], kwargs["step_timeout"]))
+        world.clock.t += 2000  # a slow rescue system: lsblk takes most of the budget
+        disks = [{"name": name, "size": 1000, "type": "disk"} for name in ("sda", "sdb")]
+        return type("R", (), {"output_tail": json.dumps({"blockdevices": disks})})()
+
+    monkeypatch.setattr(robot_install, "run_script", run_script)
+    row = robot_install.install_rows(then=DONE)["INSTALLIMAGE"]
+    single = {"INSTALLIMAGE": Row("INSTALLIMAGE", row.handler, row.budget, DONE, FAILED)}
+    Runner(single, world.run, world.record, world.progress, Phase.ADOPTING).start("INSTALLIMAGE")
+    assert DEFAULT_TIMEOUTS["installimage"] == 2700
+    assert steps == [("lsblk", 2700), ("installimage", 700)]
+
+
 # --- release: the reinstall ticket ------------------------------------------------------------------------
 
 
@@ -615,7 +786,8 @@ TICKET = Reinstall(vendor=Vendor.OVH, box_id="ns1", task_id="4242")
 @pytest.fixture
 def releasing(world: World) -> World:
     world.run.timeout = Timeouts({"poll_interval": 5})
-    world.run.extra.update(claim=FakeClaimSpec(), settings=FakeReleaseSettings())
+    # The provider passes the token the box carries (the claim's stored claim_token) as "token".
+    world.run.extra.update(claim=FakeClaimSpec(), settings=FakeReleaseSettings(), token=FakeClaimSpec.token)
     return world
 
 
@@ -867,3 +1039,59 @@ def test_a_mac_that_logs_in_as_another_user_is_refused(
     result = mac_bootstrap(world.run)
     assert isinstance(result, Failed) and result.error_type == "WrongLogin"
     assert scripts == []
+
+
+# --- a step is given what is left of its state's budget -------------------------------------------------
+
+
+def test_an_ssh_step_started_with_40s_left_gets_a_40s_timeout(
+    world: World, scripts: list[tuple[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PN_VLAN's 120 s: the first try's connection fails after 70 s, the retry starts 10 s later with
+    40 s left, and its script gets 40 s, not another 120."""
+    from providers.machine import states
+
+    timeouts: list[float] = []
+
+    def run_script(_target: SshTarget, _script: str, **kwargs: Any) -> Any:
+        timeouts.append(kwargs["step_timeout"])
+        if len(timeouts) == 1:
+            world.clock.t += 70
+            raise SshConnectError("connection refused")
+        return type("R", (), {"host_key_fingerprint": "SHA256:box"})()
+
+    monkeypatch.setattr(states, "run_script", run_script)
+    world.run.extra.update(
+        settings=ScalewaySettings(FakeScaleway()),
+        spec=_machine("scaleway_em", private_network="9e700000-0000-4000-8000-000000000001"),
+        target=SshTarget("127.0.0.1", 22, "ubuntu"),
+    )
+    world.run.facts["pn_vlan"] = "212"
+    row = adopt_table(Vendor.SCALEWAY_EM, private_network=True)["PN_VLAN"]
+    assert (row.budget, DEFAULT_TIMEOUTS["pn_vlan"], DEFAULT_TIMEOUTS["retry_delay"]) == ("pn_vlan", 120, 10)
+    start(world, {"PN_VLAN": Row("PN_VLAN", row.handler, row.budget, DONE, "PN_VLAN")}, "PN_VLAN")
+    assert timeouts == [120, 40]
+    assert world.clock.sleeps == [10]
+
+
+def test_a_drain_gets_what_is_left_of_the_draining_budget(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from providers.machine import states
+
+    timeouts: list[float] = []
+
+    def drain(_api: Any, node: str, *, timeout: float, sleep: Callable[[float], None]) -> None:
+        timeouts.append(timeout)
+        if len(timeouts) == 1:
+            world.clock.t += 500
+            raise states.kube.KubeError(f"evict a Pod of {node}: 500")
+
+    monkeypatch.setattr(states.kube, "drain", drain)
+    world.run.timeout = Timeouts({})
+    world.run.extra.update(kube="api", spec=type("Spec", (), {"node_name": "n1"})())
+    row = leave_table()["DRAINING"]
+    start(
+        world, {"DRAINING": Row("DRAINING", row.handler, row.budget, DONE, "DRAINING", retries=1)}, "DRAINING"
+    )
+    assert timeouts == [600, 90]
