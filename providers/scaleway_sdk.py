@@ -506,7 +506,12 @@ class ProjectClient(MarkerFiltering):
         """Start a (re)install the vendor runs on its own, once: `post` sends it, `progress` reads the
         server's (state, what identifies its last install). A (re)install already running is followed,
         never a second one sent; a lost answer is settled by reading back whether the install record
-        changed; a 409 while one runs (a parallel release) is that one's ticket."""
+        changed; a 409 while one runs (a parallel release) is that one's ticket.
+
+        RUNNING from `progress` must mean a (re)install runs, nothing else: it is followed with no
+        POST, and the ticket's later DONE ends the release. A server busy with something else (an
+        Apple silicon Mac rebooting) is not RUNNING: `progress` raises TransientVendorError for it
+        instead, before the POST or after a 409 alike, and the caller retries once it is ready."""
         ticket = Reinstall(vendor=self.VENDOR_ENUM, box_id=box_id, started_running=True)
         state, before = progress()
         if state is InstallState.RUNNING:

@@ -24,11 +24,12 @@ from providers.applesilicon.models import (
     compose_name,
     install_state_of,
     login_of,
+    not_ready_status,
     parse_box_id,
     parse_name,
     resolve_os,
 )
-from providers.errors import VendorInputError
+from providers.errors import TransientVendorError, VendorInputError
 from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
 from providers.vendor import Box, Claim, InstallState, Reinstall, Vendor, single_line_key
 
@@ -113,9 +114,14 @@ class AppleSiliconClient(ProjectClient):
 
         macOS is reinstalled with Scaleway's own user and a sudo password Scaleway picks, so
         `user_login` must be the Mac's `ssh_username` and `user_password` is not sent; `hostname` is
-        not either (the name carries the fleet marker). A reinstall already running (a retried
-        release; or the one a 409 `transient_state` reveals) is followed, not started again; a lost
-        answer is settled by reading the server back (ProjectClient._start).
+        not either (the name carries the fleet marker). A reinstall already running (the Mac reads
+        `reinstalling`: a retried release, or the one a 409 `transient_state` reveals) is followed,
+        not started again; a lost answer is settled by reading the server back
+        (ProjectClient._start). A Mac in any other transient status (rebooting, starting, busy,
+        updating, locking, unlocking) runs no reinstall and takes none yet: TransientVendorError
+        (`maybe_applied` False), nothing sent, and the release state retries until the Mac is
+        `ready`. Following such a status instead would end the release on the next `ready` with
+        the previous holder's data on the Mac.
         """
         del hostname, user_password  # not settable on Apple silicon (see above)
         zone, server_id = parse_box_id(box_id)
@@ -126,6 +132,10 @@ class AppleSiliconClient(ProjectClient):
                 f"Apple silicon server {box_id} logs in as {server.ssh_username!r}, not {user_login!r}: "
                 "set the fleet's ssh_user"
             )
+        status = not_ready_status(server)
+        if status is not None:
+            # Nothing written for a Mac that takes no reinstall yet, not even the fleet key.
+            raise self._not_ready(box_id, status)
         server_type = str(server.type_)
         systems = self._caller.call(
             "GET /apple-silicon/v1alpha1/zones/{zone}/os",
@@ -151,15 +161,37 @@ class AppleSiliconClient(ProjectClient):
         return ticket
 
     def _progress(self, box_id: str) -> tuple[InstallState, str]:
-        """(reinstall state, what identifies the Mac's last install): its image and updated_at."""
+        """(reinstall state, what identifies the Mac's last install): its image and updated_at.
+        Raises TransientVendorError while the Mac is in a transient status other than
+        `reinstalling` (models.NOT_READY): no reinstall can start from it, nor is one running."""
         server = self._server(box_id)
+        status = not_ready_status(server)
+        if status is not None:
+            raise self._not_ready(box_id, status)
         os_id = server.os.id if server.os is not None else ""
         return install_state_of(server), f"{os_id} {server.updated_at}"
 
+    @staticmethod
+    def _not_ready(box_id: str, status: str) -> TransientVendorError:
+        """The Mac is `status` (models.NOT_READY): no reinstall runs and none can start yet. Worth
+        retrying: the next attempt reads the Mac again before it sends anything, so nothing is sent
+        twice for it (`maybe_applied` False; after a lost POST answer too, ProjectClient._start's
+        read-back)."""
+        return TransientVendorError(
+            vendor=VENDOR,
+            call=f"POST {_SERVER}/reinstall",
+            subject=box_id,
+            code="transient_state",
+            message=f"the Mac is {status}, not reinstalling: the reinstall waits for it to be ready",
+            maybe_applied=False,
+        )
+
     def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
-        """From the server status (models.install_state_of). The ticket changes nothing: the
-        reinstall a ticket names moved the Mac to `reinstalling` when it was started, so a later
-        `ready` is its own."""
+        """From the server status (models.install_state_of): `reinstalling` runs, `ready` is done.
+        The ticket changes nothing: start_reinstall returns one only once the reinstall was accepted
+        (the POST answered 2xx; vendorsim answers it with the Mac `reinstalling`, as Scaleway is
+        assumed to) or seen running (`reinstalling` before the POST, on a read-back or after a 409),
+        never for a Mac that was rebooting or otherwise busy; so a later `ready` is its own."""
         return install_state_of(self._server(box_id))
 
     # --- private networks --------------------------------------------------------------------------

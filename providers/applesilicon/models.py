@@ -22,7 +22,8 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scaleway.applesilicon.v1alpha1.types import OS, Server
+from scaleway.applesilicon.v1alpha1 import SERVER_TRANSIENT_STATUSES
+from scaleway.applesilicon.v1alpha1.types import OS, Server, ServerStatus
 
 from providers.errors import VendorInputError
 from providers.scaleway_sdk import parse_box_id as _parse_box_id
@@ -30,8 +31,12 @@ from providers.vendor import Box, Claim, InstallState, Vendor, split_claim_suffi
 
 VENDOR = Vendor.APPLESILICON.value
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-# ServerStatus values during which a reinstall (or the delivery that precedes one) is still going.
-_RUNNING = frozenset({"reinstalling", "starting", "rebooting", "busy", "updating"})
+# The one ServerStatus a reinstall shows while it runs.
+REINSTALLING = str(ServerStatus.REINSTALLING)
+# The SDK's other transient ServerStatus values (starting, rebooting, updating, locking, unlocking,
+# busy): the Mac is doing something else (a reboot from the console, a delivery, an update), no
+# reinstall runs, and Scaleway refuses one until the Mac is `ready` again (409 `transient_state`).
+NOT_READY = frozenset(str(s) for s in SERVER_TRANSIENT_STATUSES) - {REINSTALLING}
 
 
 def parse_box_id(box_id: str) -> tuple[str, str]:
@@ -82,16 +87,23 @@ def box_from_server(server: Server) -> Box:
 
 
 def install_state_of(server: Server) -> InstallState:
-    """From the server status: `reinstalling` (and the transient states around it) run, `ready` is
-    done, `error` failed; `locked` (Scaleway's hold on the account or server) says nothing."""
+    """From the server status: only `reinstalling` runs, `ready` is done, `error` failed. Any other
+    status says no reinstall is known to run: the transient ones (NOT_READY: a reboot, a delivery,
+    an update) are not a reinstall, and `locked` is Scaleway's hold on the account or server."""
     status = str(server.status)
     if status == "ready":
         return InstallState.DONE
     if status == "error":
         return InstallState.FAILED
-    if status in _RUNNING:
+    if status == REINSTALLING:
         return InstallState.RUNNING
     return InstallState.PENDING
+
+
+def not_ready_status(server: Server) -> str | None:
+    """The server's status when it is one no reinstall can start from yet (NOT_READY), else None."""
+    status = str(server.status)
+    return status if status in NOT_READY else None
 
 
 def _family_key(text: str) -> str:

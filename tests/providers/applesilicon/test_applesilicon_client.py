@@ -12,7 +12,7 @@ import pytest
 from config.models import Vendor
 from providers.applesilicon.client import AppleSiliconClient
 from providers.applesilicon.models import compose_name, parse_name, provider_id
-from providers.errors import VendorInputError
+from providers.errors import ConflictError, TransientVendorError, VendorInputError
 from providers.retry import RetryPolicy
 from providers.vendor import Box, Claim, InstallState, Reinstall
 
@@ -294,27 +294,103 @@ def test_the_fleet_user_must_be_the_macs(recorder, client) -> None:
     assert recorder.calls() == [f"GET {SERVER}"]
 
 
+PREP_CALLS = [
+    f"GET {SERVER}",
+    "GET /apple-silicon/v1alpha1/zones/fr-par-3/os?page=1&page_size=100&server_type=M2-L",
+    f"GET /iam/v1alpha1/ssh-keys?page=1&page_size=100&project_id={PROJECT}",
+    "POST /iam/v1alpha1/ssh-keys",
+]
+
+
 def test_a_reinstall_already_running_is_followed_not_started_again(recorder, client) -> None:
     _reinstallable(recorder, SYSTEMS)
     recorder.on("GET", SERVER, server(), server(status="reinstalling"))
     ticket = client.start_reinstall(BOX, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
     assert ticket == Reinstall(vendor=Vendor.APPLESILICON, box_id=BOX)
-    assert f"POST {SERVER}/reinstall" not in recorder.calls()
+    assert recorder.calls() == [*PREP_CALLS, f"GET {SERVER}"]  # `reinstalling`: followed, no POST
+    recorder.on("GET", SERVER, server(status="reinstalling"), server(status="ready"))
+    assert client.install_state(BOX, ticket) is InstallState.RUNNING
+    assert client.install_state(BOX, ticket) is InstallState.DONE
 
 
-def test_a_409_while_a_reinstall_runs_is_that_reinstalls_ticket(recorder, client) -> None:
+def _start(client: AppleSiliconClient) -> Reinstall:
+    return client.start_reinstall(BOX, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+
+
+@pytest.mark.parametrize("status", ["rebooting", "starting", "busy", "updating", "locking", "unlocking"])
+def test_a_mac_busy_with_something_else_is_not_followed_but_waited_for(recorder, client, status) -> None:
+    """An operator rebooted a hung Mac from the console, then took it out of the fleet: its
+    `rebooting` is no reinstall. Following it would end the release at the next `ready` with the
+    previous holder's data on the Mac; nothing is sent, and the release state retries."""
     _reinstallable(recorder, SYSTEMS)
-    recorder.on("GET", SERVER, server(), server(), server(status="reinstalling"))
-    busy = {
-        "current_state": "reinstalling",
+    recorder.on("GET", SERVER, server(status=status))
+    with pytest.raises(TransientVendorError, match=f"the Mac is {status}, not reinstalling") as raised:
+        _start(client)
+    assert raised.value.maybe_applied is False
+    assert recorder.calls() == [f"GET {SERVER}"]  # no fleet key, no POST .../reinstall
+    assert client.install_state(BOX) is InstallState.PENDING  # not RUNNING: no reinstall runs
+
+
+def test_a_rebooting_mac_is_reinstalled_once_ready_and_done_only_after_that(recorder, client) -> None:
+    _reinstallable(recorder, SYSTEMS)
+    recorder.on("GET", SERVER, server(status="rebooting"))
+    with pytest.raises(TransientVendorError):
+        _start(client)
+    assert recorder.calls() == [f"GET {SERVER}"]
+    # The release state retries: the Mac is `ready` now, the reinstall is sent.
+    recorder.on("GET", SERVER, server(status="ready"))
+    ticket = _start(client)
+    assert ticket == Reinstall(vendor=Vendor.APPLESILICON, box_id=BOX)
+    assert recorder.calls()[1:] == [*PREP_CALLS, f"GET {SERVER}", f"POST {SERVER}/reinstall"]
+    # Followed: DONE only once the reinstall it started has run.
+    recorder.on("GET", SERVER, server(status="reinstalling"), server(status="reinstalling"), server())
+    states = [client.install_state(BOX, ticket) for _ in range(3)]
+    assert states == [InstallState.RUNNING, InstallState.RUNNING, InstallState.DONE]
+
+
+def test_a_mac_that_starts_rebooting_after_the_first_read_is_still_not_followed(recorder, client) -> None:
+    # ready when start_reinstall reads it, rebooting when the decisive read comes: no POST either.
+    _reinstallable(recorder, SYSTEMS)
+    recorder.on("GET", SERVER, server(), server(status="rebooting"))
+    with pytest.raises(TransientVendorError, match="the Mac is rebooting"):
+        _start(client)
+    assert recorder.calls() == [*PREP_CALLS, f"GET {SERVER}"]
+
+
+def _refused(current_state: str) -> Any:
+    return {
+        "current_state": current_state,
         "message": "resource is in a transient state",
         "resource": "apple_silicon_server",
         "resource_id": SID,
         "type": "transient_state",
     }
-    recorder.on("POST", f"{SERVER}/reinstall", recorder.reply(busy, status=409))
-    ticket = client.start_reinstall(BOX, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+
+
+def test_a_409_while_a_reinstall_runs_is_that_reinstalls_ticket(recorder, client) -> None:
+    _reinstallable(recorder, SYSTEMS)
+    recorder.on("GET", SERVER, server(), server(), server(status="reinstalling"))
+    recorder.on("POST", f"{SERVER}/reinstall", recorder.reply(_refused("reinstalling"), status=409))
+    ticket = _start(client)
     assert ticket.box_id == BOX
+    assert recorder.calls() == [*PREP_CALLS, f"GET {SERVER}", f"POST {SERVER}/reinstall", f"GET {SERVER}"]
+
+
+def test_a_409_while_the_mac_reboots_is_retried_later_not_followed(recorder, client) -> None:
+    _reinstallable(recorder, SYSTEMS)
+    recorder.on("GET", SERVER, server(), server(), server(status="rebooting"))
+    recorder.on("POST", f"{SERVER}/reinstall", recorder.reply(_refused("rebooting"), status=409))
+    with pytest.raises(TransientVendorError, match="the Mac is rebooting") as raised:
+        _start(client)
+    assert raised.value.maybe_applied is False
+    assert recorder.calls() == [*PREP_CALLS, f"GET {SERVER}", f"POST {SERVER}/reinstall", f"GET {SERVER}"]
+
+
+def test_a_409_with_the_mac_ready_again_is_the_refusal(recorder, client) -> None:
+    _reinstallable(recorder, SYSTEMS)
+    recorder.on("POST", f"{SERVER}/reinstall", recorder.reply(_refused("rebooting"), status=409))
+    with pytest.raises(ConflictError):
+        _start(client)
     assert recorder.calls().count(f"POST {SERVER}/reinstall") == 1
 
 
@@ -322,7 +398,11 @@ def test_a_409_while_a_reinstall_runs_is_that_reinstalls_ticket(recorder, client
     ("status", "state"),
     [
         ("reinstalling", InstallState.RUNNING),
-        ("starting", InstallState.RUNNING),
+        # A Mac busy with something else runs no reinstall.
+        ("starting", InstallState.PENDING),
+        ("rebooting", InstallState.PENDING),
+        ("busy", InstallState.PENDING),
+        ("updating", InstallState.PENDING),
         ("ready", InstallState.DONE),
         ("error", InstallState.FAILED),
         ("locked", InstallState.PENDING),

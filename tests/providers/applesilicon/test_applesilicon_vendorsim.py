@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from providers.applesilicon.client import AppleSiliconClient
-from providers.errors import VendorInputError
+from providers.errors import TransientVendorError, VendorInputError
 from providers.retry import RetryPolicy
 from providers.vendor import Claim, InstallState
 
@@ -97,6 +97,41 @@ def test_a_second_release_follows_the_running_reinstall(vendorsim) -> None:
     entries = vendorsim.admin("GET", "/audit?since=0")["entries"]
     assert [e["path"] for e in entries if e["path"].endswith("/reinstall")] == [
         "/scaleway/apple-silicon/v1alpha1/zones/fr-par-3/servers/a5000000-0000-4000-8000-000000000001/reinstall"
+    ]
+
+
+def test_a_mac_rebooted_from_the_console_is_reinstalled_once_ready_not_followed(vendorsim) -> None:
+    """The review's case: an operator rebooted a hung Mac, then the release came. `rebooting` is no
+    reinstall: nothing is sent while it lasts, the retry once the Mac is `ready` sends the reinstall,
+    and the Mac comes back wiped (a new sudo password), DONE only after that."""
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 3})  # the reboot outlasts the first try
+    client = make_client(vendorsim)
+    before = client.login(MAC1).sudo_password
+    zone, sid = MAC1.split("/")
+    server = f"/scaleway/apple-silicon/v1alpha1/zones/{zone}/servers/{sid}"
+    rebooted = requests.post(
+        f"{vendorsim.url}{server}/reboot", json={}, headers={"X-Auth-Token": SECRET}, timeout=10
+    )
+    assert rebooted.json()["status"] == "rebooting"
+    with pytest.raises(TransientVendorError, match="the Mac is rebooting") as raised:
+        client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    assert raised.value.maybe_applied is False
+    assert client.install_state(MAC1) is InstallState.PENDING
+    entries = vendorsim.admin("GET", "/audit?since=0")["entries"]
+    assert [(e["method"], e["path"]) for e in entries] == [("POST", f"{server}/reboot")]
+
+    wait_for(lambda: client.get_box(MAC1).state == "ready")
+    assert client.login(MAC1).sudo_password == before  # a reboot wipes nothing
+    ticket = client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    assert client.install_state(MAC1, ticket) is InstallState.RUNNING
+    client.wait_reinstall(ticket, timeout=10)
+    assert client.install_state(MAC1, ticket) is InstallState.DONE
+    assert client.login(MAC1).sudo_password != before
+    entries = vendorsim.admin("GET", "/audit?since=0")["entries"]
+    assert [(e["method"], e["path"], e["status"]) for e in entries] == [
+        ("POST", f"{server}/reboot", 200),
+        ("POST", "/scaleway/iam/v1alpha1/ssh-keys", 200),
+        ("POST", f"{server}/reinstall", 200),
     ]
 
 
