@@ -39,6 +39,7 @@ from providers.vendor import (
     Box,
     Claim,
     InstallState,
+    Reinstall,
     Vendor,
     marker_writer,
 )
@@ -76,6 +77,25 @@ def refuse_unless_free(stack: Stack, ref: BoxRef, box: Box, doing: str) -> None:
     foreign = foreign_marker(stack, box)
     if foreign:
         raise OpsError(f"refusing to {doing} {ref}: it belongs to another environment ({foreign})")
+
+
+def refuse_if_node(ref: BoxRef, box: Box, nodes: Nodes, doing: str) -> None:
+    """One line and no write for a box that is still a Node of the stack's cluster, and for any box
+    while the cluster does not answer (whether it is a Node cannot be told). The Node is looked up by
+    the vendor's own id of the box (`box.id`, as get_box read it), not the id as typed: Robot answers
+    for `02345607` with server 2345607, and its Node names `hrobot://2345607`."""
+    if not (nodes.known or nodes.status == "no cluster"):
+        raise OpsError(
+            f"refusing to {doing} {ref}: cannot tell whether it is still a Node (cluster {nodes.status}); "
+            "rerun once the cluster answers"
+        )
+    node = nodes.by_box.get((box.vendor, box.id))
+    if node is not None:
+        raise OpsError(
+            f"refusing to {doing} {ref}: it is still Node {node.name}; drain and delete it first "
+            f"(kubectl drain {node.name} --ignore-daemonsets --delete-emptydir-data && "
+            f"kubectl delete node {node.name})"
+        )
 
 
 # --- prep -----------------------------------------------------------------------------------------------
@@ -136,6 +156,9 @@ class PrepPlan:
     fleet: Fleet
     before: Probe
     reinstall_reasons: list[str]
+    # An install runs at the vendor already (a prep cut short): run_prep only waits for it, and never
+    # starts one of its own.
+    following: bool = False
 
     @property
     def reinstall(self) -> bool:
@@ -156,8 +179,10 @@ def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinst
     try:
         running = stack.client(ref.vendor).install_state(box.id) is InstallState.RUNNING
     except VendorError as error:
-        # Never guess "none runs": a box mid-install refuses the fleet key, which reads as a reason
-        # to start a second install.
+        # Never guess either way: "none runs" would start a second install on a box mid-install
+        # (which refuses the fleet key), and "one runs" (OVH's newest task answering 404 or 500,
+        # which may be one that ended long ago) would promise to follow an install there may be none
+        # of.
         raise OpsError(
             f"{ref}: cannot tell whether an install runs at {ref.vendor.value} "
             f"({stack.scrub(str(error)).splitlines()[0]}); rerun in a minute"
@@ -169,6 +194,7 @@ def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinst
             fleet,
             Probe(False, False, problem="reinstalling"),
             ["a reinstall runs at the vendor: following it"],
+            following=True,
         )
     # Read again: an install that ended between the first read and the state above (a prep cut
     # short, rerun) had left that read saying "no OS", which would have started a second install.
@@ -188,6 +214,9 @@ def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinst
             f"{ref}: unreachable over SSH ({before.problem}); check the box at {ref.vendor.value} "
             "(is it up?), or reinstall it with --reinstall"
         )
+    if reasons:
+        # A reinstall wipes the box: never one that is still a Node of the cluster (as unclaim).
+        refuse_if_node(ref, box, Nodes(stack), "reinstall")
     return PrepPlan(ref, box, fleet, before, reasons)
 
 
@@ -196,7 +225,10 @@ def describe_prep(stack: Stack, plan: PrepPlan) -> list[str]:
     lines = [
         f"prep {plan.ref} for fleet {fleet.name} ({box.public_ipv4}:{fleet.ssh_port}, login {fleet.ssh_user})"
     ]
-    if plan.reinstall:
+    if plan.following:
+        lines.append("  follow the reinstall that runs at the vendor (no new one is started)")
+        lines.append("  then wait for SSH with the fleet key and check sudo and /data again")
+    elif plan.reinstall:
         lines.append(
             f"  reinstall {fleet.os} with the fleet key and the fleet sudo password "
             f"(hostname {node_name_for(fleet.name, box.id)}): {'; '.join(plan.reinstall_reasons)}"
@@ -215,20 +247,27 @@ def run_prep(stack: Stack, plan: PrepPlan, console: Console, say: Say) -> Probe:
     resume = f"rerun `tuist-ops prep -s {stack.name} {ref}` to follow it"
     if plan.reinstall:
         client = stack.client(ref.vendor)
-        # The plan's read is an SSH probe old: a `pulumi up` may have claimed the box since.
-        refuse_unless_free(stack, ref, get_box(stack, ref), "reinstall")
-        try:
-            ticket = client.start_reinstall(
-                box.id,
-                hostname=node_name_for(fleet.name, box.id),
-                ssh_public_key=stack.settings.fleet_public_key,
-                user_login=fleet.ssh_user,
-                user_password=stack.settings.sudo_password,
-                os_label=fleet.os,
-            )
-        except (VendorError, VendorInputError) as error:
-            raise OpsError(f"{ref}: starting the reinstall failed: {stack.scrub(str(error))}") from None
-        say(f"{ref}: reinstall started{f' (task {ticket.task_id})' if ticket.task_id else ''}")
+        ticket: Reinstall | None = None
+        if plan.following:
+            # Only waited for: start_reinstall reads the vendor's tasks afresh, and one that does not
+            # answer there reads as none running, so it would start the second install the plan
+            # promised not to. Without a ticket, the wait reads the box's newest install.
+            say(f"{ref}: following the reinstall that runs at the vendor")
+        else:
+            # The plan's read is an SSH probe old: a `pulumi up` may have claimed the box since.
+            refuse_unless_free(stack, ref, get_box(stack, ref), "reinstall")
+            try:
+                ticket = client.start_reinstall(
+                    box.id,
+                    hostname=node_name_for(fleet.name, box.id),
+                    ssh_public_key=stack.settings.fleet_public_key,
+                    user_login=fleet.ssh_user,
+                    user_password=stack.settings.sudo_password,
+                    os_label=fleet.os,
+                )
+            except (VendorError, VendorInputError) as error:
+                raise OpsError(f"{ref}: starting the reinstall failed: {stack.scrub(str(error))}") from None
+            say(f"{ref}: reinstall started{f' (task {ticket.task_id})' if ticket.task_id else ''}")
 
         def installing() -> Poll:
             try:
@@ -416,19 +455,11 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
     foreign = foreign_marker(stack, box)
     if foreign:
         raise OpsError(f"refusing to unclaim {ref}: it belongs to another environment ({foreign})")
-    if not (nodes.known or nodes.status == "no cluster"):
-        raise OpsError(
-            f"refusing to unclaim {ref}: cannot tell whether it is still a Node (cluster {nodes.status}); "
-            "rerun once the cluster answers"
-        )
-    node = nodes.by_box.get((ref.vendor, ref.box_id))
-    if node is not None:
-        raise OpsError(
-            f"refusing to unclaim {ref}: it is still Node {node.name}; drain and delete it first "
-            f"(kubectl drain {node.name} --ignore-daemonsets --delete-emptydir-data && "
-            f"kubectl delete node {node.name})"
-        )
-    if reinstall and ref.vendor not in PREP_VENDORS:
+    refuse_if_node(ref, box, nodes, "unclaim")
+    # Robot's reinstall is the rescue system and installimage the machine provider drives over SSH,
+    # not a vendor call; OVH, Dedibox, Elastic Metal and Apple silicon reinstall through their APIs
+    # (their adoption installs nothing: a box put back unwiped would stay so).
+    if reinstall and ref.vendor is Vendor.ROBOT:
         raise OpsError(
             f"{ref}: {ref.vendor.value} boxes are reinstalled through a rescue system the program drives; "
             "rerun with --no-reinstall and let the next adoption install it"
@@ -447,7 +478,7 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
                 f"refusing to reinstall production box {ref} (fleet {fleet.name}): set "
                 f"{' and '.join(missing)} in Pulumi.{stack.name}.yaml first, as a release needs"
             )
-    record = _record_of(stack, ref, nodes)
+    record = _record_of(stack, ref, box, nodes)
     if record is not None and record.holder.token != box.claim.token:
         raise OpsError(
             f"refusing to unclaim {ref}: the cluster's MachineClaim {record.name} names holder "
@@ -512,11 +543,12 @@ def _claim_records(stack: Stack) -> KubeClaimRecord:
     return KubeClaimRecord(stack.kube_api())
 
 
-def _record_of(stack: Stack, ref: BoxRef, nodes: Nodes) -> Progress | None:
+def _record_of(stack: Stack, ref: BoxRef, box: Box, nodes: Nodes) -> Progress | None:
+    """The box's record, by the vendor's own id of the box (as the machine provider keys it)."""
     if not nodes.known:  # no cluster: no record
         return None
     return _cluster_call(
-        stack, ref, "reading", lambda: _claim_records(stack).get(ref.vendor.value, ref.box_id), None
+        stack, ref, "reading", lambda: _claim_records(stack).get(box.vendor.value, box.id), None
     )
 
 

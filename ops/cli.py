@@ -321,9 +321,14 @@ def urn(
             and (r.get("outputs") or {}).get("box_id") == ref.box_id
             and (r.get("outputs") or {}).get("vendor", ref.vendor.value) == ref.vendor.value
         ]
+        what = kind.rsplit(":", 1)[-1]
         if not urns:
+            raise stack_ops.OpsError(f"{ref}: no {what} in stack {stack.name}'s state holds it")
+        if len(urns) > 1:
+            # Its output goes to `pulumi state unprotect` and `--target`: never one picked at random.
             raise stack_ops.OpsError(
-                f"{ref}: no {kind.rsplit(':', 1)[-1]} in stack {stack.name}'s state holds it"
+                f"{ref}: {len(urns)} {what}s in stack {stack.name}'s state hold it ({', '.join(urns)}); "
+                "find out which one really holds it before passing a URN to pulumi"
             )
         out.print(urns[0], markup=False, highlight=False, soft_wrap=True)
 

@@ -298,8 +298,13 @@ class OvhClient(MarkerFiltering):
 
     def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
         """State of `reinstall`'s own task; without one, of the newest install task (PENDING when
-        the box has none). A task that answers 404 or 500 reads RUNNING: OVH does that for tasks in
-        flight, and never falling through to an older task keeps a release from ending early."""
+        the box has none).
+
+        With a ticket, its task answering 404 or 500 reads RUNNING: OVH does that for tasks in
+        flight, and never falling through to an older task keeps a release from ending early.
+        Without one, the same answer raises VendorError: the newest task may as well be one that
+        ended long ago (the prep reinstall), and start_reinstall, which reads it as not running
+        before its POST, would wipe a box a RUNNING here had promised only to follow."""
         return self._progress(check_service_name(box_id), reinstall)[0]
 
     def wait_reinstall(self, reinstall: Reinstall, *, timeout: float) -> None:
@@ -349,17 +354,29 @@ class OvhClient(MarkerFiltering):
             ids = self._install_task_ids(svc)
             if not ids:
                 return InstallState.PENDING, ""
-            task_id = ids[0]
+            task_id, ticketless = ids[0], True
         else:
-            task_id = int(reinstall.task_id)
+            task_id, ticketless = int(reinstall.task_id), False
         try:
             task = self._task(svc, task_id)
-        except NotFoundError:
-            # OVH answers 404 for tasks in flight now and then; an older task says nothing about it.
-            log.info("OVH task %s of %s answered 404 (in flight, as OVH does); waiting", task_id, svc)
-            return InstallState.RUNNING, "404"
-        except TransientVendorError as error:
-            log.info("OVH task %s of %s: %s; waiting", task_id, svc, error)
+        except (NotFoundError, TransientVendorError) as error:
+            if ticketless:
+                # Nothing says the newest task is one in flight (see install_state): no guess.
+                raise VendorError(
+                    vendor=VENDOR,
+                    call=error.call,
+                    subject=svc,
+                    status=error.status,
+                    code=error.code,
+                    request_id=error.request_id,
+                    message=(
+                        f"the newest reinstall task, {task_id}, did not answer: whether an install "
+                        "runs cannot be told"
+                    ),
+                ) from error
+            # OVH answers 404 or 500 for tasks in flight now and then; an older task says nothing
+            # about this one.
+            log.info("OVH task %s of %s: %s (in flight, as OVH does); waiting", task_id, svc, error)
             return InstallState.RUNNING, str(error.status or "no answer")
         status = str(task.get("status") or "")
         return install_state_of_task(status), status

@@ -56,6 +56,29 @@ def dev_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
     return on_sim(raw, sim, key)
 
 
+def dev_config_with_scaleway(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
+    """Pulumi.dev.yaml's config with every fleet, the Elastic Metal and Apple silicon ones too (one
+    Scaleway project and key for both, as the dev stack has), on the test's simulator: for what the
+    operator does to those boxes (unclaim)."""
+    raw = read_stack_file(REPO / "Pulumi.dev.yaml")
+    cluster = {k: v for k, v in raw["cluster"].items() if k != "api_server"}
+    raw["cluster"] = {**cluster, "render_dir": "rendered/ops-test"}
+    values = on_sim(raw, sim, key)
+    creds = sim.inventory["credentials"]["scaleway"]
+    project = {
+        "api_url": f"{sim.url}/scaleway",
+        "access_key": creds["access_key"],
+        "project_id": creds["project_id"],
+    }
+    values[f"{PROJECT}:vendors"] = {
+        **values[f"{PROJECT}:vendors"],
+        "scaleway_em": {**project, "zones": ["fr-par-1", "fr-par-2", "nl-ams-1"]},
+        "applesilicon": {**project, "zones": ["fr-par-1", "fr-par-3"]},
+    }
+    values[f"{PROJECT}:scalewaySecretKey"] = creds["secret_key"]
+    return values
+
+
 def production_config(sim: Sim, key: FleetKey | None = None) -> dict[str, Any]:
     """Pulumi.production.yaml's config (two OVH fleets: kura-us-east, kura-us-west) with the
     simulator's secrets and its boxes' SSH port. Its vendor accounts stay the real APIs' (config

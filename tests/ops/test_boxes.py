@@ -3,6 +3,7 @@ what changed on the box, and one clear line with nothing written for every refus
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -143,6 +144,93 @@ def test_a_vendor_5xx_mid_prep_is_one_line_changes_nothing_and_a_rerun_converges
     sim.clear_faults()
     assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
     assert " ".join(key.public.split()[:2]) in authorized_keys(sim, f"ovh-{OVH_UNMARKED}")
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [(404, "Client::NotFound"), (500, "Server::InternalServerError")]
+)
+def test_prep_whose_newest_reinstall_task_does_not_answer_cannot_tell_and_never_reinstalls(
+    sim: Sim, status: int, code: str
+) -> None:
+    """The box was prepped (its newest reinstall task ended long ago); OVH now answers 404 or 500 for
+    that task. Whether an install runs cannot be told: the plan says so (not "a reinstall runs:
+    following it"), and neither the dry run nor the real run sends a reinstall: the box is ready and
+    --reinstall was not given."""
+    key = new_fleet_key()
+    ops = Ops(sim, key=key)
+    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
+    (task,) = [t for t in sim.state()["ovh"]["tasks"] if t["serviceName"] == OVH_UNMARKED]
+    assert task["status"] == "done"
+    sim.faults(
+        {
+            "vendor": "ovh",
+            "route": "/ovh/1.0/dedicated/server/*/task/*",
+            "method": "GET",
+            "error_rate": 1,
+            "status": status,
+        }
+    )
+    since = sim.last_audit_id()
+    calls = len(sim.admin("GET", "calls")["entries"])
+
+    for dry_run in (["--dry-run"], []):
+        line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", *dry_run))
+        assert re.sub(r" \(request id [^()]+\)", "", line) == (
+            f"error: ovh:{OVH_UNMARKED}: cannot tell whether an install runs at ovh (ovh: GET "
+            f"/dedicated/server/{{svc}}/task/{{taskId}} [{OVH_UNMARKED}] failed (HTTP {status} {code}): "
+            f"the newest reinstall task, {task['taskId']}, did not answer: whether an install runs cannot "
+            "be told); rerun in a minute"
+        )
+
+    assert writes(sim, since) == []
+    sent = [(c["method"], c["path"]) for c in sim.admin("GET", "calls")["entries"][calls:]]
+    assert not [c for c in sent if c[0] != "GET"], sent
+
+
+def test_prep_follows_an_install_that_runs_and_never_starts_another(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An install runs at the vendor when prep starts (a prep cut short): the plan says it follows
+    it, and the run only waits for it, even when OVH then answers 404 for the running task (a read
+    that start_reinstall takes as "none runs", and would have sent a second reinstall on)."""
+    import ops.boxes as boxes
+    from providers.vendor import Vendor
+
+    ops = Ops(sim)
+    sim.admin("POST", "timings", {"task_seconds": 4})  # still running when prep reads it
+    client = sim.claims()._config().vendor_client(Vendor.OVH)
+    client.start_reinstall(
+        OVH_FREE,
+        hostname="kura-ovh-ns1001",
+        ssh_public_key=sim.key.public,
+        user_login="ubuntu",
+        user_password="x",
+    )
+    since = sim.last_audit_id()
+
+    dry = ops("prep", "-s", "dev", f"ovh:{OVH_FREE}", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert dry.stderr.splitlines()[1:] == [
+        "  follow the reinstall that runs at the vendor (no new one is started)",
+        "  then wait for SSH with the fleet key and check sudo and /data again",
+        "dry run: nothing was changed",
+    ]
+
+    real_plan = boxes.plan_prep
+
+    def then_unreadable(*args: Any, **kwargs: Any) -> Any:
+        plan = real_plan(*args, **kwargs)
+        sim.faults({"task_read_fault": {"kind": "ovh.reinstallServer", "status": 404, "count": 1}})
+        return plan
+
+    monkeypatch.setattr(boxes, "plan_prep", then_unreadable)
+    result = ops("prep", "-s", "dev", f"ovh:{OVH_FREE}")
+
+    assert result.exit_code == 0, result.output
+    assert f"ovh:{OVH_FREE}: following the reinstall that runs at the vendor" in result.stderr
+    assert f"ovh:{OVH_FREE}: ready (ssh SHA256:" in result.stderr
+    assert sim.admin("GET", "faults")["task_read_faults"] == {}  # the run did read the task unreadable
+    assert writes(sim, since) == []
 
 
 # --- mark / unmark ----------------------------------------------------------------------------------------

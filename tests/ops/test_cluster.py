@@ -65,12 +65,14 @@ def nodes(kube_cluster: KubeCluster) -> Iterator[list[str]]:
         kube_cluster.core.delete_node(name)
 
 
-def make_node(cluster: KubeCluster, name: str, box: str, pool: str, *, cordoned: bool) -> None:
+def make_node(
+    cluster: KubeCluster, name: str, box: str, pool: str, *, cordoned: bool, provider_id: str | None = None
+) -> None:
     core = cluster.core
     core.create_node(
         k8s.V1Node(
             metadata=k8s.V1ObjectMeta(name=name, labels={"node.cluster.x-k8s.io/pool": pool}),
-            spec=k8s.V1NodeSpec(provider_id=f"ovh://bhs6/{box}", unschedulable=cordoned),
+            spec=k8s.V1NodeSpec(provider_id=provider_id or f"ovh://bhs6/{box}", unschedulable=cordoned),
         )
     )
     core.patch_node_status(
@@ -202,6 +204,68 @@ def test_unclaim_deletes_the_cluster_record_before_the_claim_and_refuses_one_nam
             left = records.get("ovh", box)
             if left is not None:
                 records.release(left)
+
+
+def test_prep_refuses_to_reinstall_a_box_that_is_still_a_node(
+    sim: Sim, kube_cluster: KubeCluster, nodes: list[str]
+) -> None:
+    """A reinstall wipes the box: never one that is still a Node (as unclaim refuses), dry run or not.
+    A prep that reinstalls nothing only looks at the box, and still runs."""
+    pool = f"ops-{uuid.uuid4().hex[:8]}"
+    ops = ClusterOps(sim)
+    with_cluster(ops, kube_cluster, kube_cluster.api_server, pool, "kura")
+    box, name = "ns1001.ip-203-0-113.net", f"{pool}-0"
+    make_node(kube_cluster, name, box, pool, cordoned=False)
+    nodes.append(name)
+    since = sim.last_audit_id()
+
+    for dry_run in (["--dry-run"], []):
+        assert error_line(ops("prep", "-s", "dev", f"ovh:{box}", "--reinstall", *dry_run)) == (
+            f"error: refusing to reinstall ovh:{box}: it is still Node {name}; drain and delete it first "
+            f"(kubectl drain {name} --ignore-daemonsets --delete-emptydir-data && kubectl delete node {name})"
+        )
+    assert sim.audit(since) == []
+    checked = ops("prep", "-s", "dev", f"ovh:{box}")
+    assert checked.exit_code == 0, checked.output
+    assert "no reinstall: the fleet key logs in and sudo works" in checked.stderr
+    assert sim.audit(since) == []
+
+
+def test_unclaim_looks_a_robot_box_typed_with_leading_zeros_up_by_its_server_number(
+    sim: Sim, machine_claims_crd: KubeCluster, nodes: list[str]
+) -> None:
+    """`robot:02345604` is server 2345604 to Robot; its Node (`hrobot://2345604`) and its cluster
+    record are found under that number, and both refusals hold."""
+    from providers.machine.record import Holder, KubeClaimRecord, Progress, record_name
+
+    pool = f"ops-{uuid.uuid4().hex[:8]}"
+    ops = ClusterOps(sim)
+    with_cluster(ops, machine_claims_crd, machine_claims_crd.api_server, pool, "kura")
+    name = f"{pool}-0"
+    make_node(machine_claims_crd, name, "2345604", pool, cordoned=False, provider_id="hrobot://2345604")
+    nodes.append(name)
+    since = sim.last_audit_id()
+
+    assert error_line(ops("unclaim", "-s", "dev", "robot:02345604", "--force", "--no-reinstall")) == (
+        f"error: refusing to unclaim robot:02345604: it is still Node {name}; drain and delete it first "
+        f"(kubectl drain {name} --ignore-daemonsets --delete-emptydir-data && kubectl delete node {name})"
+    )
+    machine_claims_crd.core.delete_node(name)
+    nodes.remove(name)
+    records = KubeClaimRecord(machine_claims_crd.api)
+    stranger = Holder(PROJECT, "dev", "runners-linux-9", "5ca1ab1e0000")
+    records.acquire(Progress("robot", "2345604", "runners-linux", stranger, state="JOINING"))
+    try:
+        assert error_line(ops("unclaim", "-s", "dev", "robot:02345604", "--force", "--no-reinstall")) == (
+            f"error: refusing to unclaim robot:02345604: the cluster's MachineClaim "
+            f"{record_name('robot', '2345604')} names holder {stranger}, not the box's claim "
+            "a1ce00000003; find out which is right first"
+        )
+    finally:
+        left = records.get("robot", "2345604")
+        if left is not None:
+            records.release(left)
+    assert sim.audit(since) == []
 
 
 def _service_account(core: k8s.CoreV1Api, namespace: str) -> bool | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from providers.claims import claim_token
-from tests.ops.conftest import Ops, claim_resource, error_line
+from tests.ops.conftest import Ops, claim_resource, dev_config_with_scaleway, error_line
 from tests.providers.test_machine_support import PROJECT, REPO, Sim, claim_props
 
 
@@ -149,6 +149,80 @@ def test_a_stuck_release_is_finished_by_unclaim(sim: Sim, ops: Ops) -> None:
     assert (rows[outs["box_id"]]["state"], rows[outs["box_id"]]["holder"]) == ("free", None)
 
 
+EM_SERVER = "e1000000-0000-4000-8000-000000000001"
+MAC_SERVER = "a5000000-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("fleet", "vendor", "box", "server", "install"),
+    [
+        (
+            "kura-scw",
+            "scaleway_em",
+            f"fr-par-2/{EM_SERVER}",
+            f"/scaleway/baremetal/v1/zones/fr-par-2/servers/{EM_SERVER}",
+            "install",
+        ),
+        (
+            "runners-macos",
+            "applesilicon",
+            f"fr-par-3/{MAC_SERVER}",
+            f"/scaleway/apple-silicon/v1alpha1/zones/fr-par-3/servers/{MAC_SERVER}",
+            "reinstall",
+        ),
+    ],
+    ids=["elastic-metal", "apple-silicon"],
+)
+def test_a_stuck_elastic_metal_or_mac_release_is_finished_by_unclaim_with_its_reinstall(
+    sim: Sim, fleet: str, vendor: str, box: str, server: str, install: str
+) -> None:
+    """Their adoption installs nothing: a box unclaim put back unwiped would be adopted as it is. So
+    unclaim reinstalls it through the vendor's API, waits for the install to end, then clears the claim,
+    as their release does."""
+    from providers.vendor import Claim, InstallState, Vendor
+
+    ops = Ops(sim, config=dev_config_with_scaleway)
+    claims = sim.claims()
+    outs = claims.create(claim_props(fleet, 7)).outs  # a slot past the fleet's size: in no state
+    assert outs and outs["box_id"] == box
+    client = claims._config().vendor_client(Vendor(vendor))
+    client.set_claim(box, Claim(outs["claim_token"], releasing=True))  # the release died after this
+    since = sim.last_audit_id()
+
+    dry = ops("unclaim", "-s", "dev", f"{vendor}:{box}", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    os_label = "macos-tahoe" if vendor == "applesilicon" else "ubuntu_24.04"
+    assert f"  2. reinstall {os_label} with the fleet key and wait for it" in dry.stderr.splitlines()
+    assert sim.audit(since) == []
+
+    result = ops("unclaim", "-s", "dev", f"{vendor}:{box}")
+
+    assert result.exit_code == 0, result.output
+    entries = [e for e in sim.audit(since) if e["method"] != "GET"]
+    assert [(e["method"], e["path"]) for e in entries] == [
+        ("POST", "/scaleway/iam/v1alpha1/ssh-keys"),  # the fleet key, for the install
+        ("POST", f"{server}/{install}"),
+        ("PATCH", server),  # the claim cleared (it was marked releasing already)
+    ]
+    # Waited for: the claim was cleared once the install had ended, not as soon as it was sent.
+    assert client.install_state(box) is InstallState.DONE
+    assert entries[2]["time"] - entries[1]["time"] >= 0.2  # the simulator's install time
+    lines = result.stderr.splitlines()
+    assert lines[-1] == f"{vendor}:{box}: back in the pool (claim removed)"
+    assert client.get_box(box).claim is None
+    for secret in ops.secrets():
+        assert secret not in result.output
+
+
+def test_unclaim_reinstalls_no_robot_box_it_is_the_adoption_that_installs_it(sim: Sim, ops: Ops) -> None:
+    since = sim.last_audit_id()
+    assert error_line(ops("unclaim", "-s", "dev", "robot:2345604", "--force")) == (
+        "error: robot:2345604: robot boxes are reinstalled through a rescue system the program drives; "
+        "rerun with --no-reinstall and let the next adoption install it"
+    )
+    assert sim.audit(since) == []
+
+
 def test_urn_names_the_claim_that_holds_a_box(ops: Ops) -> None:
     ops.state = [
         claim_resource("kura-ovh-0", "kura-ovh", "ovh", "ns1001.ip-203-0-113.net", token("kura-ovh-0"))
@@ -217,3 +291,21 @@ def test_orphans_run_from_a_subdirectory_reads_the_project_s_other_stacks(
         f"error: no Pulumi.yaml in {tmp_path.resolve()} or any directory above it: run tuist-ops inside "
         "the project (the repository's checkout)"
     )
+
+
+def test_urn_refuses_a_box_two_claims_of_the_state_hold_naming_both(ops: Ops) -> None:
+    """Its URN goes to `pulumi state unprotect` and `--target`: with two holders it names neither
+    alone, nothing on stdout."""
+    box = "ns1001.ip-203-0-113.net"
+    ops.state = [
+        claim_resource("kura-ovh-0", "kura-ovh", "ovh", box, token("kura-ovh-0")),
+        claim_resource("kura-ovh-1", "kura-ovh", "ovh", box, token("kura-ovh-1")),
+        claim_resource("kura-ovh-2", "kura-ovh", "ovh", "ns1002.ip-203-0-113.net", token("kura-ovh-2")),
+    ]
+    result = ops("urn", "-s", "dev", f"ovh:{box}")
+    assert error_line(result) == (
+        f"error: ovh:{box}: 2 MachineClaims in stack dev's state hold it "
+        f"({ops.state[0]['urn']}, {ops.state[1]['urn']}); find out which one really holds it before "
+        "passing a URN to pulumi"
+    )
+    assert result.stdout == ""

@@ -14,6 +14,7 @@ from providers.errors import (
     TaskFailedError,
     TaskTimeoutError,
     TransientVendorError,
+    VendorError,
     VendorInputError,
 )
 from providers.ovh.client import OvhClient
@@ -405,12 +406,17 @@ def test_install_state_reads_the_tickets_own_task(recorder, client, status, stat
     assert recorder.calls()[1:] == [f"GET /1.0/dedicated/server/{SVC}/task/57"]
 
 
-def test_a_404_on_the_newest_reinstall_task_is_waited_out_not_skipped(recorder, client):
-    """OVH answers 404 for tasks in flight now and then: an older, finished reinstall (the prep
-    one) must never stand in for it, or a release ends while the box is still being wiped."""
+@pytest.mark.parametrize("status", [404, 500])
+def test_an_unreadable_reinstall_task_reads_running_only_for_its_own_ticket(recorder, client, status):
+    """OVH answers 404 or 500 for tasks in flight now and then. With the ticket of the install it
+    follows (a release's), that reads RUNNING: an older, finished reinstall (the prep one) must never
+    stand in for it, or a release ends while the box is still being wiped. Without a ticket nothing
+    says the newest task is in flight (it may have ended long ago), so it is an error, never RUNNING:
+    prep would promise to follow it, and start_reinstall, reading the same task as not running, would
+    then wipe the box anew."""
     recorder.on("GET", f"/1.0/dedicated/server/{SVC}/task", [31, 57])
     recorder.on(
-        "GET", f"/1.0/dedicated/server/{SVC}/task/57", recorder.reply(status=404, body={"message": "gone"})
+        "GET", f"/1.0/dedicated/server/{SVC}/task/57", recorder.reply(status=status, body={"message": "gone"})
     )
     recorder.on(
         "GET",
@@ -418,10 +424,18 @@ def test_a_404_on_the_newest_reinstall_task_is_waited_out_not_skipped(recorder, 
         {"taskId": 31, "function": "reinstallServer", "status": "done"},
     )
 
-    assert client.install_state(SVC) is InstallState.RUNNING
     assert (
         client.install_state(SVC, Reinstall(vendor=Vendor.OVH, box_id=SVC, task_id="57"))
         is InstallState.RUNNING
+    )
+    with pytest.raises(VendorError) as raised:
+        client.install_state(SVC)
+    # A plain VendorError: not a NotFoundError (the box is there) nor one to wait out as transient.
+    assert type(raised.value) is VendorError
+    assert (raised.value.status, raised.value.subject) == (status, SVC)
+    assert str(raised.value) == (
+        f"ovh: GET /dedicated/server/{{svc}}/task/{{taskId}} [{SVC}] failed (HTTP {status}): the newest "
+        "reinstall task, 57, did not answer: whether an install runs cannot be told"
     )
     assert f"GET /1.0/dedicated/server/{SVC}/task/31" not in recorder.calls()
 

@@ -144,8 +144,10 @@ def test_release_waits_out_404s_on_its_own_task_and_never_ends_on_the_prep_reins
         SVC, hostname="kura-1", ssh_public_key=KEY, user_login="ubuntu", user_password="x"
     )
     assert ticket != prep
-    # The running task 404s: it reads running, not the prep reinstall's done.
-    assert client.install_state(SVC) is InstallState.RUNNING
+    # The running task 404s: with its ticket it reads running, not the prep reinstall's done; without
+    # one, whether an install runs cannot be told (an error, never the prep reinstall's done either).
+    with pytest.raises(VendorError, match=r"the newest reinstall task, \d+, did not answer"):
+        client.install_state(SVC)
     assert client.install_state(SVC, ticket) is InstallState.RUNNING
     client.wait_reinstall(ticket, timeout=10)
     assert vendorsim.admin("GET", "/faults")["task_read_faults"] == {}
