@@ -17,10 +17,14 @@ while IFS='=' read -r _key _value; do
     [ -n "${!_key+x}" ] || export "$_key=$_value"
 done < "$TUIST_ROOT/scripts/engine.env"
 unset _key _value
-# `pulumi` in a shell that sourced this file (operators' shells, the scripts) runs with a TMPDIR of
-# its own, removed after the run: the Kubernetes plugin leaves the stack's kubeconfig, client key
-# included, in $TMPDIR at every run (scripts/private-tmp.sh says where). `command pulumi` skips it.
-pulumi() { bash "$TUIST_ROOT/scripts/private-tmp.sh" pulumi "$@"; }
+# `pulumi` in an interactive shell that sourced this file (an operator's) runs with a TMPDIR of its
+# own, removed after the run: the Kubernetes plugin leaves the stack's kubeconfig, client key included,
+# in $TMPDIR at every run (scripts/private-tmp.sh says where). `command pulumi` skips it. Scripts call
+# private-tmp.sh themselves where a run configures the plugin; in them `pulumi` stays the program
+# (set-up looks it up on PATH, and a function of that name would pass for an installed CLI).
+case $- in
+    *i*) pulumi() { bash "$TUIST_ROOT/scripts/private-tmp.sh" pulumi "$@"; } ;;
+esac
 # The dev stack only. Real stacks take their passphrase or KMS from the operator.
 export TUIST_DEV_PASSPHRASE="tuist-dev-only-passphrase"
 # The dev stack's network namespace (scripts/netns.sh): vendorsim, its boxes, the control plane and

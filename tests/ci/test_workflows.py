@@ -106,8 +106,9 @@ def test_the_watcher_image_is_pushed_by_digest_and_the_digest_is_what_gets_pinne
 
 def test_the_test_job_runs_ci_run_as_root_through_sudo_keeping_home_and_path() -> None:
     # The runner's user is not root; the tests are (scripts/netns.sh). A stand-in sudo records
-    # what it was asked to run, in a folder the unprivileged user can read (pytest's are root's).
-    with tempfile.TemporaryDirectory() as name:
+    # what it was asked to run, in a folder the unprivileged user can read: under /tmp itself, since
+    # pytest's folders and the run's TMPDIR (scripts/private-tmp.sh, mode 0700) are root's alone.
+    with tempfile.TemporaryDirectory(dir="/tmp") as name:
         fake = Path(name)
         fake.chmod(0o755)
         (fake / "sudo").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')

@@ -121,8 +121,10 @@ def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_env_sh_runs_pulumi_through_it(tmp_path: Path) -> None:
-    # An operator's shell that sourced env.sh: `pulumi` is the function, and it leaves nothing behind.
+def test_env_sh_runs_pulumi_through_it_in_an_operators_shell_only(tmp_path: Path) -> None:
+    """An interactive shell that sourced env.sh: `pulumi` is the function, and it leaves nothing behind.
+    A script that sources it keeps the program: set-up looks `pulumi` up on PATH, and a function
+    answering `pulumi version` passed for an installed CLI at the path "pulumi"."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     (fake_bin / "pulumi").write_text(
@@ -132,14 +134,27 @@ def test_env_sh_runs_pulumi_through_it(tmp_path: Path) -> None:
     outer = tmp_path / "outer"
     outer.mkdir()
     report = tmp_path / "report"
-    proc = subprocess.run(
-        ["bash", "-c", f'source "{REPO}/scripts/env.sh"; PATH="{fake_bin}:$PATH"; type -t pulumi; pulumi up'],
-        env={**os.environ, "TMPDIR": str(outer), "REPORT": str(report)},
+    env = {
+        **os.environ,
+        "TMPDIR": str(outer),
+        "REPORT": str(report),
+        "PATH": f"{fake_bin}:{os.environ['PATH']}",
+    }
+    script = f'source "{REPO}/scripts/env.sh"; PATH="{fake_bin}:$PATH"; type -t pulumi; pulumi up'
+    interactive = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-i", "-c", script],
+        env=env,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         check=False,
     )
-    assert proc.returncode == 4, proc.stderr
-    assert proc.stdout.strip() == "function"
+    assert interactive.returncode == 4, interactive.stderr
+    assert interactive.stdout.strip() == "function"
     assert Path(report.read_text().strip()).parent == outer
     assert list(outer.iterdir()) == []
+
+    sourced = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=False)
+    assert sourced.returncode == 4, sourced.stderr
+    assert sourced.stdout.strip() == "file"
+    assert Path(report.read_text().strip()) == outer  # the program itself, in the caller's TMPDIR
