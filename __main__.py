@@ -159,6 +159,8 @@ def main() -> None:
                         failover_ip=fip,
                         region_id=region.id,
                         candidates=[machine.box_id for machine in fleet.machines],
+                        node_pool=placement.fleet.node_pool,
+                        namespace=cfg.kura.namespace,
                     ),
                 )
             regions[region.id] = KuraRegion(

@@ -2,8 +2,10 @@
 
 Wraps the FailoverIPResource dynamic provider (providers/failover.py). A parked IP (not ordered yet,
 no address) registers nothing. `candidates` are the box ids of the fleet's adopted machines
-(BareMetalFleet machines' `box_id` outputs): a box is eligible at deploy time once it is adopted;
-the runtime health rules (Ready node, Ready demux pod) are the failover watcher's.
+(BareMetalFleet machines' `box_id` outputs). When placement runs, the provider reads the fleet's Node
+pool and the region's demux pods in the Kura namespace from the stack's cluster and ranks the
+candidates as the failover watcher does (Ready Node, Ready demux pod); without a cluster, a box is
+eligible once it is adopted.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class FailoverIPArgs:
     failover_ip: FailoverIPConfig
     region_id: str
     candidates: pulumi.Input[Sequence[pulumi.Input[str]]]
+    node_pool: str  # the fleet's Node pool label value: the Nodes the watcher's rule reads
+    namespace: str  # the Kura namespace: the region's peer-demux pods
 
 
 def sorted_candidates(name: str, box_ids: Sequence[Any]) -> list[str]:
@@ -58,6 +62,8 @@ class FailoverIP(pulumi.ComponentResource):
                 region=args.region_id,
                 fleet=fip.fleet,
                 candidates=candidates,
+                node_pool=args.node_pool,
+                namespace=args.namespace,
                 opts=pulumi.ResourceOptions(parent=self),
             )
             self.address = self.resource.address

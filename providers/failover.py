@@ -1,9 +1,17 @@
 """FailoverIP: a region's failover IP routed to one box of the region's fleet, at deploy time.
 
 Placement (reference/tuist-anchor.md 4.1): keep the box the vendor routes the IP to while it is still
-eligible (one of `candidates`, the box ids of the fleet's adopted machines), else move it to the
-lexically lowest candidate. With no candidate the IP is never moved: the deploy fails and says so.
-Moving an IP that is already where it should be writes nothing. The vendor calls are the clients':
+eligible, else move it to the eligible box ranked lowest. With no candidate the IP is never moved:
+the deploy fails and says so. Moving an IP that is already where it should be writes nothing.
+
+Eligible is the watcher's rule whenever the stack's cluster answers (watcher/decision.py
+`ineligibility`: a Ready, uncordoned Node of the fleet's pool carrying a Ready peer-demux pod of the
+region), read with the watcher's own listers and ranked by Node name as the watcher ranks: a deploy
+and the watcher, deciding on the same cluster, pick the same box, so a deploy never routes the IP to
+a box the watcher then moves it off. Without a cluster (no kubeconfig, unreachable, or none of the
+candidates eligible yet, as on the up that creates the region's demux) the deploy-time rule stands:
+one of `candidates` (the box ids of the fleet's adopted machines), the lexically lowest id first; the
+watcher corrects it once the cluster has an eligible box. The vendor calls are the clients':
 OVH POST /ip/{ip}/move + IP task polling, Dedibox failover-ips/attach, Robot POST /failover/{ip}.
 
 The runtime half (move the IP off a box whose node or demux died) is the watcher (watcher/), which
@@ -36,6 +44,7 @@ from providers.clients import (
     vendor_client,
     vendors_from_config,
 )
+from providers.constants import KUBECONFIG
 from providers.dedibox.models import parse_box_id
 from providers.dynamic_resource import DynamicResource
 from providers.errors import ConfigError, InfraError, InputError, VendorError, VendorInputError
@@ -66,7 +75,11 @@ PROJECT = "tuist-infra"
 VENDORS_KEY = f"{PROJECT}:vendors"
 REPLACE_KEYS = ("vendor", "address")  # another IP (or account): another resource
 UPDATE_KEYS = ("candidates",)  # the fleet changed: placement runs again, and may or may not move
-INPUT_KEYS = ("vendor", "address", "region", "fleet", "candidates")
+INPUT_KEYS = ("vendor", "address", "region", "fleet", "candidates", "node_pool", "namespace")
+# node_pool and namespace say where the eligibility rule reads the cluster (the fleet's Node pool, the
+# demux's namespace): not the placement itself, so a change of them alone moves nothing.
+# (connect, read) seconds of the deploy's cluster reads: an unreachable cluster is a fallback, not a wait.
+CLUSTER_READ_TIMEOUT = (5.0, 15.0)
 
 # Client retry / task-wait settings; module-level (not on the provider, which must hold nothing) so
 # tests can shorten them.
@@ -116,6 +129,8 @@ class FailoverSpec:
     region: str
     fleet: str
     candidates: tuple[str, ...]
+    node_pool: str | None = None  # None: no cluster eligibility (the deploy-time rule alone)
+    namespace: str | None = None
 
     @property
     def where(self) -> str:
@@ -155,6 +170,12 @@ def input_problems(props: Mapping[str, Any]) -> list[tuple[str, str]]:
         value = props.get(key)
         if not _unknown(value) and (not isinstance(value, str) or not value):
             problems.append((key, f"must be a non-empty string, got {value!r}"))
+    for key in ("node_pool", "namespace"):
+        value = props.get(key)
+        if value is not None and not _unknown(value) and (not isinstance(value, str) or not value):
+            problems.append((key, f"must be a non-empty string when set, got {value!r}"))
+    if (props.get("node_pool") is None) != (props.get("namespace") is None):
+        problems.append(("node_pool", "node_pool and namespace are set together (where eligibility is read)"))
     candidates = props.get("candidates")
     if _unknown(candidates):
         return problems
@@ -187,27 +208,93 @@ def parse_spec(props: Mapping[str, Any]) -> FailoverSpec:
         region=str(props["region"]),
         fleet=str(props["fleet"]),
         candidates=tuple(sorted(props["candidates"])),
+        node_pool=props.get("node_pool"),
+        namespace=props.get("namespace"),
     )
 
 
 # --- placement ----------------------------------------------------------------------------------------
 
 
-def placement(current: str | None, candidates: Sequence[str]) -> str | None:
+def placement(
+    current: str | None, candidates: Sequence[str], eligible: Mapping[str, str] | None = None
+) -> str | None:
     """Where the IP should be (providers.vendor.failover_placement, the rule the watcher applies
-    too): `current` while it is a candidate, else the lexically lowest candidate; None when there
-    is none (the caller must not move the IP then). At deploy time a box is eligible when the
-    fleet adopted it, and boxes are ordered by id."""
+    too): `current` while it is eligible, else the eligible box ranked lowest; None when there is
+    none (the caller must not move the IP then).
+
+    `eligible` is what the cluster says (candidate box id -> its Node's name, the watcher's ranking);
+    None or empty (no cluster, or nothing eligible in it yet): every candidate, ranked by box id."""
+    if eligible:
+        return failover_placement(current, {box: eligible[box] for box in candidates if box in eligible})
     return failover_placement(current, {box: box for box in candidates})
 
 
-def route(client: VendorClient, spec: FailoverSpec) -> str:
-    """Route the IP per `placement`; returns the box it ends up on. Writes only when it moves."""
+def cluster_eligibility(kubeconfig: str | None, spec: FailoverSpec) -> tuple[dict[str, str] | None, str]:
+    """The candidates the watcher would route the IP to (box id -> Node name), read from the stack's
+    cluster with the watcher's listers, and a phrase saying where eligibility came from. None when
+    the cluster cannot be asked; its error is named by type only (its text may carry the server)."""
+    if not kubeconfig or spec.node_pool is None or spec.namespace is None:
+        return None, "the stack has no cluster"
+    # The watcher's modules pull in the Kubernetes client: only a create or update that runs
+    # placement needs them, never a preview.
+    from kubernetes import client as k8s
+
+    from providers import kube
+    from watcher.decision import ineligibility
+    from watcher.loop import WatcherSettings, kube_listers
+
+    settings = WatcherSettings(spec.address, spec.region, spec.node_pool, namespace=spec.namespace)
+    try:
+        core = k8s.CoreV1Api(kube.api_client(kubeconfig, timeout=CLUSTER_READ_TIMEOUT))
+        list_nodes, list_pods = kube_listers(_BoundedReads(core), settings)
+        nodes, pods = list_nodes(), list_pods()
+    except Exception as error:  # any failure to read is a fallback, said in the log
+        return None, f"the cluster did not answer ({type(error).__name__})"
+    wanted = set(spec.candidates)
+    eligible = {
+        node.box_id: node.name
+        for node in nodes
+        if node.box_id in wanted and ineligibility(node, pods) is None
+    }
+    return eligible, "the cluster"
+
+
+class _BoundedReads:
+    """A CoreV1Api whose list calls take the deploy's shorter timeout over the watcher's."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+
+    def list_node(self, **kwargs: Any) -> Any:
+        return self._core.list_node(**{**kwargs, "_request_timeout": CLUSTER_READ_TIMEOUT})
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        return self._core.list_namespaced_pod(
+            namespace, **{**kwargs, "_request_timeout": CLUSTER_READ_TIMEOUT}
+        )
+
+
+def route(
+    client: VendorClient,
+    spec: FailoverSpec,
+    eligible: Mapping[str, str] | None = None,
+    source: str = "the deploy-time rule",
+) -> str:
+    """Route the IP per `placement`; returns the box it ends up on. Writes only when it moves.
+    `eligible` and `source`: what cluster_eligibility returned (None: the deploy-time rule alone)."""
     try:
         current = client.failover_target(spec.address)
     except VendorError as error:
         raise FailoverMoveError(f"{spec.where}: reading its route failed: {error}", error) from None
-    target = placement(current, spec.candidates)
+    if eligible is not None and not eligible:
+        log.warning(
+            "%s: no candidate is eligible in %s yet (a Ready, uncordoned Node with a Ready peer-demux "
+            "pod of the region); placing it by the deploy-time rule, and the watcher moves it once one is",
+            spec.where,
+            source,
+        )
+    target = placement(current, spec.candidates, eligible)
     if target is None:
         left = f"it stays on {current}" if current else "it stays unrouted"
         raise NoEligibleBoxError(
@@ -224,7 +311,8 @@ def route(client: VendorClient, spec: FailoverSpec) -> str:
             "the next pulumi up reads the route again and retries",
             error,
         ) from None
-    log.info("%s: moved from %s to %s", spec.where, current or "unrouted", target)
+    ruled = f"eligible per {source}" if eligible else "by the deploy-time rule"
+    log.info("%s: moved from %s to %s (%s)", spec.where, current or "unrouted", target, ruled)
     return target
 
 
@@ -287,6 +375,7 @@ def credentials_from_config(config: Any) -> Credentials:
     except VendorConfigError as error:
         raise NotConfiguredError(str(error)) from None
     keys = [key for vendor_keys in SECRET_KEYS_BY_VENDOR.values() for key in vendor_keys]
+    keys.append(KUBECONFIG)  # optional: where the cluster's eligibility is read from
     secrets = {key: str(config.get(f"{PROJECT}:{key}") or "") for key in keys}
     return Credentials(vendors=vendors, secrets=secrets)
 
@@ -299,6 +388,8 @@ def _outputs(spec: FailoverSpec, routed_to: str | None) -> dict[str, Any]:
         "region": spec.region,
         "fleet": spec.fleet,
         "candidates": list(spec.candidates),
+        "node_pool": spec.node_pool,
+        "namespace": spec.namespace,
         "routed_to": routed_to,
     }
 
@@ -342,15 +433,21 @@ class FailoverIPProvider(dyn.ResourceProvider):
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         return failover_diff(olds, news)
 
+    def _route(self, spec: FailoverSpec) -> str:
+        client = self._client(spec.vendor)
+        credentials: Credentials = self._credentials
+        eligible, source = cluster_eligibility(credentials.secrets.get(KUBECONFIG), spec)
+        if eligible is None:
+            log.info("%s: eligibility is the deploy-time rule (%s)", spec.where, source)
+        return route(client, spec, eligible, source)
+
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         spec = parse_spec(props)
-        routed_to = route(self._client(spec.vendor), spec)
-        return dyn.CreateResult(id_=spec.address, outs=_outputs(spec, routed_to))
+        return dyn.CreateResult(id_=spec.address, outs=_outputs(spec, self._route(spec)))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         spec = parse_spec(news)
-        routed_to = route(self._client(spec.vendor), spec)
-        return dyn.UpdateResult(outs=_outputs(spec, routed_to))
+        return dyn.UpdateResult(outs=_outputs(spec, self._route(spec)))
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         """Refresh: where the vendor routes the IP now (the watcher may have moved it)."""
@@ -399,6 +496,8 @@ class FailoverIPResource(DynamicResource, module="failover", name="FailoverIP"):
         region: pulumi.Input[str],
         fleet: pulumi.Input[str],
         candidates: pulumi.Input[Sequence[pulumi.Input[str]]],
+        node_pool: pulumi.Input[str] | None = None,
+        namespace: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
@@ -407,6 +506,8 @@ class FailoverIPResource(DynamicResource, module="failover", name="FailoverIP"):
             "region": region,
             "fleet": fleet,
             "candidates": candidates,
+            "node_pool": node_pool,
+            "namespace": namespace,
             "routed_to": None,
         }
         super().__init__(FailoverIPProvider(), name, props, opts)

@@ -62,7 +62,13 @@ def test_routed_ip_registers_one_failover_resource_with_sorted_candidates() -> N
         ]
         return FailoverIP(
             "failover-eu-central-peer",
-            FailoverIPArgs(failover_ip=ROUTED, region_id="eu-central", candidates=box_ids),
+            FailoverIPArgs(
+                failover_ip=ROUTED,
+                region_id="eu-central",
+                candidates=box_ids,
+                node_pool="kura-dedibox",
+                namespace="kura",
+            ),
         )
 
     recorder, seen = run(build)
@@ -78,6 +84,8 @@ def test_routed_ip_registers_one_failover_resource_with_sorted_candidates() -> N
         "region": "eu-central",
         "fleet": "kura-dedibox",
         "candidates": ["fr-par-2/200101", "fr-par-2/200103"],
+        "node_pool": "kura-dedibox",
+        "namespace": "kura",
     }
     assert b"providers.failover" in base64.b64decode(provider)
     assert seen == {"address": "198.51.100.20", "routed_to": "fr-par-2/200101"}
@@ -87,7 +95,13 @@ def test_parked_ip_registers_nothing_and_exports_none() -> None:
     recorder, seen = run(
         lambda: FailoverIP(
             "failover-eu-central-peer",
-            FailoverIPArgs(failover_ip=PARKED, region_id="eu-central", candidates=["fr-par-2/200101"]),
+            FailoverIPArgs(
+                failover_ip=PARKED,
+                region_id="eu-central",
+                candidates=["fr-par-2/200101"],
+                node_pool="kura-dedibox",
+                namespace="kura",
+            ),
         )
     )
     assert [t for t, _, _, _ in recorder.resources] == ["tuist:failover_ip:FailoverIP"]

@@ -98,6 +98,27 @@ def test_a_route_off_every_candidate_is_a_change(
 )
 def test_placement(current: str | None, candidates: list[str], target: str | None) -> None:
     assert placement(current, candidates) == target
+    # An empty reading of the cluster (nothing eligible in it yet) falls back to the same rule.
+    assert placement(current, candidates, {}) == target
+
+
+@pytest.mark.parametrize(
+    ("current", "candidates", "eligible", "target"),
+    [
+        # Ranked by Node name, as the watcher ranks: box "c" runs on the lowest-named Node.
+        (None, ["a", "b", "c"], {"b": "kura-2", "c": "kura-1"}, "c"),
+        # The box it is on stays while eligible.
+        ("b", ["a", "b", "c"], {"b": "kura-2", "c": "kura-1"}, "b"),
+        # The box it is on is a candidate but not eligible (cordoned, demux not Ready): it moves.
+        ("a", ["a", "b", "c"], {"b": "kura-2", "c": "kura-1"}, "c"),
+        # An eligible Node whose box the fleet did not adopt is not a candidate.
+        (None, ["a", "b"], {"b": "kura-2", "z": "kura-0"}, "b"),
+    ],
+)
+def test_placement_with_the_clusters_eligibility(
+    current: str | None, candidates: list[str], eligible: dict[str, str], target: str
+) -> None:
+    assert placement(current, candidates, eligible) == target
 
 
 def test_input_problems_name_each_bad_input() -> None:
@@ -114,6 +135,26 @@ def test_input_problems_name_each_bad_input() -> None:
         ("region", "must be a non-empty string, got ''"),
         ("fleet", "must be a non-empty string, got None"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("where", "problems"),
+    [
+        ({"node_pool": "kura-ovh", "namespace": "kura"}, []),
+        ({}, []),
+        (
+            {"node_pool": "", "namespace": "kura"},
+            [("node_pool", "must be a non-empty string when set, got ''")],
+        ),
+        (
+            {"node_pool": "kura-ovh"},
+            [("node_pool", "node_pool and namespace are set together (where eligibility is read)")],
+        ),
+    ],
+)
+def test_where_eligibility_is_read_is_checked(where: dict[str, Any], problems: list[tuple[str, str]]) -> None:
+    props = {**OLDS, **where}
+    assert input_problems(props) == problems
 
 
 @pytest.mark.parametrize(
@@ -200,6 +241,7 @@ SECRET_VALUES = {
     "ovhConsumerKey": "ovh-consumer-9d2e",
     "dediboxSecretKey": "dedibox-secret-77aa",
     "robotPassword": "robot-password-3b3b",
+    "kubeconfig": "apiVersion: v1\nusers: [{name: admin, user: {token: kube-token-51c0}}]\n",
 }
 
 
@@ -216,7 +258,7 @@ def configured_provider() -> FailoverIPProvider:
 
 
 @pytest.mark.parametrize("make", [FailoverIPProvider, configured_provider], ids=["fresh", "configured"])
-def test_the_serialized_provider_carries_no_secret(make: Any) -> None:
+def test_the_serialized_provider_carries_no_secret(make: Any) -> None:  # kubeconfig included
     provider = make()
     serialized = serialize_provider(provider)
     raw = base64.b64decode(serialized)

@@ -131,6 +131,8 @@ def test_create_routes_an_unrouted_ip_to_the_lowest_candidate(vendorsim: Vendors
         "region": "eu-central",
         "fleet": f"kura-{case.vendor}",
         "candidates": [case.low, case.high],
+        "node_pool": None,
+        "namespace": None,
         "routed_to": case.low,
     }
     assert audit(vendorsim) == [case.write(case.unrouted_ip, case.low)]
