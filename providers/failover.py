@@ -80,6 +80,7 @@ INPUT_KEYS = ("vendor", "address", "region", "fleet", "candidates", "node_pool",
 # demux's namespace): not the placement itself, so a change of them alone moves nothing.
 # (connect, read) seconds of the deploy's cluster reads: an unreachable cluster is a fallback, not a wait.
 CLUSTER_READ_TIMEOUT = (5.0, 15.0)
+NO_CLUSTER = "the stack has no cluster"
 
 # Client retry / task-wait settings; module-level (not on the provider, which must hold nothing) so
 # tests can shorten them.
@@ -235,7 +236,7 @@ def cluster_eligibility(kubeconfig: str | None, spec: FailoverSpec) -> tuple[dic
     cluster with the watcher's listers, and a phrase saying where eligibility came from. None when
     the cluster cannot be asked; its error is named by type only (its text may carry the server)."""
     if not kubeconfig or spec.node_pool is None or spec.namespace is None:
-        return None, "the stack has no cluster"
+        return None, NO_CLUSTER
     # The watcher's modules pull in the Kubernetes client: only a create or update that runs
     # placement needs them, never a preview.
     from kubernetes import client as k8s
@@ -438,7 +439,9 @@ class FailoverIPProvider(dyn.ResourceProvider):
         credentials: Credentials = self._credentials
         eligible, source = cluster_eligibility(credentials.secrets.get(KUBECONFIG), spec)
         if eligible is None:
-            log.info("%s: eligibility is the deploy-time rule (%s)", spec.where, source)
+            # No kubeconfig is the dev stack's normal; a cluster that did not answer is worth a look.
+            say = log.info if source == NO_CLUSTER else log.warning
+            say("%s: eligibility is the deploy-time rule (%s)", spec.where, source)
         return route(client, spec, eligible, source)
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
