@@ -4,11 +4,14 @@ the provider objects pickle into state. (The diff table and input checks: test_m
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import pickle
 import subprocess
 import sys
-from typing import Any
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any, TypeVar
 
 import pytest
 from pulumi.dynamic import ConfigureRequest
@@ -16,16 +19,24 @@ from pulumi.dynamic.config import Config
 from pulumi.dynamic.dynamic import serialize_provider
 
 from config.models import Vendor
-from providers.machine.errors import NotConfiguredError
+from providers import kube
+from providers.claims import claim_token
+from providers.machine import provider as machine_provider
+from providers.machine.errors import (
+    MachineStepError,
+    NotConfiguredError,
+    ReleaseRefusedError,
+    ReleaseUnfinishedError,
+)
 from providers.machine.node_labels import NodeLabelsProvider
 from providers.machine.provider import ClaimProvider, MachineProvider
-from providers.machine.record import Holder
-from providers.machine.release import release_refusal
-from providers.machine.selection import no_candidate_message, select_boxes, skip_reason
+from providers.machine.record import Holder, ProcessClaimRecord, Progress
+from providers.machine.release import install_resume_state, release_refusal
+from providers.machine.selection import CandidatePools, no_candidate_message, select_boxes, skip_reason
 from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
 from providers.machine.spec import parse_claim
 from providers.vendor import Box, Claim
-from tests.providers.test_machine_support import REPO, claim_props
+from tests.providers.test_machine_support import REPO, claim_props, machine_props
 
 TOKEN = "0123456789ab"
 
@@ -308,6 +319,127 @@ ROBOT_MACHINE = {
 }
 
 
+ROBOT_HOLDER = Holder("tuist-infra", "dev", "runners-0", TOKEN)
+
+
+# --- test doubles: the settings, vendor client and flow runner the providers call ------------------------
+
+
+class Stop(Exception):
+    """Raised by a fake where the test has seen what it looks at: nothing after it runs."""
+
+
+class _Drained(Exception):
+    """Raised where the leave would reach the cluster: the machine's delete got past its guard."""
+
+
+def held_record(
+    holder: Holder = ROBOT_HOLDER,
+    *,
+    vendor: str = "robot",
+    box_id: str = "2345601",
+    fleet: str = "runners",
+    **fields: Any,
+) -> tuple[ProcessClaimRecord, Progress]:
+    """A claim record of its own holding one box (ROBOT_MACHINE's by default) with `fields` (phase,
+    state, facts, ...), and that box's progress as recorded."""
+    record = ProcessClaimRecord({})
+    return record, record.acquire(Progress(vendor, box_id, fleet, holder, **fields))
+
+
+class FakeClient:
+    """A vendor client over `boxes`: reads are recorded (`reads`), claim writes are recorded (`writes`)
+    and change the box's marker, unless `refuse_writes` says why none may happen. A reinstall stops."""
+
+    def __init__(self, *boxes: Box, refuse_writes: str = "") -> None:
+        self.boxes = {b.id: b for b in boxes}
+        self.refuse_writes = refuse_writes
+        self.reads: list[str] = []
+        self.writes: list[Claim | None] = []
+
+    def list_boxes(self) -> list[Box]:
+        return list(self.boxes.values())
+
+    def get_box(self, box_id: str) -> Box:
+        self.reads.append(box_id)
+        return self.boxes[box_id]
+
+    def set_claim(self, box_id: str, claim: Claim | None) -> None:
+        if self.refuse_writes:
+            raise AssertionError(self.refuse_writes)
+        self.writes.append(claim)
+        self.boxes[box_id] = replace(self.boxes[box_id], claim=claim)
+
+    def start_reinstall(self, *_args: object, **_kwargs: object) -> object:
+        raise Stop
+
+
+@dataclass
+class FakeSettings:
+    """What the providers read of providers.machine.settings.Settings: every claim_record() is `record`,
+    every vendor_client() is `client`, and kube_api() is `kube` (raised when it is an exception; a test
+    without a cluster fails there). No secret is set."""
+
+    record: ProcessClaimRecord
+    client: Any = field(default_factory=object)
+    kube: Any = None
+    pools: CandidatePools = field(default_factory=CandidatePools)
+    fleet_public_key: str = "ssh-ed25519 AAAAkey"
+    sudo_password: str = "x"
+
+    def claim_record(self, _api_server: object) -> ProcessClaimRecord:
+        return self.record
+
+    def vendor_client(self, _vendor: object) -> Any:
+        return self.client
+
+    def kube_api(self, *_timeout: object) -> Any:
+        if self.kube is None:
+            raise AssertionError("this test has no cluster")
+        if isinstance(self.kube, BaseException) or (
+            isinstance(self.kube, type) and issubclass(self.kube, BaseException)
+        ):
+            raise self.kube
+        return self.kube
+
+    def secret_values(self) -> list[str]:
+        return []
+
+
+P = TypeVar("P", ClaimProvider, MachineProvider)
+
+
+def configured(kind: type[P], settings: FakeSettings) -> P:
+    """A provider as configure() leaves it, with the fake settings."""
+    provider = kind()
+    provider._settings = settings  # type: ignore[assignment]
+    return provider
+
+
+@dataclass
+class FakeRunner:
+    """Stands in for the flow's Runner (providers.machine.fsm) once installed: records the state each
+    flow is started at (`started`), then stops there (raises Stop) or, given `completes_with`,
+    completes at once with those facts."""
+
+    completes_with: dict[str, str] | None = None
+    started: list[str] = field(default_factory=list)
+
+    def installed(self, monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+        monkeypatch.setattr(machine_provider, "Runner", self)
+        return self
+
+    def __call__(self, _table: object, run: Any, _record: object, progress: Progress, _phase: str) -> Any:
+        return SimpleNamespace(start=functools.partial(self._start, run, progress))
+
+    def _start(self, run: Any, progress: Progress, first: str) -> Progress:
+        self.started.append(first)
+        if self.completes_with is None:
+            raise Stop
+        run.facts.update(self.completes_with)
+        return progress
+
+
 def _create_from_record(
     monkeypatch: pytest.MonkeyPatch,
     phase: str,
@@ -316,55 +448,11 @@ def _create_from_record(
     error_type: str | None = None,
 ) -> str:
     """The state MachineProvider.create starts the flow at, given the box's record."""
-    from providers.machine import provider as machine_provider
-    from providers.machine.record import ProcessClaimRecord, Progress
-
-    store: dict[str, object] = {}
-    record = ProcessClaimRecord(store)  # type: ignore[arg-type]
-    holder = Holder("tuist-infra", "dev", "runners-0", "0123456789ab")
-    held = record.acquire(Progress("robot", "2345601", "runners", holder))
-    record.save(
-        Progress(
-            "robot",
-            "2345601",
-            "runners",
-            holder,
-            phase=phase,
-            state=state,
-            facts=facts,
-            error_type=error_type,
-            version=held.version,
-        )
-    )
-    started: list[str] = []
-
-    class Stop(Exception):
-        pass
-
-    class Runner:
-        def __init__(self, *_args: object) -> None:
-            pass
-
-        def start(self, state: str) -> None:
-            started.append(state)
-            raise Stop
-
-    class Settings:
-        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
-            return record
-
-        def vendor_client(self, _vendor: object) -> object:
-            return object()
-
-        def secret_values(self) -> list[str]:
-            return []
-
-    monkeypatch.setattr(machine_provider, "Runner", Runner)
-    provider = MachineProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
+    record, _ = held_record(phase=phase, state=state, facts=facts, error_type=error_type)
+    runner = FakeRunner().installed(monkeypatch)
     with pytest.raises(Stop):
-        provider.create(dict(ROBOT_MACHINE))
-    return started[0]
+        configured(MachineProvider, FakeSettings(record)).create(dict(ROBOT_MACHINE))
+    return runner.started[0]
 
 
 def test_a_machine_whose_adoption_ended_before_ready_was_saved_joins_again_and_never_reinstalls(
@@ -382,8 +470,6 @@ def test_a_machine_whose_adoption_ended_before_ready_was_saved_joins_again_and_n
 def test_a_machine_never_joins_a_box_whose_release_did_not_finish(monkeypatch: pytest.MonkeyPatch) -> None:
     """A destroy's release died waiting for the reinstall, and the slot is wanted again (a revert): the
     box may be mid-wipe. The create refuses, runs nothing, and says how to finish the release."""
-    from providers.machine.errors import ReleaseUnfinishedError
-
     with pytest.raises(ReleaseUnfinishedError) as refused:
         _create_from_record(monkeypatch, "Releasing", "RELEASE_WAIT_INSTALL", {"reinstall": "{}"})
     assert str(refused.value) == (
@@ -396,93 +482,39 @@ def test_a_machine_never_joins_a_box_whose_release_did_not_finish(monkeypatch: p
 def test_deleting_a_slot_whose_box_another_slot_holds_now_leaves_the_box_and_its_record_alone() -> None:
     """An operator unclaimed the box (`tuist-ops unclaim --force`) and another slot claimed it: the old
     slot's delete leaves box and record alone, every run, instead of failing on the other's record."""
-    from providers.claims import claim_token
-    from providers.machine.record import ProcessClaimRecord, Progress
-
     props = claim_props("kura-ovh", 0)
     mine = claim_token("tuist-infra", props["stack"], "kura-ovh-0")
     theirs = Holder("tuist-infra", props["stack"], "kura-ovh-1", "fedcba987654")
-    store: dict[str, object] = {}
-    record = ProcessClaimRecord(store)  # type: ignore[arg-type]
-    record.acquire(Progress("ovh", "ns1.ip-1-2-3.eu", "kura-ovh", theirs))
-    reads: list[str] = []
-
-    class Client:
-        def get_box(self, box_id: str) -> Box:
-            reads.append(box_id)
-            return box(box_id, "tuist-kura-dev", claim=Claim("fedcba987654"))
-
-        def set_claim(self, *_args: object) -> None:
-            raise AssertionError("the box is another slot's: nothing may be written")
-
-    class Settings:
-        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
-            return record
-
-        def vendor_client(self, _vendor: object) -> Client:
-            return Client()
-
-        def secret_values(self) -> list[str]:
-            return []
-
-    provider = ClaimProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
+    record, _ = held_record(theirs, vendor="ovh", box_id="ns1.ip-1-2-3.eu", fleet="kura-ovh")
+    client = FakeClient(
+        box("ns1.ip-1-2-3.eu", "tuist-kura-dev", claim=Claim("fedcba987654")),
+        refuse_writes="the box is another slot's: nothing may be written",
+    )
+    provider = configured(ClaimProvider, FakeSettings(record, client))
     for _ in range(2):
         provider.delete("ovh:ns1.ip-1-2-3.eu", {**props, "claim_token": mine})
-    assert reads == ["ns1.ip-1-2-3.eu"] * 2
+    assert client.reads == ["ns1.ip-1-2-3.eu"] * 2
     held = record.get("ovh", "ns1.ip-1-2-3.eu")
     assert held is not None and held.holder == theirs
 
 
 def test_a_machine_whose_box_another_slot_holds_now_leaves_that_slots_node_alone() -> None:
-    from providers.machine.record import ProcessClaimRecord, Progress
-
-    store: dict[str, object] = {}
-    record = ProcessClaimRecord(store)  # type: ignore[arg-type]
     theirs = Holder("tuist-infra", "dev", "runners-1", "fedcba987654")
-    record.acquire(Progress("robot", "2345601", "runners", theirs))
-
-    class Settings:
-        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
-            return record
-
-        def kube_api(self) -> object:
-            raise AssertionError("another slot's Node: nothing may be cordoned, drained or deleted")
-
-        def secret_values(self) -> list[str]:
-            return []
-
-    provider = MachineProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
+    record, _ = held_record(theirs)
+    nothing = AssertionError("another slot's Node: nothing may be cordoned, drained or deleted")
+    provider = configured(MachineProvider, FakeSettings(record, kube=nothing))
     provider.delete("robot:2345601", {**ROBOT_MACHINE, "api_server": "https://cp.staging.tuist.dev:6443"})
     held = record.get("robot", "2345601")
     assert held is not None and held.holder == theirs
-
-
-class _Drained(Exception):
-    """Raised where the leave would reach the cluster: the machine's delete got past its guard."""
 
 
 def test_a_production_machine_leaves_the_cluster_only_when_its_claims_record_allows_the_release() -> None:
     """Leaving drains the Node and deletes it and its local claims (Kura's data); the claim's release
     after it would be refused without the switches. The machine reads them from the box's record,
     where the claim wrote them, and refuses before the drain."""
-    from providers.machine.errors import ReleaseRefusedError
-    from providers.machine.record import ProcessClaimRecord, Progress
-
-    record = ProcessClaimRecord({})
     holder = Holder("tuist-infra", "production", "runners-0", "0123456789ab")
-    held = record.acquire(Progress("robot", "2345601", "runners", holder, phase="Ready", state="READY"))
-
-    class Settings:
-        def claim_record(self, _api_server: object) -> object:
-            return record
-
-        def kube_api(self) -> object:
-            raise _Drained
-
-    provider = MachineProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
+    record, held = held_record(holder, phase="Ready", state="READY")
+    provider = configured(MachineProvider, FakeSettings(record, kube=_Drained))
     production = {
         **ROBOT_MACHINE,
         "stack": "production",
@@ -501,24 +533,14 @@ def test_a_production_machine_leaves_the_cluster_only_when_its_claims_record_all
     assert record.get("robot", "2345601") == held  # nothing moved
     with pytest.raises(_Drained):
         provider.delete("robot:2345601", {**ROBOT_MACHINE, "api_server": "https://cp.tuist.dev:6443"})
-    from dataclasses import replace
-
     record.save(replace(held, release_allowed=True))
     with pytest.raises(_Drained):
         provider.delete("robot:2345601", production)
 
 
 def test_a_claim_update_records_its_release_switches_in_the_boxs_record() -> None:
-    from providers.machine.record import ProcessClaimRecord
-
     record = ProcessClaimRecord({})
-
-    class Settings:
-        def claim_record(self, _api_server: object) -> object:
-            return record
-
-    provider = ClaimProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
+    provider = configured(ClaimProvider, FakeSettings(record))
     prod = claim_props(
         "kura-ovh",
         0,
@@ -546,8 +568,6 @@ def test_a_robot_install_stopped_on_a_rescue_system_that_is_gone_starts_over_fro
     """INSTALLIMAGE is pinned to the rescue system's key: a box that left rescue (another key answers)
     or a record without that key would fail there on every later run. Other stops resume where they
     were (a timeout in installimage runs it again in the same rescue system)."""
-    from providers.machine.release import install_resume_state
-
     rescue = {"host_key_before": "SHA256:old", "rescue_host_key": "SHA256:rescue"}
     assert (
         _create_from_record(monkeypatch, "Adopting", "INSTALLIMAGE", rescue, "HostKeyMismatch")
@@ -569,76 +589,25 @@ def test_a_claim_created_again_over_its_own_adopted_box_keeps_its_record_and_the
     claim to each machine. Creating the claim again finds the box by its record and keeps what the
     record says: reset to CLAIMED, the machine's next create would install the box again under its
     workloads."""
-    from dataclasses import replace
-
-    from providers.machine import provider as machine_provider
-    from providers.machine.record import ProcessClaimRecord, Progress
-    from providers.machine.selection import CandidatePools
-    from tests.providers.test_machine_support import machine_props
-
     props = claim_props("runners-linux", 0, install_artifacts=ROBOT_MACHINE["install_artifacts"])
     spec = parse_claim(props)
-    record = ProcessClaimRecord({})
     holder = Holder(spec.project, spec.stack, spec.resource_name, spec.token)
     pin = {"pin": "SHA256:live", "installed_host_key": "SHA256:live"}
-    held = record.acquire(Progress("robot", "2345601", "runners-linux", holder))
-    record.save(replace(held, phase=phase, state=state, facts=pin))
-    marker: dict[str, Claim | None] = {"claim": None}  # the claim suffix is gone from the server name
-    writes: list[Claim | None] = []
-
-    class Client:
-        def list_boxes(self) -> list[Box]:
-            return [self.get_box("2345601")]
-
-        def get_box(self, box_id: str) -> Box:
-            return box(
-                box_id, "tuist-bm-dev-1", vendor=Vendor.ROBOT, claim=marker["claim"], datacenter="FSN1-DC1"
-            )
-
-        def set_claim(self, _box_id: str, claim: Claim | None) -> None:
-            writes.append(claim)
-            marker["claim"] = claim
-
-    class Settings:
-        pools = CandidatePools()
-
-        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
-            return record
-
-        def vendor_client(self, _vendor: object) -> Client:
-            return Client()
-
-        def secret_values(self) -> list[str]:
-            return []
-
-    claims = ClaimProvider()
-    claims._settings = Settings()  # type: ignore[assignment]
-    outs = claims.create(props).outs
-    assert writes == [Claim(spec.token)]  # the marker is written back
+    record, _ = held_record(holder, fleet="runners-linux", phase=phase, state=state, facts=pin)
+    # The claim suffix is gone from the server name.
+    client = FakeClient(box("2345601", "tuist-bm-dev-1", vendor=Vendor.ROBOT, datacenter="FSN1-DC1"))
+    settings = FakeSettings(record, client)
+    outs = configured(ClaimProvider, settings).create(props).outs
+    assert client.writes == [Claim(spec.token)]  # the marker is written back
     kept = record.get("robot", "2345601")
     assert kept is not None
     assert (kept.phase, kept.state, dict(kept.facts)) == (phase, state, pin)
 
-    started: list[str] = []
-
-    class Stop(Exception):
-        pass
-
-    class Runner:
-        def __init__(self, *_args: object) -> None:
-            pass
-
-        def start(self, first: str) -> None:
-            started.append(first)
-            raise Stop
-
-    monkeypatch.setattr(machine_provider, "Runner", Runner)
-    machines = MachineProvider()
-    machines._settings = Settings()  # type: ignore[assignment]
+    runner = FakeRunner().installed(monkeypatch)
     with pytest.raises(Stop):
-        machines.create(machine_props("runners-linux", 0, outs))
+        configured(MachineProvider, settings).create(machine_props("runners-linux", 0, outs))
     # An adoption that had joined rejoins; one stopped at JOINING resumes there. Never RESCUE_BOOT.
-    assert started == ["JOINING"]
+    assert runner.started == ["JOINING"]
 
 
 def test_a_release_marks_the_box_with_the_token_it_carries_not_one_from_todays_inputs() -> None:
@@ -646,49 +615,14 @@ def test_a_release_marks_the_box_with_the_token_it_carries_not_one_from_todays_i
     token differs from the one the box carries (`claim_token`, kept from the create). The release marks
     the box releasing under the token it carries: under another, the next delete would take the box for
     someone else's and leave it marked releasing for ever, held by nobody."""
-    from providers.machine.record import ProcessClaimRecord
-
     props = claim_props("kura-ovh", 0, stack="renamed", allow_release=True)
     carried = "0123456789ab"
     assert parse_claim(props).token != carried
-    record = ProcessClaimRecord({})
-    marker: dict[str, Claim | None] = {"claim": Claim(carried)}
-    writes: list[Claim | None] = []
-
-    class Done(Exception):
-        pass
-
-    class Client:
-        def get_box(self, box_id: str) -> Box:
-            return box(box_id, "tuist-kura-dev-ovh", claim=marker["claim"])
-
-        def set_claim(self, _box_id: str, claim: Claim | None) -> None:
-            writes.append(claim)
-            marker["claim"] = claim
-
-        def start_reinstall(self, *_args: object, **_kwargs: object) -> object:
-            raise Done
-
-    class Settings:
-        fleet_public_key = "ssh-ed25519 AAAAkey"
-        sudo_password = "x"
-
-        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
-            return record
-
-        def vendor_client(self, _vendor: object) -> Client:
-            return Client()
-
-        def secret_values(self) -> list[str]:
-            return []
-
-    provider = ClaimProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
-    from providers.machine.errors import MachineStepError
-
+    client = FakeClient(box("ns1.ip-1-2-3.eu", "tuist-kura-dev-ovh", claim=Claim(carried)))
+    provider = configured(ClaimProvider, FakeSettings(ProcessClaimRecord({}), client))
     with pytest.raises(MachineStepError, match="RELEASE_REINSTALL failed"):  # after the marking
         provider.delete("ovh:ns1.ip-1-2-3.eu", {**props, "claim_token": carried})
-    assert writes == [Claim(carried, releasing=True)]
+    assert client.writes == [Claim(carried, releasing=True)]
 
 
 def test_a_machine_whose_leave_stopped_halfway_joins_again_and_never_reinstalls(
@@ -705,51 +639,14 @@ def test_a_machine_whose_leave_stopped_halfway_joins_again_and_never_reinstalls(
 def _leaving_world(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[tuple[str, str]], list[str]]:
     """A Robot machine in a cluster whose record says its leave stopped at DRAINING; kube calls and the
     states the flow was started at are recorded, and the flow completes at once."""
-    from dataclasses import replace
-
-    from providers import kube
-    from providers.machine import provider as machine_provider
-    from providers.machine.record import ProcessClaimRecord, Progress
-
-    record = ProcessClaimRecord({})
-    holder = Holder("tuist-infra", "dev", "runners-0", "0123456789ab")
-    held = record.acquire(Progress("robot", "2345601", "runners", holder))
-    record.save(replace(held, phase="Leaving", state="DRAINING", facts={"pin": "SHA256:x"}))
+    record, _ = held_record(phase="Leaving", state="DRAINING", facts={"pin": "SHA256:x"})
     kube_calls: list[tuple[str, str]] = []
-    started: list[str] = []
-
-    class Runner:
-        def __init__(self, _table: object, run: Any, _record: object, progress: Any, _phase: str) -> None:
-            self.run, self.progress = run, progress
-
-        def start(self, first: str) -> Any:
-            started.append(first)
-            self.run.facts["pin"] = "SHA256:x"
-            return self.progress
-
-    class Client:
-        def get_box(self, box_id: str) -> Box:
-            return box(box_id, "tuist-bm-dev-1", vendor=Vendor.ROBOT, claim=Claim("0123456789ab"))
-
-    class Settings:
-        def claim_record(self, _api_server: object) -> ProcessClaimRecord:
-            return record
-
-        def kube_api(self) -> str:
-            return "api"
-
-        def vendor_client(self, _vendor: object) -> Client:
-            return Client()
-
-        def secret_values(self) -> list[str]:
-            return []
-
-    monkeypatch.setattr(machine_provider, "Runner", Runner)
+    runner = FakeRunner(completes_with={"pin": "SHA256:x"}).installed(monkeypatch)
+    client = FakeClient(box("2345601", "tuist-bm-dev-1", vendor=Vendor.ROBOT, claim=Claim("0123456789ab")))
     monkeypatch.setattr(kube, "uncordon", lambda _api, node: kube_calls.append(("uncordon", node)) or True)
     monkeypatch.setattr(kube, "node_exists", lambda _api, node: kube_calls.append(("exists", node)) or True)
-    provider = MachineProvider()
-    provider._settings = Settings()  # type: ignore[assignment]
-    return (provider, record), kube_calls, started
+    provider = configured(MachineProvider, FakeSettings(record, client, kube="api"))
+    return (provider, record), kube_calls, runner.started
 
 
 def test_a_refresh_shows_a_leave_that_stopped_halfway_and_the_next_update_rejoins_and_uncordons(
