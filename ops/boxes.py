@@ -270,10 +270,13 @@ def run_prep(stack: Stack, plan: PrepPlan, console: Console, say: Say) -> Probe:
             say(f"{ref}: reinstall started{f' (task {ticket.task_id})' if ticket.task_id else ''}")
 
         def installing() -> Poll:
+            nonlocal ticket
             try:
                 state = client.install_state(box.id, ticket)
             except VendorError as error:
                 return Poll(f"running (last read failed: {stack.scrub(str(error))[:80]})")
+            if ticket is not None:
+                ticket = ticket.after(state)
             if state is InstallState.FAILED:
                 return Poll(
                     "failed", failed=f"the {ref.vendor.value} reinstall failed; see the vendor's console"
@@ -521,7 +524,9 @@ def run_unclaim(stack: Stack, plan: UnclaimPlan, console: Console, say: Say) -> 
             )
 
             def installing() -> Poll:
+                nonlocal ticket
                 state = client.install_state(plan.box.id, ticket)
+                ticket = ticket.after(state)
                 if state is InstallState.FAILED:
                     return Poll("failed", failed="the reinstall failed; see the vendor's console")
                 return Poll(state.value, done=state is InstallState.DONE)

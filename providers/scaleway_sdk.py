@@ -419,14 +419,16 @@ class ProjectClient(MarkerFiltering):
         box_id = reinstall.box_id
         call = f"GET {self.SERVER_PATH}"
         last = ""
+        ticket = reinstall
 
         def check() -> bool | None:
-            nonlocal last
+            nonlocal last, ticket
             try:
-                state = self.install_state(box_id, reinstall)
+                state = self.install_state(box_id, ticket)
             except TransientVendorError as error:
                 last = str(error)
                 return None
+            ticket = ticket.after(state)
             last = state.value
             if state is InstallState.FAILED:
                 raise TaskFailedError(
@@ -517,10 +519,13 @@ class ProjectClient(MarkerFiltering):
         if state is InstallState.RUNNING:
             log.info("%s %s of %s already runs; following it", self.WHAT, what, box_id)
             return ticket
+        # A read just after the POST may still show the server as it was: its `done` counts only once
+        # this install was seen running or the server's install identity moved on from `before`.
+        sent = Reinstall(vendor=self.VENDOR_ENUM, box_id=box_id, started_running=False, baseline=before)
 
         def send() -> Reinstall:
             post()
-            return ticket
+            return sent
 
         def read_back() -> Reinstall | None:
             state, now = progress()

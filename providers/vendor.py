@@ -18,7 +18,7 @@ import enum
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from providers.errors import NotFoundError, VendorInputError
@@ -58,15 +58,22 @@ class Reinstall:
     """The reinstall a release started, as `start_reinstall` returns it: what waiting for it (or
     resuming the wait after a crash, from `to_record()`) needs.
 
-    `task_id`: OVH's server task id; None where the vendor has no task object (Dedibox, Robot).
-    `started_running`: the vendor showed this install running (Dedibox answers the POST with the
-    running install; a read-back saw it), so a later `installed` is this install's, not an old one.
+    `task_id`: OVH's server task id; None where the vendor has no task object (Dedibox, Robot,
+    Scaleway), and then a `done` read from the server alone could still be the previous install's:
+    a read just after the POST may show the box as it was (reference/tuist-anchor.md 2.4: "done but
+    never observed in progress: keep waiting").
+    `started_running`: this install was seen running at the vendor (a read showed it, or it was
+    running already and is the one followed), so a later `done` is its own.
+    `baseline`: until then, what identified the box's last install before the POST (the client's
+    own digest of it); a `done` that still reads as `baseline` is the previous install's, and
+    install_state says PENDING for it. None: nothing to compare (the vendor follows a task).
     """
 
     vendor: Vendor
     box_id: str
     task_id: str | None = None
     started_running: bool = True
+    baseline: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
@@ -81,9 +88,22 @@ class Reinstall:
                 box_id=str(record["box_id"]),
                 task_id=None if record.get("task_id") is None else str(record["task_id"]),
                 started_running=bool(record.get("started_running", True)),
+                baseline=None if record.get("baseline") is None else str(record["baseline"]),
             )
         except (KeyError, ValueError) as error:
             raise VendorInputError(f"not a reinstall record: {dict(record)!r} ({error})") from None
+
+    def after(self, state: InstallState) -> Reinstall:
+        """The ticket after a read of `state`: once RUNNING was read, this install was seen running
+        (every later `done` is its own), and the caller keeps the returned ticket."""
+        if state is InstallState.RUNNING and not self.started_running:
+            return replace(self, started_running=True)
+        return self
+
+    def unseen_done(self, state: InstallState, identity: str) -> bool:
+        """A `done` that is still the previous install's: this one was never seen running and the
+        box's install reads as it did before the POST."""
+        return state is InstallState.DONE and not self.started_running and identity == self.baseline
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ bodies (see scaleway_common). Facts the simulator holds to, from the API and the
 - POST .../reinstall moves the server to `reinstalling`, then `ready` after --task-seconds with a new
   sudo password; a second one meanwhile is 409 `transient_state`. The Mac comes back with macOS
   (the image's version is what its sw_vers prints), Scaleway's user (`m1`), the project's IAM ssh
-  keys and the new sudo password.
+  keys and the new sudo password. Under behaviour `applesilicon.reinstall_read_after_post` =
+  `previous_once`, the first GET of the Mac after an accepted reinstall still answers its `status`,
+  `os` and `updated_at` from before the POST (e.g. `ready`); the reads after it are current.
 - Private Networks need the VPC option: PATCH enable_vpc runs `vpc_updating` -> `vpc_enabled`; an
   attachment runs `attaching` -> `attached` and carries its VLAN once attached.
 """
@@ -38,6 +40,7 @@ from vendorsim.dedibox import (
     not_found,
     route_not_found,
 )
+from vendorsim.faults import keep_previous_answer, take_previous_answer
 from vendorsim.scaleway_common import (
     PREFIX,
     attachments_page,
@@ -80,6 +83,11 @@ ATTACH_PHASES = ["attaching", "attached"]
 VNC_PORT = 59010
 SERVERS = "applesilicon_server"
 ATTACHMENTS = "applesilicon_attachment"
+# Behaviour: the first GET .../servers/{id} after an accepted POST .../servers/{id}/reinstall answers
+# these fields as they were before the POST (previous_once) or current (vendorsim/faults.py BEHAVIOURS).
+# The list (GET .../servers) is always current.
+REINSTALL_READ_AFTER_POST = "applesilicon.reinstall_read_after_post"
+REINSTALL_STATE_FIELDS = ("status", "updated_at", "os")
 
 
 def _account(sim: Sim) -> Any:
@@ -400,7 +408,13 @@ def list_servers(sim: Sim, call: Call, zone: str) -> Any:
 
 
 def get_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
-    return _server_view(sim, _server(sim, zone, server_id))
+    view = _server_view(sim, _server(sim, zone, server_id))
+    previous = take_previous_answer(sim.store, sim.behaviour, REINSTALL_READ_AFTER_POST, server_id)
+    if previous is not None:
+        # The first read after an accepted POST .../reinstall, not caught up with it yet: the Mac's
+        # status, image and updated_at from before the POST; the other fields are current.
+        view.update(previous["body"])
+    return view
 
 
 def update_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
@@ -456,6 +470,17 @@ def reinstall(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
         raise not_found("apple_silicon_os", os_id)
     if server["type"] not in os.server_types:
         raise invalid_argument("os_id", f"{os.name} does not run on {server['type']}")
+    # Accepted: the reinstall-state fields GET .../servers/{id} answered just before, for its first read
+    # after this POST under applesilicon.reinstall_read_after_post = previous_once (get_server).
+    before = _server_view(sim, server)
+    keep_previous_answer(
+        sim.store,
+        sim.behaviour,
+        REINSTALL_READ_AFTER_POST,
+        server_id,
+        200,
+        {k: before[k] for k in REINSTALL_STATE_FIELDS},
+    )
     server["task"] = {
         "kind": "reinstall",
         "created_at": sim.clock(),

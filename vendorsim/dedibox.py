@@ -17,7 +17,8 @@ from typing import Any
 from werkzeug.routing import Map, Rule
 
 from providers.vendor import MARKER_LIMITS, Vendor
-from vendorsim.core import Call, Sim, VendorError, iso, public
+from vendorsim.core import Call, Reply, Sim, VendorError, iso, public
+from vendorsim.faults import keep_previous_answer, take_previous_answer
 
 PREFIX = "/dedibox"
 INSTALL_PHASES = [
@@ -38,6 +39,9 @@ MAX_PAGE_SIZE = 100
 TAG_MAX = MARKER_LIMITS[Vendor.DEDIBOX].max_length
 TAG = re.compile(MARKER_LIMITS[Vendor.DEDIBOX].pattern)
 TOTAL_COUNT_HEADER = "X-Total-Count"
+# Behaviour: the first GET .../install after an accepted POST .../install answers the state from
+# before the POST (previous_once) or the current one (vendorsim/faults.py BEHAVIOURS).
+INSTALL_READ_AFTER_POST = "dedibox.install_read_after_post"
 
 
 def invalid_argument(name: str, help_message: str, reason: str = "constraint") -> VendorError:
@@ -582,14 +586,32 @@ def install(sim: Sim, call: Call, zone: str, server_id: int) -> Any:
         # Kept only to set the box's sudo password when the install completes; never returned.
         "secret_user_password": user_password if os["requires_user"] else None,
     }
+    # Accepted: what GET .../install answered just before, for its first read after this POST under
+    # dedibox.install_read_after_post = previous_once (get_install).
+    previous = _install_answer(current, server_id)
+    keep_previous_answer(sim.store, sim.behaviour, INSTALL_READ_AFTER_POST, server_id, *previous)
     sim.store.put("dedibox_install", server_id, new)
     server["status"] = "installing"
     sim.store.put("dedibox_server", server_id, server)
     return _install_view(new)
 
 
+def _install_answer(install: dict[str, Any] | None, server_id: int) -> tuple[int, Any]:
+    """(status, body) of GET .../install for this install record (None: there is none, 404)."""
+    if install is None:
+        missing = not_found("dedibox_server_install", server_id)
+        return missing.status, missing.body
+    return 200, _install_view(install)
+
+
 def get_install(sim: Sim, call: Call, zone: str, server_id: int) -> Any:
     _server(sim, zone, server_id)
+    previous = take_previous_answer(sim.store, sim.behaviour, INSTALL_READ_AFTER_POST, server_id)
+    if previous is not None:
+        # The first read after an accepted POST .../install, not caught up with it yet: the record
+        # from before the POST, or its 404 (a Reply, not a VendorError, so that this read's taking of
+        # the kept answer is committed).
+        return Reply(previous["body"], status=previous["status"])
     current = sim.store.get("dedibox_install", server_id)
     if current is None:
         raise not_found("dedibox_server_install", server_id)

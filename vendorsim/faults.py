@@ -14,8 +14,9 @@ Faults live in memory (a restart clears them); each rule has its own seeded RNG 
 - `task_read_fault` {kind, status, count}: the next `count` reads of a task of that kind that is
   still in flight answer `status` (404 or 500), as OVH does now and then for running tasks.
 
-Behaviours are the vendors' answers to repeated writes that their documentation leaves open; each
-has a default (the likelier answer) and the alternative, so the clients are tested under both
+Behaviours are the vendors' answers to repeated writes, and to a read just after a write, that their
+documentation leaves open; each has a default (the likelier answer; for the reads after a write,
+the simulator's earlier one) and the alternative, so the clients are tested under both
 (docs/vendor-behaviour.md).
 """
 
@@ -26,6 +27,8 @@ import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+from vendorsim.store import Store
 
 VENDORS = ("ovh", "dedibox", "robot", "scaleway_em", "applesilicon")
 
@@ -48,7 +51,21 @@ BEHAVIOURS: dict[str, tuple[str, ...]] = {
     "ovh.reinstall_while_running": ("task_already_exists", "accept"),
     # POST failover-ips/attach of an IP attached to another server.
     "dedibox.attach_when_attached": ("move", "reject"),
+    # The first read of a server's install state after an accepted reinstall POST: the state after
+    # the POST ("current"), or, once, the state from just before it ("previous_once": a read that
+    # has not caught up with the write yet). Which one the vendors give is undocumented: the default
+    # keeps the simulator as it was, the alternative is the one a client accepting a `done` on its
+    # first poll fails under. Kept with keep_previous_answer, read back with take_previous_answer.
+    # GET .../servers/{id}/install after POST .../servers/{id}/install.
+    "dedibox.install_read_after_post": ("current", "previous_once"),
+    # GET /baremetal/v1/.../servers/{id} after POST .../servers/{id}/install.
+    "scaleway_em.install_read_after_post": ("current", "previous_once"),
+    # GET /apple-silicon/v1alpha1/.../servers/{id} after POST .../servers/{id}/reinstall.
+    "applesilicon.reinstall_read_after_post": ("current", "previous_once"),
 }
+# The store kind the *_read_after_post behaviours keep their answers in (one per behaviour and server;
+# a reseed wipes them with the rest of the state).
+PREVIOUS_ANSWERS = "previous_answer"
 
 
 class FaultSpecError(ValueError):
@@ -343,3 +360,28 @@ class Behaviour:
                 name: {"value": self._values[name], "values": list(values)}
                 for name, values in BEHAVIOURS.items()
             }
+
+
+# --- the *_read_after_post behaviours ----------------------------------------------------------------
+
+
+def keep_previous_answer(
+    store: Store, behaviour: Behaviour, name: str, key: str | int, status: int, body: Any
+) -> None:
+    """Under behaviour `name` = previous_once: keep what the server's read answered just before a write
+    the vendor has just accepted (`status`, `body`), for the first read after it. Call it from the
+    write's handler once nothing can refuse the write any more (a refused one keeps nothing: its
+    handler's changes are rolled back). A second accepted write before that read replaces it."""
+    if behaviour.get(name) == "previous_once":
+        store.put(PREVIOUS_ANSWERS, f"{name}:{key}", {"status": status, "body": body})
+
+
+def take_previous_answer(store: Store, behaviour: Behaviour, name: str, key: str | int) -> Any:
+    """The kept answer of the first read after an accepted write (keep_previous_answer), once: a dict
+    {"status", "body"}, or None (no write since the last read, or the behaviour was set back to
+    current since: then the read answers the current state and the kept answer is dropped)."""
+    kept = store.get(PREVIOUS_ANSWERS, f"{name}:{key}")
+    if kept is None:
+        return None
+    store.delete(PREVIOUS_ANSWERS, f"{name}:{key}")
+    return kept if behaviour.get(name) == "previous_once" else None

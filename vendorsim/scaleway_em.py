@@ -7,7 +7,10 @@ one IAM): keys are kept per project.
 
 Install: POST .../install answers the server with `install.status` `to_install`, which runs
 `installing` and ends `completed` (or `error`) after --task-seconds; the server status stays
-`ready`. A second install while one runs is 409 `transient_state`. On `completed` the box is
+`ready`. Under behaviour `scaleway_em.install_read_after_post` = `previous_once`, the first GET of
+the server after an accepted install still answers its `install`, `status`, `updated_at` and
+`ping_status` from before the POST; the reads after it (and every list) are current. A second
+install while one runs is 409 `transient_state`. On `completed` the box is
 reinstalled: the OS's login user (`ubuntu`), the IAM keys named in `ssh_key_ids`, the password when
 one was given, and cloud-init's passwordless sudo for the user, as on every Ubuntu cloud image.
 Private Networks need the server's Private Network option enabled first (POST .../options/{id},
@@ -36,6 +39,7 @@ from vendorsim.dedibox import (
     not_found,
     route_not_found,
 )
+from vendorsim.faults import keep_previous_answer, take_previous_answer
 from vendorsim.scaleway_common import (
     PREFIX,
     attachments_page,
@@ -81,6 +85,11 @@ SERVERS = "scaleway_em_server"
 TAG_MAX = MARKER_LIMITS[Vendor.SCALEWAY_EM].max_length
 TAG = re.compile(MARKER_LIMITS[Vendor.SCALEWAY_EM].pattern)
 ATTACHMENTS = "scaleway_em_attachment"
+# Behaviour: the first GET .../servers/{id} after an accepted POST .../servers/{id}/install answers
+# these fields as they were before the POST (previous_once) or current (vendorsim/faults.py BEHAVIOURS).
+# The list (GET .../servers) is always current.
+INSTALL_READ_AFTER_POST = "scaleway_em.install_read_after_post"
+INSTALL_STATE_FIELDS = ("install", "status", "updated_at", "ping_status")
 
 
 def _account(sim: Sim) -> Any:
@@ -426,7 +435,13 @@ def list_servers(sim: Sim, call: Call, zone: str) -> Any:
 
 
 def get_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
-    return _server_view(sim, _server(sim, zone, server_id))
+    view = _server_view(sim, _server(sim, zone, server_id))
+    previous = take_previous_answer(sim.store, sim.behaviour, INSTALL_READ_AFTER_POST, server_id)
+    if previous is not None:
+        # The first read after an accepted POST .../install, not caught up with it yet: the install
+        # state from before the POST; the other fields (name, tags, ...) are current.
+        view.update(previous["body"])
+    return view
 
 
 def update_server(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
@@ -574,6 +589,17 @@ def install(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
     current = server["install"]
     if current is not None and current["status"] in INSTALL_RUNNING:
         raise transient_state("baremetal_server", server_id, "installing")
+    # Accepted: the install-state fields GET .../servers/{id} answered just before, for its first read
+    # after this POST under scaleway_em.install_read_after_post = previous_once (get_server).
+    before = _server_view(sim, server)
+    keep_previous_answer(
+        sim.store,
+        sim.behaviour,
+        INSTALL_READ_AFTER_POST,
+        server_id,
+        200,
+        {k: before[k] for k in INSTALL_STATE_FIELDS},
+    )
     server["install"] = {
         "os_id": os.id,
         "hostname": hostname,

@@ -168,8 +168,7 @@ class AppleSiliconClient(ProjectClient):
         status = not_ready_status(server)
         if status is not None:
             raise self._not_ready(box_id, status)
-        os_id = server.os.id if server.os is not None else ""
-        return install_state_of(server), f"{os_id} {server.updated_at}"
+        return install_state_of(server), _install_identity(server)
 
     @staticmethod
     def _not_ready(box_id: str, status: str) -> TransientVendorError:
@@ -188,11 +187,16 @@ class AppleSiliconClient(ProjectClient):
 
     def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
         """From the server status (models.install_state_of): `reinstalling` runs, `ready` is done.
-        The ticket changes nothing: start_reinstall returns one only once the reinstall was accepted
-        (the POST answered 2xx; vendorsim answers it with the Mac `reinstalling`, as Scaleway is
-        assumed to) or seen running (`reinstalling` before the POST, on a read-back or after a 409),
-        never for a Mac that was rebooting or otherwise busy; so a later `ready` is its own."""
-        return install_state_of(self._server(box_id))
+        start_reinstall returns a ticket only once the reinstall was accepted (the POST answered
+        2xx) or seen running (`reinstalling` before the POST, on a read-back or after a 409), never
+        for a Mac that was rebooting or otherwise busy. A `ready` read before the reinstall was seen
+        running that still shows the Mac as before the POST (same image, same updated_at: a read
+        just after it) is PENDING: the previous install's, not this one's."""
+        server = self._server(box_id)
+        state = install_state_of(server)
+        if reinstall is not None and reinstall.unseen_done(state, _install_identity(server)):
+            return InstallState.PENDING
+        return state
 
     # --- private networks --------------------------------------------------------------------------
 
@@ -242,3 +246,9 @@ class AppleSiliconClient(ProjectClient):
 
     def move_failover(self, ip: str, box_id: str) -> None:
         self.failover_target(ip)
+
+
+def _install_identity(server: Server) -> str:
+    """What tells the Mac's last install from the next: its image and updated_at."""
+    os_id = server.os.id if server.os is not None else ""
+    return f"{os_id} {server.updated_at}"

@@ -8,8 +8,10 @@ Writes and their repeats (docs/vendor-behaviour.md):
 - POST .../tags sets the whole tag list: retried like a read.
 - POST .../install is sent again only after reading back that the first one started nothing (the
   install record unchanged since before the POST). A refusal while an install runs is that
-  install's ticket. An install has no id: the ticket holds that it was seen running, so a later
-  `installed` is known to be this install's and not the one before it.
+  install's ticket. An install has no id: a read just after the POST may still show the previous
+  record, so `installed` counts only once this install was seen running (the ticket says so, kept
+  by the waiter: Reinstall.after) or the record differs from the one before the POST (its digest,
+  the ticket's `baseline`).
 - POST failover-ips/attach is sent again only after reading back that the IP is neither on the
   box nor busy moving. An attach refused while the IP sits on another server (the API does not
   document whether it moves it, nor how it words the refusal; ATTACHED_ELSEWHERE is the simulator's)
@@ -304,13 +306,16 @@ class DediboxClient(MarkerFiltering):
                 subject=box_id,
             )
             body["partitions"] = list((plan or {}).get("partitions") or [])
-        ticket = Reinstall(vendor=Vendor.DEDIBOX, box_id=box_id, started_running=True)
+        followed = Reinstall(vendor=Vendor.DEDIBOX, box_id=box_id, started_running=True)
         record = self._install_record(zone, server_id, box_id)
         if record is not None and install_state_of(str(record.get("status") or "")) is InstallState.RUNNING:
             # An install runs already (a retried release): it is the one to follow, never a second.
             log.info("Dedibox reinstall of %s: an install already runs; following it", box_id)
-            return ticket
+            return followed
         before = install_digest(record)
+        # The POST's answer is the new install, running (status `booting`), but a read just after it
+        # may still show the previous record: `installed` counts only once this install was seen.
+        sent = Reinstall(vendor=Vendor.DEDIBOX, box_id=box_id, started_running=False, baseline=before)
 
         def post() -> Reinstall:
             self._call(
@@ -321,15 +326,15 @@ class DediboxClient(MarkerFiltering):
                 subject=box_id,
                 extra_secrets=(user_password, body.get("panel_password", "")),
             )
-            # The answer is the new install, running (status `booting`).
-            return ticket
+            return sent
 
         def read_back() -> Reinstall | None:
             record = self._install_record(zone, server_id, box_id)
             if record is None or install_digest(record) == before:
                 return None  # the install record did not change: the POST started nothing
             state = install_state_of(str(record.get("status") or ""))
-            return ticket if state in (InstallState.RUNNING, InstallState.DONE) else None
+            # A changed record is the new install, seen.
+            return followed if state in (InstallState.RUNNING, InstallState.DONE) else None
 
         try:
             result = verified_write(self._retry, post, read_back, sleep=self._sleep)
@@ -339,7 +344,7 @@ class DediboxClient(MarkerFiltering):
             if self.install_state(box_id) is not InstallState.RUNNING:
                 raise
             log.info("Dedibox reinstall of %s: an install already runs; following it", box_id)
-            return ticket
+            return followed
         log.info("Dedibox reinstall of %s with %s %s started", box_id, system.name, system.version)
         return result
 
@@ -360,7 +365,9 @@ class DediboxClient(MarkerFiltering):
 
         With the ticket of an install this client started: a step status is RUNNING, `installed`
         DONE; `unknown` with the server in `error` (or `locked`) is FAILED; a missing record is
-        waited out (RUNNING) unless the server is in `error`.
+        waited out (RUNNING) unless the server is in `error`. Until the ticket's install was seen
+        running (Reinstall.after), a record that still reads as before the POST is PENDING, as is
+        a missing one: the vendor does not show this install yet.
         Without one (what an old install left): a missing record reads DONE on a server that
         carries an OS and PENDING on a bare one; `unknown` reads FAILED when the server is in
         `error`, else PENDING.
@@ -372,12 +379,21 @@ class DediboxClient(MarkerFiltering):
         record = self._install_record(zone, server_id, box_id)
         status = str(record.get("status") or "") if record is not None else ""
         state = install_state_of(status) if record is not None else None
+        if (
+            reinstall is not None
+            and record is not None
+            and reinstall.unseen_done(state or InstallState.PENDING, install_digest(record))
+        ):
+            return InstallState.PENDING, f"{status}, the previous install's record"
         if state is not None:
             return state, status
         server = decode_server(self._server(zone, server_id, box_id))
         server_status = str(server.status)
         if server_status in SERVER_FAILED:
             return InstallState.FAILED, f"install {status or 'missing'}, server {server_status}"
+        if reinstall is not None and not reinstall.started_running:
+            # Not seen yet: a missing record is no sign that this install runs.
+            return InstallState.PENDING, f"install {status or 'missing'}, server {server_status}"
         if reinstall is not None:
             return InstallState.RUNNING, f"install {status or 'missing'}, server {server_status}"
         if record is None:
@@ -389,14 +405,16 @@ class DediboxClient(MarkerFiltering):
         `error`), TaskTimeoutError after `timeout` seconds. Polls start short and back off."""
         box_id = reinstall.box_id
         last = ""
+        ticket = reinstall
 
         def check() -> bool | None:
-            nonlocal last
+            nonlocal last, ticket
             try:
-                state, last = self._progress(box_id, reinstall)
+                state, last = self._progress(box_id, ticket)
             except TransientVendorError as error:
                 last = str(error)
                 return None
+            ticket = ticket.after(state)
             if state is InstallState.FAILED:
                 raise TaskFailedError(
                     vendor=VENDOR,

@@ -5,8 +5,9 @@ budget, next state on success, on a retryable error, on a permanent failure, and
 errors the state takes before they count as permanent. A handler does one step and answers with a
 result, the way syself caph's host state machine does:
 
-- `Continue(delay, waiting_for)`: not there yet; call me again after `delay`, within the budget (the
-  last pause is cut to what is left of it, for one last look).
+- `Continue(delay, waiting_for, facts)`: not there yet; call me again after `delay`, within the budget
+  (the last pause is cut to what is left of it, for one last look). `facts` that change what a
+  resumed wait must know (a reinstall seen running) are recorded before the pause.
 - `Complete(facts)`: done; record `facts` (what later states need) and move on.
 - `Error(error_type, message)`: failed, worth retrying (through the row's `on_error` state).
 - `Failed(error_type, message)`: failed for good (through the row's `on_failure` state).
@@ -87,6 +88,7 @@ class SystemClock:
 class Continue:
     delay: float
     waiting_for: str
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,7 @@ class Runner:
                 result = self._call(row)
                 elapsed = clock.now() - entered
                 if isinstance(result, Continue):
+                    self._learn(result.facts)
                     left = budget - elapsed
                     if left > 0 and not last_look:
                         # A pause never runs past the budget: the last one is cut to what is left, for
@@ -332,6 +335,13 @@ class Runner:
             facts=dict(self.run.facts),
         )
         self.progress = self.record.save(self.progress)
+
+    def _learn(self, facts: Mapping[str, str]) -> None:
+        """Record facts a waiting state learnt, once each (a record write only when one changed)."""
+        if all(self.run.facts.get(key) == value for key, value in facts.items()):
+            return
+        self.run.facts.update(facts)
+        self.progress = self.record.save(replace(self.progress, facts=dict(self.run.facts)))
 
     def _failure(self, result: Error | Failed) -> None:
         self.progress = replace(

@@ -5,8 +5,9 @@ RELEASE_REINSTALL     OVH / Dedibox: start the reinstall with the fleet key; the
                       `Reinstall` ticket (an install already running is followed: a retried release,
                       or OVH still busy), and the ticket is recorded
 RELEASE_WAIT_INSTALL  until the vendor reports the install the ticket names done (`install_state(box,
-                      ticket)`: OVH follows its own task, Dedibox knows the DONE is this install's);
-                      a retried release follows ITS ticket from the record
+                      ticket)`: OVH follows its own task; elsewhere a `done` counts once this install
+                      was seen running, recorded in the ticket, or the box's install reads other
+                      than before the POST); a retried release follows ITS ticket from the record
   Robot instead:      RESCUE_BOOT .. WAIT_NEW_HOST_KEY (providers/machine/robot_install.py)
 RELEASE_CLEARING      the claim leaves the vendor marker; the fleet marker stays
 
@@ -122,6 +123,15 @@ def wait_install(run: Run) -> Result:
         return Failed("InstallFailed", f"the {run.vendor.value} reinstall of {run.box_id} failed")
     if state is InstallState.DONE:
         return Complete()
+    if state is InstallState.PENDING:
+        # Reinstall.unseen_done: the vendor still shows the box as it was before the POST.
+        return Continue(delay, "the reinstall to show at the vendor (it still reads as the previous install)")
+    seen = ticket.after(state)
+    if seen != ticket:
+        # Seen running: recorded now, so a resumed wait takes the next `done` as this install's.
+        return Continue(
+            delay, "the reinstall to finish", {REINSTALL: json.dumps(seen.to_record(), sort_keys=True)}
+        )
     return Continue(delay, "the reinstall to finish")
 
 

@@ -158,19 +158,17 @@ class ElasticMetalClient(ProjectClient):
         """(install state, what identifies the server's last install): the install record has no id,
         so its parameters, its status and the server's updated_at tell a new one from the last."""
         server = self._server(box_id)
-        install = server.install
-        digest = (
-            ""
-            if install is None
-            else repr([install.os_id, install.hostname, list(install.ssh_key_ids or []), str(install.status)])
-        )
-        return install_state_of(server), f"{digest} {server.updated_at}"
+        return install_state_of(server), _install_identity(server)
 
     def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
-        """From `server.install.status` (models.install_state_of). The ticket changes nothing: the
-        install a ticket names answered `to_install` when it was started, so a later `completed` is
-        its own."""
-        return install_state_of(self._server(box_id))
+        """From `server.install.status` (models.install_state_of). With a ticket whose install was
+        not seen running yet, a `completed` that still reads as before the POST (the same install
+        record and updated_at: a read just after it) is PENDING: the previous install's."""
+        server = self._server(box_id)
+        state = install_state_of(server)
+        if reinstall is not None and reinstall.unseen_done(state, _install_identity(server)):
+            return InstallState.PENDING
+        return state
 
     # --- private networks --------------------------------------------------------------------------
 
@@ -239,3 +237,15 @@ class ElasticMetalClient(ProjectClient):
 
     def move_failover(self, ip: str, box_id: str) -> None:
         self.failover_target(ip)
+
+
+def _install_identity(server: Server) -> str:
+    """What tells the server's last install from the next: the install record has no id, so its
+    parameters, its status and the server's updated_at."""
+    install = server.install
+    digest = (
+        ""
+        if install is None
+        else repr([install.os_id, install.hostname, list(install.ssh_key_ids or []), str(install.status)])
+    )
+    return f"{digest} {server.updated_at}"

@@ -844,6 +844,35 @@ def test_a_retried_release_follows_its_own_ticket(releasing: World) -> None:
     assert vendor.calls == [("install_state", TICKET), ("set_claim", None)]
 
 
+def test_a_sent_reinstall_is_recorded_as_seen_once_it_reads_running(releasing: World) -> None:
+    """A ticket whose install was not seen yet (Dedibox, Scaleway: no task to follow): the stale
+    read just after the POST (PENDING) is waited out, the first RUNNING is recorded in the box's
+    record before the next pause, and only then is a DONE this install's, for a resumed wait too."""
+    sent = Reinstall(vendor=Vendor.OVH, box_id="ns1", started_running=False, baseline="before-the-post")
+    seen = Reinstall(vendor=Vendor.OVH, box_id="ns1", started_running=True, baseline="before-the-post")
+    releasing.run.facts["reinstall"] = json.dumps(sent.to_record())
+    vendor = FakeVendor([InstallState.PENDING, InstallState.RUNNING, InstallState.RUNNING, InstallState.DONE])
+    saves: list[dict[str, Any]] = []
+    real_save = releasing.record.save
+
+    def save(progress: Progress) -> Progress:
+        saves.append(json.loads(progress.facts["reinstall"]))
+        return real_save(progress)
+
+    releasing.record.save = save  # type: ignore[method-assign]
+    release(releasing, vendor, "RELEASE_WAIT_INSTALL")
+    assert vendor.calls == [
+        ("install_state", sent),
+        ("install_state", sent),
+        ("install_state", seen),
+        ("install_state", seen),
+        ("set_claim", None),
+    ]
+    # Entering the wait, then the ticket seen running (once), then the states after it.
+    assert saves[:2] == [sent.to_record(), seen.to_record()]
+    assert all(facts == seen.to_record() for facts in saves[2:])
+
+
 def test_a_failed_reinstall_fails_the_release_naming_it(releasing: World) -> None:
     vendor = FakeVendor([InstallState.FAILED])
     with pytest.raises(

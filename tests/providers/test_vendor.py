@@ -28,7 +28,7 @@ from providers.retry import (
     poll,
     verified_write,
 )
-from providers.vendor import MARKER_LIMITS, Reinstall, Vendor, marker_problem
+from providers.vendor import MARKER_LIMITS, InstallState, Reinstall, Vendor, marker_problem
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0, max_delay=0)
 
@@ -212,10 +212,31 @@ def test_a_reinstall_ticket_survives_a_record_round_trip() -> None:
         "box_id": "ns1.ip-1.eu",
         "task_id": "991",
         "started_running": True,
+        "baseline": None,
     }
     assert Reinstall.from_record(ticket.to_record()) == ticket
+    sent = Reinstall(vendor=Vendor.DEDIBOX, box_id="fr-par-2/1", started_running=False, baseline="b")
+    assert Reinstall.from_record(sent.to_record()) == sent
+    # A record written before baselines existed reads as a ticket seen running, as it was then.
+    old = {"vendor": "dedibox", "box_id": "fr-par-2/1", "task_id": None}
+    assert Reinstall.from_record(old) == Reinstall(vendor=Vendor.DEDIBOX, box_id="fr-par-2/1")
     with pytest.raises(VendorInputError, match="not a reinstall record"):
         Reinstall.from_record({"vendor": "vultr", "box_id": "1"})
+
+
+def test_a_done_counts_for_a_sent_reinstall_only_once_seen_or_changed() -> None:
+    sent = Reinstall(vendor=Vendor.DEDIBOX, box_id="fr-par-2/1", started_running=False, baseline="before")
+    # The previous install's `done`, read just after the POST: not this install's.
+    assert sent.unseen_done(InstallState.DONE, "before") is True
+    # The install record moved on: this install's.
+    assert sent.unseen_done(InstallState.DONE, "after") is False
+    assert sent.unseen_done(InstallState.RUNNING, "before") is False
+    seen = sent.after(InstallState.RUNNING)
+    assert seen == Reinstall(
+        vendor=Vendor.DEDIBOX, box_id="fr-par-2/1", started_running=True, baseline="before"
+    )
+    assert seen.unseen_done(InstallState.DONE, "before") is False
+    assert sent.after(InstallState.PENDING) is sent and seen.after(InstallState.RUNNING) is seen
 
 
 def test_only_a_rescue_installer_is_taken_for_one() -> None:

@@ -340,12 +340,21 @@ def test_a_rebooting_mac_is_reinstalled_once_ready_and_done_only_after_that(reco
     # The release state retries: the Mac is `ready` now, the reinstall is sent.
     recorder.on("GET", SERVER, server(status="ready"))
     ticket = _start(client)
-    assert ticket == Reinstall(vendor=Vendor.APPLESILICON, box_id=BOX)
+    assert ticket.started_running is False and ticket.baseline is not None
+    assert ticket == Reinstall(
+        vendor=Vendor.APPLESILICON, box_id=BOX, started_running=False, baseline=ticket.baseline
+    )
     assert recorder.calls()[1:] == [*PREP_CALLS, f"GET {SERVER}", f"POST {SERVER}/reinstall"]
     # Followed: DONE only once the reinstall it started has run.
-    recorder.on("GET", SERVER, server(status="reinstalling"), server(status="reinstalling"), server())
-    states = [client.install_state(BOX, ticket) for _ in range(3)]
-    assert states == [InstallState.RUNNING, InstallState.RUNNING, InstallState.DONE]
+    # A first read just after the POST still shows the Mac as it was: not this reinstall's `ready`.
+    recorder.on(
+        "GET", SERVER, server(), server(status="reinstalling"), server(status="reinstalling"), server()
+    )
+    states = []
+    for _ in range(4):
+        states.append(client.install_state(BOX, ticket))
+        ticket = ticket.after(states[-1])  # as every waiter carries it
+    assert states == [InstallState.PENDING, InstallState.RUNNING, InstallState.RUNNING, InstallState.DONE]
 
 
 def test_a_mac_that_starts_rebooting_after_the_first_read_is_still_not_followed(recorder, client) -> None:

@@ -12,7 +12,7 @@ import requests
 from providers.applesilicon.client import AppleSiliconClient
 from providers.errors import TransientVendorError, VendorInputError
 from providers.retry import RetryPolicy
-from providers.vendor import Claim, InstallState
+from providers.vendor import Claim, InstallState, Reinstall, Vendor
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 tuist-dev-fleet"
 SECRET = "3b0e2f4c-55d6-4c3a-9b1e-7d2f6a8c9e01"
@@ -93,7 +93,9 @@ def test_a_second_release_follows_the_running_reinstall(vendorsim) -> None:
     client = make_client(vendorsim)
     first = client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
     again = client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
-    assert again == first
+    # The first was sent (not seen running yet); the second saw it running and follows it.
+    assert first == Reinstall(Vendor.APPLESILICON, MAC1, started_running=False, baseline=first.baseline)
+    assert again == Reinstall(Vendor.APPLESILICON, MAC1, started_running=True)
     entries = vendorsim.admin("GET", "/audit?since=0")["entries"]
     assert [e["path"] for e in entries if e["path"].endswith("/reinstall")] == [
         "/scaleway/apple-silicon/v1alpha1/zones/fr-par-3/servers/a5000000-0000-4000-8000-000000000001/reinstall"
@@ -185,3 +187,16 @@ def test_vpc_and_private_network_converge(vendorsim) -> None:
     assert client.attach_private_network(MAC1, PN).status == "vpc_updating"
     wait_for(lambda: client.attach_private_network(MAC1, PN).ready)
     assert client.attach_private_network(MAC1, PN).vlan == 2000
+
+
+def test_a_stale_ready_read_just_after_the_post_is_not_this_reinstalls(vendorsim) -> None:
+    """The first read after the POST shows the Mac `ready` as it was (`previous_once`): the wait goes
+    on until this reinstall was seen and has finished."""
+    vendorsim.admin("POST", "/behaviour", json={"applesilicon.reinstall_read_after_post": "previous_once"})
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 2})
+    client = make_client(vendorsim)
+    ticket = client.start_reinstall(MAC1, hostname="h", ssh_public_key=KEY, user_login="m1", user_password="")
+    assert client.install_state(MAC1, ticket) is InstallState.PENDING  # the Mac as it was
+    assert str(client._server(MAC1).status) == "reinstalling"  # the second read: this reinstall runs
+    client.wait_reinstall(ticket, timeout=10)
+    assert str(client._server(MAC1).status) == "ready"

@@ -6,7 +6,7 @@ import pytest
 
 from config.models import Vendor
 from providers.dedibox.client import DediboxClient
-from providers.dedibox.models import decode_server
+from providers.dedibox.models import decode_server, install_digest
 from providers.errors import (
     AuthError,
     TaskFailedError,
@@ -312,7 +312,13 @@ def test_start_reinstall_posts_the_exact_install_body(recorder, client):
     assert recorder.calls()[:1] == [
         f"GET /dedibox/v1/zones/{ZONE}/os?project_id={PROJECT}&page=1&page_size=100&server_id=104523"
     ]
-    assert ticket == Reinstall(vendor=Vendor.DEDIBOX, box_id="fr-par-2/104523", started_running=True)
+    # Sent, not seen running yet: the record before the POST is the baseline a stale `installed` matches.
+    assert ticket == Reinstall(
+        vendor=Vendor.DEDIBOX,
+        box_id="fr-par-2/104523",
+        started_running=False,
+        baseline=install_digest({"os_id": 412, "hostname": "sd-104523", "status": "installed"}),
+    )
     post = recorder.last("POST", f"{SERVERS}/104523/install")
     assert post.json() == {
         "os_id": 412,

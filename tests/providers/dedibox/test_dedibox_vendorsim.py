@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from providers.dedibox.client import DediboxClient
+from providers.dedibox.models import install_digest
 from providers.errors import AuthError, TaskFailedError, VendorError
 from providers.retry import PollPolicy, RetryPolicy
-from providers.vendor import Claim, InstallState
+from providers.vendor import Claim, InstallState, Reinstall
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 tuist-dev-fleet"
 SECRET = "f24d2ad3-cea4-48c1-a6bd-1b0d15fb94c3"
@@ -222,3 +223,29 @@ def test_vendorsim_refuses_a_tag_outside_the_assumed_limits(vendorsim):
                 idempotent=True,
             )
         assert (raised.value.status, raised.value.code) == (400, "invalid_arguments")
+
+
+def test_a_stale_installed_read_just_after_the_post_is_not_this_installs(vendorsim):
+    """The first read after the POST shows the previous install (`previous_once`): the wait goes on
+    until this install was seen running and has finished (reference/tuist-anchor.md 2.4)."""
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 2})
+    client = make_client(vendorsim)
+
+    def reinstall() -> Reinstall:
+        return client.start_reinstall(
+            BOX, hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="sudo-pw"
+        )
+
+    client.wait_reinstall(reinstall(), timeout=10)  # a first release: the record reads `installed`
+    previous = client._install_record("fr-par-2", 200102, BOX)
+    assert previous is not None and previous["status"] == "installed"
+    vendorsim.admin("POST", "/behaviour", json={"dedibox.install_read_after_post": "previous_once"})
+    # The second release's record will read exactly as the first's once it is done: only having
+    # seen it running tells the two apart.
+    ticket = reinstall()
+    assert ticket.baseline == install_digest(previous)
+    assert client.install_state(BOX, ticket) is InstallState.PENDING  # the previous record
+    assert client._install_record("fr-par-2", 200102, BOX)["status"] != "installed"  # this one runs
+    client.wait_reinstall(ticket, timeout=10)
+    record = client._install_record("fr-par-2", 200102, BOX)
+    assert record is not None and (record["hostname"], record["status"]) == ("kura-eu-1", "installed")

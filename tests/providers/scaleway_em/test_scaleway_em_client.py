@@ -301,7 +301,10 @@ def test_start_reinstall_sends_the_os_the_fleet_key_and_the_password(recorder, c
     ticket = client.start_reinstall(
         BOX, hostname="kura-scw-1", ssh_public_key=KEY + "\n", user_login="ubuntu", user_password="Sudo-Pw-7"
     )
-    assert ticket == Reinstall(vendor=Vendor.SCALEWAY_EM, box_id=BOX, task_id=None, started_running=True)
+    assert ticket.started_running is False and ticket.baseline  # sent; a stale `completed` matches it
+    assert ticket == Reinstall(
+        vendor=Vendor.SCALEWAY_EM, box_id=BOX, task_id=None, started_running=False, baseline=ticket.baseline
+    )
     assert recorder.calls() == [
         f"GET {SERVER}",
         f"GET /baremetal/v1/zones/fr-par-2/os?offer_id={OFFER}&page=1&page_size=100",

@@ -10,7 +10,7 @@ import pytest
 from providers.errors import AuthError
 from providers.retry import RetryPolicy
 from providers.scaleway_em.client import ElasticMetalClient
-from providers.vendor import Claim, InstallState
+from providers.vendor import Claim, InstallState, Reinstall, Vendor
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJpselPEwoXIjP2bkKTBeNMrbyt7kCy0a+yHcLfRN+W7 tuist-dev-fleet"
 SECRET = "3b0e2f4c-55d6-4c3a-9b1e-7d2f6a8c9e01"
@@ -105,7 +105,9 @@ def test_a_retried_release_follows_the_running_install(vendorsim) -> None:
     again = client.start_reinstall(
         DEV1, hostname="kura-scw-1", ssh_public_key=KEY, user_login="ubuntu", user_password="p"
     )
-    assert again == first
+    # The first was sent (not seen running yet); the second saw it running and follows it.
+    assert first == Reinstall(Vendor.SCALEWAY_EM, DEV1, started_running=False, baseline=first.baseline)
+    assert again == Reinstall(Vendor.SCALEWAY_EM, DEV1, started_running=True)
     client.wait_reinstall(again, timeout=10)
     installs = [
         e for e in vendorsim.admin("GET", "/audit?since=0")["entries"] if e["path"].endswith("/install")
@@ -159,3 +161,19 @@ def test_private_network_attachment_converges(vendorsim) -> None:
 def test_a_wrong_key_is_an_auth_error(vendorsim) -> None:
     with pytest.raises(AuthError):
         make_client(vendorsim, secret="00000000-0000-4000-8000-000000000000").list_boxes()
+
+
+def test_a_stale_completed_read_just_after_the_post_is_not_this_installs(vendorsim) -> None:
+    """The first read after the POST shows the server as it was (`previous_once`): its `completed`
+    is the previous install's, and the wait goes on until this one has finished."""
+    vendorsim.admin("POST", "/behaviour", json={"scaleway_em.install_read_after_post": "previous_once"})
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 2})
+    client = make_client(vendorsim)
+    ticket = client.start_reinstall(
+        DEV1, hostname="kura-scw-9", ssh_public_key=KEY, user_login="ubuntu", user_password="Sudo-9"
+    )
+    assert client.install_state(DEV1, ticket) is InstallState.PENDING  # the previous install's record
+    client.wait_reinstall(ticket, timeout=10)
+    server = client._server(DEV1)
+    assert server.install is not None
+    assert (server.install.hostname, str(server.install.status)) == ("kura-scw-9", "completed")
