@@ -98,6 +98,11 @@ class RouteReconciler:
             self.settings.namespace, label_selector=self.settings.service_selector()
         )
         self._services = {s.metadata.name: service_view(s) for s in listing.items}
+        # A resync writes the routes again even when they are what this process wrote last: the
+        # ConfigMap may have lost them since (replaced by an up, edited, deleted), and nginx would
+        # then serve no route at all until this pod restarted. The apply is server-side: an equal
+        # write changes nothing, so no reload follows it.
+        self._written = None
         return str(listing.metadata.resource_version)
 
     def on_event(self, kind: str, service: Any) -> None:

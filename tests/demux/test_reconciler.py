@@ -128,3 +128,16 @@ def test_routes_follow_the_labels_of_what_it_lists_and_watches() -> None:
         + route_line("globex", "kura-globex-us-east-peer"),
         HEADER + route_line("globex", "kura-globex-us-east-peer"),
     ]
+
+
+def test_a_resync_writes_the_routes_again_though_this_process_wrote_them_last() -> None:
+    """The routes ConfigMap can lose its data behind the reconciler's back (an up that replaced it, an
+    edit); the next relist (every resync) writes them again rather than trusting its memory."""
+    core = RecordedCore([peer_service("kura-acme-us-east-peer", "acme")])
+    reconciler = RouteReconciler(SETTINGS, core, "kura-peer-demux-routes-us-east")
+    reconciler.relist()
+    assert reconciler.apply() is True
+    assert reconciler.apply() is False  # between resyncs: nothing changed, nothing written
+    reconciler.relist()
+    assert reconciler.apply() is True
+    assert core.written == [HEADER + route_line("acme", "kura-acme-us-east-peer")] * 2
