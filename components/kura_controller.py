@@ -50,7 +50,9 @@ __all__ = [
 ]
 
 CONTROLLER_NAME = "kura-controller"
-CONTROLLER_LEASE_NAME = "kura-controller.tuist.dev"
+# Upstream's cmd/manager/main.go hardcodes its leader-election ID (no flag); the Lease lives in the
+# pod's own namespace.
+CONTROLLER_LEASE_NAME = "kura-controller.kura.tuist.dev"
 KURA_GROUP = "kura.tuist.dev"
 EGRESS_BANDWIDTH_ANNOTATION = "kubernetes.io/egress-bandwidth"
 LABELS = {
@@ -140,29 +142,55 @@ def controller_env(
 
 
 def controller_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
-    """What kura-controller does in the Kura namespace, and nothing outside it: no Secrets, no
-    wildcards. It runs each account's instances as StatefulSets behind Services (the account peer
-    Service, the cache Service it fails over to a Ready standby), watches their pods, and owns the
-    KuraInstance objects."""
+    """What upstream kura-controller needs in the Kura namespace to take an account's KuraInstance to
+    its StatefulSet, read off its KuraInstanceReconciler's kubebuilder RBAC markers and its reconcile
+    order (tuist/tuist infra/kura-controller/controllers/kurainstance_controller.go). No wildcards.
+
+    - Its informers start with the manager and must sync or it exits: KuraInstances, and (Owns or
+      Watches) StatefulSets, Services, Secrets, Pods, Ingresses, NetworkPolicies and
+      PodDisruptionBudgets: list and watch on each.
+    - Before the StatefulSet each reconcile adds its finalizer, checks the data claims, writes the
+      headless and account peer Services, the instance's public peer Service and its peer DNSEndpoint
+      (mesh_peer_host_network regions), the Ingresses (or deletes them), deletes the per-instance
+      Certificate (no --grpc-cluster-issuer), writes the peer TLS Secret and the account's peer CA
+      Secret, the NetworkPolicy and the PodDisruptionBudget. After it: claim resizes, the unready
+      pods of an image change, status.
+    - Secrets: the pods mount their peer TLS Secret, which only the controller writes. The Kura
+      namespace holds no vendor credential (the failover watchers' and external-dns's live in their
+      own namespaces).
+    - Not granted: ConfigMaps and DaemonSets (upstream's PeerDemuxReconciler would write our
+      kura-peer-demux-<region> objects with them; the KuraInstance reconciler only reads them to retire
+      a legacy account-wide peer Service, which this program never made), EndpointSlices (same
+      legacy path), creating or deleting KuraInstances (the Tuist server's).
+    """
     rule = k8s.rbac.v1.PolicyRuleArgs
     write = ["get", "list", "watch", "create", "update", "patch", "delete"]
     return [
         rule(api_groups=["apps"], resources=["statefulsets"], verbs=write),
-        rule(api_groups=[""], resources=["services"], verbs=write),
-        # Readiness and the runtime-confirmed serving check the failover waits for.
-        rule(api_groups=[""], resources=["pods"], verbs=["get", "list", "watch"]),
-        # The StatefulSet controller creates the claims; an account's removal deletes them.
-        rule(api_groups=[""], resources=["persistentvolumeclaims"], verbs=["get", "list", "watch", "delete"]),
+        rule(api_groups=[""], resources=["services", "secrets"], verbs=write),
+        # Readiness and the serving check of primary selection; an image change deletes unready pods.
+        rule(api_groups=[""], resources=["pods"], verbs=["get", "list", "watch", "delete"]),
+        # The StatefulSet controller creates the claims; the controller grows them (patch) and drops
+        # them when a volume can never bind again (a storage class change, a reprovisioned box).
+        rule(
+            api_groups=[""],
+            resources=["persistentvolumeclaims"],
+            verbs=["get", "list", "watch", "patch", "delete"],
+        ),
+        rule(api_groups=["networking.k8s.io"], resources=["ingresses", "networkpolicies"], verbs=write),
+        rule(api_groups=["policy"], resources=["poddisruptionbudgets"], verbs=write),
+        rule(api_groups=["externaldns.k8s.io"], resources=["dnsendpoints"], verbs=write),
+        # Read and deleted uncached (unstructured): without --grpc-cluster-issuer it only removes the
+        # per-instance Certificate and the legacy gRPC one.
+        rule(api_groups=["cert-manager.io"], resources=["certificates"], verbs=["get", "delete"]),
         rule(
             api_groups=[KURA_GROUP],
             resources=["kurainstances"],
             verbs=["get", "list", "watch", "update", "patch"],
         ),
-        rule(
-            api_groups=[KURA_GROUP],
-            resources=["kurainstances/status", "kurainstances/finalizers"],
-            verbs=["get", "update", "patch"],
-        ),
+        rule(api_groups=[KURA_GROUP], resources=["kurainstances/status"], verbs=["get", "update", "patch"]),
+        # Owner references that block the owner's deletion (admission checks this subresource).
+        rule(api_groups=[KURA_GROUP], resources=["kurainstances/finalizers"], verbs=["update"]),
         rule(api_groups=["", "events.k8s.io"], resources=["events"], verbs=["create", "patch"]),
         # Leader election: create cannot be narrowed by name, the rest can.
         rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
@@ -176,15 +204,23 @@ def controller_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
 
 
 def controller_cluster_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
-    # A Local-scope peer answers with its direct node URL: the node's InternalIP (seed 001).
-    return [k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"])]
+    rule = k8s.rbac.v1.PolicyRuleArgs
+    return [
+        # A Local-scope peer answers with its direct node URL: the node's InternalIP (seed 001); the
+        # peer DNSEndpoint targets it too, and a claim pinned to a vanished node is found through it.
+        rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"]),
+        # A bound claim's volume is read (through the cache) for its node pin on every reconcile;
+        # deleting an instance (or a stale claim) first flips the volume to reclaimPolicy Delete.
+        rule(api_groups=[""], resources=["persistentvolumes"], verbs=["get", "list", "watch", "patch"]),
+    ]
 
 
 def controller_args(namespace: str) -> list[str]:
+    """Only flags upstream's cmd/manager/main.go defines (an unknown one exits 2 at start). The
+    leader-election ID is hardcoded there (CONTROLLER_LEASE_NAME) and the Lease namespace is the
+    pod's own: neither is a flag."""
     return [
         "--leader-elect=true",
-        f"--leader-election-id={CONTROLLER_LEASE_NAME}",
-        f"--leader-election-namespace={namespace}",
         f"--watch-namespace={namespace}",
         "--health-probe-bind-address=:8081",
         "--metrics-bind-address=:8080",
@@ -202,7 +238,8 @@ class KuraControllerArgs:
 
 
 class KuraController(pulumi.ComponentResource):
-    """Namespace `kura`, ServiceAccount, Role + ClusterRole (nodes, read-only) and the Deployment."""
+    """Namespace `kura`, ServiceAccount, Role + ClusterRole (nodes read, volumes' reclaim policy)
+    and the Deployment."""
 
     namespace: k8s.core.v1.Namespace
     failover_namespace: k8s.core.v1.Namespace

@@ -14,7 +14,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity import DEFAULT_MIN_WARM_POOL_FLOOR, DEFAULT_SCALE_DOWN_COOLDOWN_SECONDS
-from components.k8s import secret_hash
 from components.runner_pool import (
     KATA_NODE_LABELS,
     KATA_POD_OVERHEAD,
@@ -208,23 +207,36 @@ def runner_pool_crd_spec() -> dict[str, Any]:
 
 
 def controller_role_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
-    """Least privilege in the runners namespace only: no Secrets, no wildcards."""
+    """What the upstream runners-controller does in its namespace, rule for rule its kubebuilder RBAC
+    markers (tuist/tuist infra/runners-controller/controllers/*.go): no Secrets, no wildcards.
+
+    Left out: `pods/log` (the PodLifecycle reconciler reads a dead runner's log, and upstream wires it
+    only with --sessions-url, which we do not pass)."""
     rule = k8s.rbac.v1.PolicyRuleArgs
     return [
-        # One Pod + ServiceAccount per microVM; the SA token is what dispatch checks.
+        # One Pod + ServiceAccount per microVM (the SA token is what dispatch checks); patch is the
+        # drain-eligible label a stale-image Pod gets during an image roll. SAs are never patched.
         rule(
-            api_groups=[""],
-            resources=["pods", "serviceaccounts"],
-            verbs=["create", "delete", "get", "list", "watch", "patch"],
+            api_groups=[""], resources=["pods"], verbs=["get", "list", "watch", "create", "patch", "delete"]
+        ),
+        rule(
+            api_groups=[""], resources=["serviceaccounts"], verbs=["get", "list", "watch", "create", "delete"]
+        ),
+        # The autoscaler patches spec.replicas; the pool reconciler adds its drain finalizer (update).
+        rule(
+            api_groups=[RUNNER_POOL_GROUP],
+            resources=[RUNNER_POOL_PLURAL],
+            verbs=["get", "list", "watch", "update", "patch"],
         ),
         rule(
             api_groups=[RUNNER_POOL_GROUP],
-            resources=[RUNNER_POOL_PLURAL, f"{RUNNER_POOL_PLURAL}/status"],
-            verbs=["get", "list", "watch", "update", "patch"],
+            resources=[f"{RUNNER_POOL_PLURAL}/status"],
+            verbs=["get", "update", "patch"],
         ),
         # client-go's recorder patches a repeated event instead of creating a new one.
         rule(api_groups=["", "events.k8s.io"], resources=["events"], verbs=["create", "patch"]),
-        # Leader election: create cannot be narrowed by name, the rest can.
+        # Leader election (always on upstream, in the pod's own namespace): create cannot be narrowed
+        # by name, the rest can.
         rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
         rule(
             api_groups=["coordination.k8s.io"],
@@ -235,22 +247,31 @@ def controller_role_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
     ]
 
 
+def controller_cluster_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    """Nodes are cluster-scoped. Upstream's pool reconciler watches them (a cordoned node's idle
+    runners are retired so the drain can finish) and the autoscaler and the provisioning admission
+    list the fleet's nodes: without list and watch its Node informer never syncs and the manager
+    exits at start. Upstream's marker also has `patch`, used only by the node reservation (a taint
+    that holds a host for a starved large shape); that step logs and carries on when refused, so a
+    cluster-wide node write stays out (the lead decides whether to grant it)."""
+    return [k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"])]
+
+
 def controller_args(namespace: str) -> list[str]:
+    """Only flags upstream's cmd/manager/main.go defines (an unknown one exits 2 at start). Leader
+    election is always on there, with the Lease `runners-controller.tuist.dev` in the pod's own
+    namespace: neither is a flag."""
     return [
-        "--leader-elect=true",
-        f"--leader-election-id={CONTROLLER_LEASE_NAME}",
-        f"--leader-election-namespace={namespace}",
-        f"--watch-namespace={namespace}",
+        f"--namespace={namespace}",
         "--health-probe-bind-address=:8081",
         "--metrics-bind-address=:8080",
     ]
 
 
-SERVER_SECRET = "runners-controller-tuist-server"
-SERVER_TOKEN_KEY = "token"
-# On the pod template: the sha256 of the token (components.k8s.secret_hash). The controller reads it
-# from its env only at start; a rotated token changes the template, so the pods roll onto it.
-SERVER_TOKEN_HASH_ANNOTATION = "tuist.dev/tuist-server-token-hash"
+# Where on the Tuist server (seed 003): the dispatch endpoint the runner Pods poll, and the load
+# signals the autoscaler GETs every 5 s (upstream appends ?fleet=<pool>).
+DISPATCH_PATH = "/api/internal/runners/dispatch"
+SCALING_SIGNALS_PATH = "/api/internal/runners/desired_replicas"
 
 
 @dataclass(frozen=True)
@@ -258,30 +279,31 @@ class RunnersControllerArgs:
     namespace: str
     # Pinned (release tag or digest) outside dev: config.rules checks it.
     image: str
-    # The Tuist server it asks for dispatch and for desired replicas every 5 s (seed 003), and the
-    # stack secret tuistServerToken that authenticates it; both required once a pool exists.
+    # The Tuist server it sends the runners to for dispatch and asks for desired replicas every 5 s
+    # (seed 003); required once a pool exists (config.rules).
     server_url: str | None = None
+    # Ignored: upstream authenticates to the Tuist server with its own ServiceAccount token (the
+    # server checks it by TokenReview) and reads no static token. Still accepted because __main__.py
+    # passes it (secrets.tuist_server_token); the lead removes it there and then here.
     server_token: pulumi.Input[str] | None = None
     # Two replicas with leader election: a node drain never leaves pools unreconciled.
     replicas: int = 2
 
 
 def controller_env(server_url: str) -> list[k8s.core.v1.EnvVarArgs]:
-    """The server URL as plain env; the token by reference to its Secret, so the Deployment (and
-    `kubectl describe`) never holds the value."""
+    """The two URLs upstream reads from its environment. TUIST_RUNNER_DISPATCH_INTERNAL_URL (an
+    in-cluster dispatch URL for Linux pools) is left out: the config has no in-cluster server URL,
+    and upstream falls back to the dispatch URL without it."""
+    base = server_url.rstrip("/")
     return [
-        k8s.core.v1.EnvVarArgs(name="TUIST_SERVER_URL", value=server_url),
-        k8s.core.v1.EnvVarArgs(
-            name="TUIST_SERVER_TOKEN",
-            value_from=k8s.core.v1.EnvVarSourceArgs(
-                secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=SERVER_SECRET, key=SERVER_TOKEN_KEY)
-            ),
-        ),
+        k8s.core.v1.EnvVarArgs(name="TUIST_RUNNER_DISPATCH_URL", value=f"{base}{DISPATCH_PATH}"),
+        k8s.core.v1.EnvVarArgs(name="TUIST_SCALING_SIGNALS_URL", value=f"{base}{SCALING_SIGNALS_PATH}"),
     ]
 
 
 class RunnersController(pulumi.ComponentResource):
-    """Namespace, ServiceAccount, namespaced RBAC and the leader-elected Deployment."""
+    """Namespace, ServiceAccount, namespaced RBAC (+ read-only nodes) and the leader-elected
+    Deployment."""
 
     def __init__(self, name: str, args: RunnersControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("tuist:runners:RunnersController", name, None, opts)
@@ -293,39 +315,42 @@ class RunnersController(pulumi.ComponentResource):
         )
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         named = meta(name=CONTROLLER_NAME, namespace=args.namespace, labels=CONTROLLER_LABELS)
+        subject = k8s.rbac.v1.SubjectArgs(
+            kind="ServiceAccount", name=CONTROLLER_NAME, namespace=args.namespace
+        )
 
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=named, opts=in_ns)
         role = k8s.rbac.v1.Role(f"{name}-role", metadata=named, rules=controller_role_rules(), opts=in_ns)
-        k8s.rbac.v1.RoleBinding(
+        role_binding = k8s.rbac.v1.RoleBinding(
             f"{name}-rolebinding",
             metadata=named,
             role_ref=k8s.rbac.v1.RoleRefArgs(
                 api_group="rbac.authorization.k8s.io", kind="Role", name=CONTROLLER_NAME
             ),
-            subjects=[
-                k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=CONTROLLER_NAME, namespace=args.namespace)
-            ],
+            subjects=[subject],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, role]),
         )
-        env: list[k8s.core.v1.EnvVarArgs] | None = None
-        annotations: dict[str, pulumi.Input[str]] | None = None
-        deps: list[pulumi.Resource] = [ns]
-        if args.server_url is not None:
-            if args.server_token is None:
-                raise ValueError(
-                    "runners-controller: a Tuist server URL was given without its token (tuistServerToken)"
-                )
-            self.server_token = k8s.core.v1.Secret(
-                f"{name}-tuist-server",
-                metadata=meta(name=SERVER_SECRET, namespace=args.namespace, labels=CONTROLLER_LABELS),
-                type="Opaque",
-                # Output.secret, whatever the caller passed: encrypted in state, masked in diffs.
-                string_data={SERVER_TOKEN_KEY: pulumi.Output.secret(args.server_token)},
-                opts=in_ns,
-            )
-            deps.append(self.server_token)
-            env = controller_env(args.server_url)
-            annotations = {SERVER_TOKEN_HASH_ANNOTATION: secret_hash(args.server_token)}
+        cluster_meta = meta(name=CONTROLLER_NAME, labels=CONTROLLER_LABELS)
+        cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-clusterrole",
+            metadata=cluster_meta,
+            rules=controller_cluster_rules(),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-clusterrolebinding",
+            metadata=cluster_meta,
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=CONTROLLER_NAME
+            ),
+            subjects=[subject],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, cluster_role]),
+        )
+        # Upstream exits 1 at start without a dispatch URL. config.rules requires the server URL once
+        # a pool exists; without one there is nothing to run, so the controller stays at zero
+        # replicas instead of crash-looping.
+        env = controller_env(args.server_url) if args.server_url is not None else None
+        replicas = args.replicas if args.server_url is not None else 0
         container = k8s.core.v1.ContainerArgs(
             name="manager",
             image=args.image,
@@ -355,14 +380,18 @@ class RunnersController(pulumi.ComponentResource):
             f"{name}-deployment",
             metadata=named,
             spec=k8s.apps.v1.DeploymentSpecArgs(
-                replicas=args.replicas,
+                replicas=replicas,
                 selector=k8s.meta.v1.LabelSelectorArgs(
                     match_labels={"app.kubernetes.io/name": CONTROLLER_NAME}
                 ),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=CONTROLLER_LABELS, annotations=annotations),
+                    metadata=meta(labels=CONTROLLER_LABELS),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=CONTROLLER_NAME,
+                        # Its own token is its identity twice: to the apiserver, and to the Tuist
+                        # server, which checks it by TokenReview (upstream reads the mounted file on
+                        # every call, so a rotated projected token needs no roll).
+                        automount_service_account_token=True,
                         security_context=k8s.core.v1.PodSecurityContextArgs(
                             run_as_non_root=True,
                             run_as_user=CONTROLLER_UID,
@@ -373,7 +402,7 @@ class RunnersController(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, role_binding, cluster_role_binding]),
         )
         self.register_outputs({"namespace": args.namespace, "deployment": CONTROLLER_NAME})
 
@@ -447,7 +476,9 @@ class RunnerPoolsArgs:
     pools: list[RunnerPoolConfig]
     fleets: list[Fleet]
     cluster: Cluster
-    # The stack secret tuistServerToken (config.loader.Secrets).
+    # Ignored, as RunnersControllerArgs.server_token: the controller authenticates to the Tuist server
+    # with its ServiceAccount token. Accepted only because __main__.py still passes the stack secret
+    # tuistServerToken; the lead removes it there and then here.
     server_token: pulumi.Input[str] | None = None
 
 
@@ -493,7 +524,6 @@ class RunnerPools(pulumi.ComponentResource):
                 namespace=namespace,
                 image=args.cluster.runners_controller_image,
                 server_url=args.cluster.tuist_server_url,
-                server_token=args.server_token,
             ),
             opts=child,
         )

@@ -115,15 +115,32 @@ def test_its_rbac_allows_what_it_does_and_nothing_near_it(kube_cluster: KubeClus
         ("delete", "persistentvolumeclaims", "", ns, None),
         ("update", "kurainstances", "kura.tuist.dev", ns, None),
         ("list", "nodes", "", None, None),
-        ("update", "leases", "coordination.k8s.io", ns, "kura-controller.tuist.dev"),
+        # The peer TLS Secret its pods mount, and the informer it starts on Secrets.
+        ("create", "secrets", "", ns, None),
+        ("watch", "secrets", "", ns, None),
+        ("create", "dnsendpoints", "externaldns.k8s.io", ns, None),
+        ("create", "networkpolicies", "networking.k8s.io", ns, None),
+        ("create", "poddisruptionbudgets", "policy", ns, None),
+        ("delete", "certificates", "cert-manager.io", ns, None),
+        ("patch", "persistentvolumes", "", None, None),
+        # Upstream's hardcoded leader-election ID, in its own namespace.
+        ("update", "leases", "coordination.k8s.io", ns, "kura-controller.kura.tuist.dev"),
     ]
     denied = [
-        ("get", "secrets", "", ns, None),
         ("list", "secrets", "", None, None),
+        ("get", "secrets", "", "kura-failover", None),
         ("create", "statefulsets", "apps", "default", None),
         ("create", "pods", "", ns, None),
         ("patch", "nodes", "", None, None),
         ("create", "persistentvolumeclaims", "", ns, None),
+        ("delete", "persistentvolumes", "", None, None),
+        ("create", "certificates", "cert-manager.io", ns, None),
+        # What upstream's PeerDemuxReconciler would need to write our kura-peer-demux-<region>.
+        ("update", "configmaps", "", ns, "kura-peer-demux-ca-east"),
+        ("create", "configmaps", "", ns, None),
+        ("update", "daemonsets", "apps", ns, "kura-peer-demux-ca-east"),
+        ("delete", "daemonsets", "apps", ns, "kura-peer-demux-ca-east"),
+        ("create", "kurainstances", "kura.tuist.dev", ns, None),
         ("update", "leases", "coordination.k8s.io", ns, "someone-elses-lease"),
         ("create", "clusterrolebindings", "rbac.authorization.k8s.io", None, None),
     ]

@@ -2,15 +2,14 @@
 says (15 runner microVMs on an AX42-U, 62 on an AX162-R: seed 003's ~16 and ~64 less the kernel's
 share and the self-join's reservations; the next one Pending) with the kata-qemu RuntimeClass the
 program renders; the RunnerPool CRD keeps explicit zeros through the apiserver's defaulting; the
-runners-controller gets its Tuist server token from a Secret it cannot read through the API."""
+runners-controller is told the Tuist server's URLs, runs as its own ServiceAccount (whose token the
+server checks) and may do what upstream's RBAC markers say and nothing near it."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
-import pulumi
 import pytest
 from kubernetes import client as k8s
 
@@ -34,7 +33,6 @@ from tests.support.cluster import KubeCluster, Kubelet, wait_until
 AX42_U = Hardware(offer="AX42-U", threads=16, memory_gib=64)
 AX162_R = Hardware(offer="AX162-R", threads=96, memory_gib=256)
 IMAGE = "ghcr.io/tuist/linux-runner@sha256:" + "c" * 64
-TOKEN = "tuist-server-token-for-the-test"
 
 
 def runner_objects(namespace: str, hardware: Hardware, **autoscaling: Any) -> list[dict[str, Any]]:
@@ -61,9 +59,7 @@ def runner_objects(namespace: str, hardware: Hardware, **autoscaling: Any) -> li
         runners_controller_image="ghcr.io/tuist/runners-controller:1.4.2",
         tuist_server_url="https://staging.tuist.dev",
     )
-    args = RunnerPoolsArgs(
-        pools=[pool], fleets=[fleet], cluster=cluster, server_token=pulumi.Output.secret(TOKEN)
-    )
+    args = RunnerPoolsArgs(pools=[pool], fleets=[fleet], cluster=cluster)
     return rendered(lambda: RunnerPools("runners", args))
 
 
@@ -195,17 +191,62 @@ def test_a_runner_pool_without_runner_labels_is_refused_by_the_apiserver(kube_cl
     kube_cluster.delete_namespace(ns)
 
 
-def test_the_controller_gets_the_server_token_from_a_secret_it_cannot_read(kube_cluster: KubeCluster) -> None:
+def test_the_controller_knows_the_server_runs_as_itself_and_may_do_what_upstream_does(
+    kube_cluster: KubeCluster,
+) -> None:
     ns = f"runners-{suffix()}"
     apply(kube_cluster, runner_objects(ns, AX42_U))
-    secret = kube_cluster.core.read_namespaced_secret("runners-controller-tuist-server", ns)
-    assert base64.b64decode(secret.data["token"]).decode() == TOKEN
     deployment = k8s.AppsV1Api(kube_cluster.api).read_namespaced_deployment("runners-controller", ns)
-    [container] = deployment.spec.template.spec.containers
-    env = {e.name: e for e in container.env}
-    assert env["TUIST_SERVER_URL"].value == "https://staging.tuist.dev"
-    assert env["TUIST_SERVER_TOKEN"].value is None
-    assert env["TUIST_SERVER_TOKEN"].value_from.secret_key_ref.name == "runners-controller-tuist-server"
-    # The kubelet puts the token in the container; the controller's own identity cannot read it.
-    assert not can(kube_cluster, sa(ns, "runners-controller"), "get", "secrets", namespace=ns)
+    pod = deployment.spec.template.spec
+    [container] = pod.containers
+    assert container.args == [
+        f"--namespace={ns}",
+        "--health-probe-bind-address=:8081",
+        "--metrics-bind-address=:8080",
+    ]
+    assert {e.name: e.value for e in container.env} == {
+        "TUIST_RUNNER_DISPATCH_URL": "https://staging.tuist.dev/api/internal/runners/dispatch",
+        "TUIST_SCALING_SIGNALS_URL": "https://staging.tuist.dev/api/internal/runners/desired_replicas",
+    }
+    # Its ServiceAccount token is mounted: the Tuist server knows it by that (TokenReview).
+    assert pod.automount_service_account_token is True
+    assert pod.service_account_name == "runners-controller"
+    account = kube_cluster.core.read_namespaced_service_account("runners-controller", ns)
+    assert account.automount_service_account_token is not False
+    # No static token anywhere.
+    assert [
+        s.metadata.name for s in kube_cluster.core.list_namespaced_secret(ns).items if s.type == "Opaque"
+    ] == []
+
+    me = sa(ns, "runners-controller")
+    allowed = [
+        ("create", "pods", "", ns, None, None),
+        ("patch", "pods", "", ns, None, None),  # the drain-eligible label of an image roll
+        ("delete", "serviceaccounts", "", ns, None, None),
+        ("patch", "runnerpools", "tuist.dev", ns, None, None),
+        ("update", "runnerpools", "tuist.dev", ns, None, "status"),
+        ("create", "events", "", ns, None, None),
+        ("watch", "nodes", "", None, None, None),  # its Node informer must sync for it to start
+        ("create", "leases", "coordination.k8s.io", ns, None, None),
+        ("update", "leases", "coordination.k8s.io", ns, "runners-controller.tuist.dev", None),
+    ]
+    denied = [
+        ("get", "secrets", "", ns, None, None),
+        ("patch", "serviceaccounts", "", ns, None, None),
+        ("get", "pods", "", ns, None, "log"),  # only with --sessions-url, which is not passed
+        ("create", "pods", "", ns, None, "exec"),
+        ("patch", "nodes", "", None, None, None),  # the reservation taint: not granted
+        ("create", "pods", "", "default", None, None),
+        ("list", "pods", "", None, None, None),
+        ("update", "leases", "coordination.k8s.io", ns, "kura-controller.kura.tuist.dev", None),
+        ("create", "rolebindings", "rbac.authorization.k8s.io", ns, None, None),
+    ]
+    for verb, resource, group, namespace, name, sub in allowed:
+        assert can(
+            kube_cluster, me, verb, resource, group=group, namespace=namespace, name=name, subresource=sub
+        ), (verb, resource, sub)
+    for verb, resource, group, namespace, name, sub in denied:
+        assert not can(
+            kube_cluster, me, verb, resource, group=group, namespace=namespace, name=name, subresource=sub
+        ), (verb, resource, sub)
     kube_cluster.delete_namespace(ns)

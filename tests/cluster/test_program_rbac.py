@@ -80,27 +80,49 @@ def workloads(manifests: list[dict[str, Any]]) -> list[Workload]:
 # --- what each workload does ----------------------------------------------------------------------------
 
 
+# Upstream hardcodes both controllers' leader-election IDs (tuist/tuist infra/*/cmd/manager/main.go);
+# the Lease is in the pod's own namespace.
+KURA_CONTROLLER_LEASE = "kura-controller.kura.tuist.dev"
+RUNNERS_CONTROLLER_LEASE = "runners-controller.tuist.dev"
+
+
 def kura_controller(w: Workload) -> tuple[list[Check], list[Check]]:
     ns = w.arg("watch-namespace")
-    lease = w.arg("leader-election-id")
+    assert not [a for a in w.args if a.startswith("--leader-election-")], w.args  # no such flags upstream
     needs = [
         *(Check(v, "statefulsets", ns, "apps") for v in ("create", "update", "delete", "watch")),
         *(Check(v, "services", ns) for v in ("create", "update", "delete", "watch")),
         Check("watch", "pods", ns),
-        Check("delete", "persistentvolumeclaims", ns),  # an account's removal deletes its claims
+        Check("delete", "persistentvolumeclaims", ns),  # a claim that can never bind again
         Check("list", "nodes"),  # topology of the bare-metal pool
+        Check("patch", "persistentvolumes"),  # reclaim policy Delete before its claim goes
         *(Check(v, "kurainstances", ns, "kura.tuist.dev") for v in ("list", "watch", "update")),
         Check("update", "kurainstances", ns, "kura.tuist.dev", "status"),
+        # The peer TLS Secret each account's pods mount, and the account's peer CA.
+        *(Check(v, "secrets", ns) for v in ("create", "update", "watch")),
+        Check("create", "dnsendpoints", ns, "externaldns.k8s.io"),  # a host-network region's peer host
+        *(
+            Check(v, r, ns, "networking.k8s.io")
+            for r in ("ingresses", "networkpolicies")
+            for v in ("create", "watch")
+        ),
+        Check("create", "poddisruptionbudgets", ns, "policy"),
         Check("create", "events", ns),
-        Check("create", "leases", ns, "coordination.k8s.io"),
-        Check("update", "leases", ns, "coordination.k8s.io", name=lease),
+        Check("create", "leases", w.namespace, "coordination.k8s.io"),
+        Check("update", "leases", w.namespace, "coordination.k8s.io", name=KURA_CONTROLLER_LEASE),
     ]
     never = [
-        Check("get", "secrets", ns),
+        Check("get", "secrets", "kura-failover"),  # the failover watchers' vendor credentials
+        Check("list", "secrets", "kura-dns"),  # external-dns's Cloudflare token
         Check("create", "pods", ns),  # it runs instances as StatefulSets, never bare pods
         Check("create", "statefulsets", "tuist-runners", "apps"),
         Check("delete", "nodes"),
-        Check("update", "leases", ns, "coordination.k8s.io", name="runners-controller.tuist.dev"),
+        Check("patch", "nodes"),
+        # Upstream's PeerDemuxReconciler would write our kura-peer-demux-<region> objects with these.
+        Check("create", "configmaps", ns),
+        Check("update", "daemonsets", ns, "apps"),
+        Check("delete", "daemonsets", ns, "apps"),
+        Check("update", "leases", w.namespace, "coordination.k8s.io", name=RUNNERS_CONTROLLER_LEASE),
     ]
     return needs, never
 
@@ -127,21 +149,25 @@ def external_dns(w: Workload) -> tuple[list[Check], list[Check]]:
 
 
 def runners_controller(w: Workload) -> tuple[list[Check], list[Check]]:
-    ns = w.arg("watch-namespace")
-    lease = w.arg("leader-election-id")
+    ns = w.arg("namespace")
+    assert w.env["TUIST_RUNNER_DISPATCH_URL"].endswith("/api/internal/runners/dispatch"), w.env
     needs = [
-        *(Check(v, "pods", ns) for v in ("create", "delete", "watch")),
-        *(Check(v, "runnerpools", ns, "tuist.dev") for v in ("list", "watch", "update")),
+        *(Check(v, "pods", ns) for v in ("create", "delete", "watch", "patch")),
+        *(Check(v, "serviceaccounts", ns) for v in ("create", "delete", "watch")),
+        *(Check(v, "runnerpools", ns, "tuist.dev") for v in ("list", "watch", "update", "patch")),
         Check("update", "runnerpools", ns, "tuist.dev", "status"),
+        Check("watch", "nodes"),  # the drain of a cordoned node; its informer must sync
         Check("create", "events", ns),
-        Check("create", "leases", ns, "coordination.k8s.io"),
-        Check("update", "leases", ns, "coordination.k8s.io", name=lease),
+        Check("create", "leases", w.namespace, "coordination.k8s.io"),
+        Check("update", "leases", w.namespace, "coordination.k8s.io", name=RUNNERS_CONTROLLER_LEASE),
     ]
     never = [
-        Check("get", "secrets", ns),  # the server token reaches it as env, resolved by the kubelet
+        Check("get", "secrets", ns),  # it authenticates to the Tuist server with its own SA token
         Check("create", "pods", "kura"),
         Check("create", "rolebindings", ns, "rbac.authorization.k8s.io"),
         Check("create", "pods", ns, subresource="exec"),
+        Check("get", "pods", ns, subresource="log"),  # only with --sessions-url, not passed
+        Check("patch", "nodes"),  # upstream's node reservation taint: not granted
     ]
     return needs, never
 

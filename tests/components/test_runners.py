@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 import tomllib
 from decimal import Decimal
@@ -140,6 +139,8 @@ def test_every_object_is_valid_against_its_schema(rendered: ManifestRecorder) ->
     kinds = sorted(m["kind"] for m in rendered.manifests)
     assert kinds == [
         "CiliumNodeConfig",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
         "Namespace",
@@ -237,7 +238,7 @@ def test_every_kubernetes_object_goes_through_the_callers_provider() -> None:
         RunnerPools("runners", stack_args(), opts=pulumi.ResourceOptions(providers=[cluster]))
 
     build()
-    assert len(recorder.provider_of) == 10
+    assert len(recorder.provider_of) == 12
     assert set(recorder.provider_of.values()) == {
         "urn:pulumi:test::tuist-infra::pulumi:pulumi:Stack$pulumi:providers:kubernetes::cluster::cluster-id"
     }
@@ -446,19 +447,31 @@ def test_the_wildcard_check_finds_a_wildcard() -> None:
     assert wildcards(rules) == ["rules[1].apiGroups", "rules[1].verbs"]
 
 
-def test_controller_role_is_exactly_least_privilege(rendered: ManifestRecorder) -> None:
+def test_controller_role_is_exactly_upstreams_markers_in_its_namespace(rendered: ManifestRecorder) -> None:
+    # tuist/tuist infra/runners-controller/controllers/*.go +kubebuilder:rbac, namespaced part; pods/log
+    # is left out (upstream reads logs only with --sessions-url, which is not passed).
     role = the(rendered, "Role")
     assert role["metadata"]["namespace"] == "tuist-runners"
     assert role["rules"] == [
         {
             "apiGroups": [""],
-            "resources": ["pods", "serviceaccounts"],
-            "verbs": ["create", "delete", "get", "list", "watch", "patch"],
+            "resources": ["pods"],
+            "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["serviceaccounts"],
+            "verbs": ["get", "list", "watch", "create", "delete"],
         },
         {
             "apiGroups": ["tuist.dev"],
-            "resources": ["runnerpools", "runnerpools/status"],
+            "resources": ["runnerpools"],
             "verbs": ["get", "list", "watch", "update", "patch"],
+        },
+        {
+            "apiGroups": ["tuist.dev"],
+            "resources": ["runnerpools/status"],
+            "verbs": ["get", "update", "patch"],
         },
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
@@ -471,10 +484,23 @@ def test_controller_role_is_exactly_least_privilege(rendered: ManifestRecorder) 
     ]
 
 
-def test_controller_gets_no_cluster_wide_rights(rendered: ManifestRecorder) -> None:
-    assert rendered.of_kind("ClusterRole") == []
-    assert rendered.of_kind("ClusterRoleBinding") == []
-    assert all("secrets" not in rule["resources"] for rule in the(rendered, "Role")["rules"])
+def test_cluster_wide_the_controller_only_reads_nodes(rendered: ManifestRecorder) -> None:
+    # Upstream watches Nodes (the drain of a cordoned node) and lists the fleet's: its informer must
+    # sync. Its marker's `patch` (the node reservation taint) is not granted.
+    assert the(rendered, "ClusterRole")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = the(rendered, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "runners-controller",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "runners-controller", "namespace": "tuist-runners"}
+    ]
+    rules = [*the(rendered, "Role")["rules"], *the(rendered, "ClusterRole")["rules"]]
+    assert all("secrets" not in rule["resources"] for rule in rules)
 
 
 def test_role_binding_binds_the_controller_service_account(rendered: ManifestRecorder) -> None:
@@ -497,6 +523,8 @@ def test_controller_namespace_comes_from_config() -> None:
     placed = sorted((m["kind"], m["metadata"].get("namespace")) for m in out.manifests)
     assert placed == [
         ("CiliumNodeConfig", "kube-system"),
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
         ("CustomResourceDefinition", None),
         ("Deployment", "ci-runners"),
         ("Namespace", None),
@@ -508,18 +536,28 @@ def test_controller_namespace_comes_from_config() -> None:
         ("ServiceAccount", "ci-runners"),
     ]
     assert the(out, "Namespace")["metadata"]["name"] == "ci-runners"
+    (container,) = the(out, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "--namespace=ci-runners"
+    assert the(out, "ClusterRoleBinding")["subjects"][0]["namespace"] == "ci-runners"
 
 
-def test_controller_deployment_runs_the_configured_image_with_leader_election(
+def test_controller_deployment_runs_the_configured_image_with_only_upstreams_flags(
     rendered: ManifestRecorder,
 ) -> None:
     deployment = the(rendered, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == CONTROLLER_IMAGE
-    assert "--leader-elect=true" in container["args"]
-    assert "--watch-namespace=tuist-runners" in container["args"]
+    # Flags its cmd/manager/main.go defines; leader election is always on there, not a flag.
+    assert container["args"] == [
+        "--namespace=tuist-runners",
+        "--health-probe-bind-address=:8081",
+        "--metrics-bind-address=:8080",
+    ]
     assert pod["serviceAccountName"] == the(rendered, "ServiceAccount")["metadata"]["name"]
+    # Its token is how the Tuist server knows it (TokenReview): mounted, never turned off.
+    assert pod["automountServiceAccountToken"] is True
+    assert "automountServiceAccountToken" not in the(rendered, "ServiceAccount")
     assert container["resources"] == {
         "requests": {"cpu": "100m", "memory": "128Mi"},
         "limits": {"memory": "256Mi"},
@@ -618,74 +656,52 @@ def test_cilium_override_shrinks_and_caps_bpf_maps(rendered: ManifestRecorder) -
 # --- the Tuist server --------------------------------------------------------------------------
 
 
-def server_args(token: Any = None) -> RunnerPoolsArgs:
+def server_args(token: Any = None, url: str = "https://staging.tuist.dev") -> RunnerPoolsArgs:
     args = stack_args()
-    cluster = args.cluster.model_copy(update={"tuist_server_url": "https://staging.tuist.dev"})
+    cluster = args.cluster.model_copy(update={"tuist_server_url": url})
     return RunnerPoolsArgs(pools=args.pools, fleets=args.fleets, cluster=cluster, server_token=token)
 
 
-def test_the_controller_knows_the_server_and_takes_its_token_from_a_secret() -> None:
-    out = render(server_args(pulumi.Output.secret("token-value")))
+def controller_container(out: ManifestRecorder) -> dict[str, Any]:
     (container,) = the(out, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert container["env"] == [
-        {"name": "TUIST_SERVER_URL", "value": "https://staging.tuist.dev"},
+    return container
+
+
+def test_the_controller_is_told_the_servers_dispatch_and_scaling_signal_urls() -> None:
+    out = render(server_args())
+    assert controller_container(out)["env"] == [
         {
-            "name": "TUIST_SERVER_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": "runners-controller-tuist-server", "key": "token"}},
+            "name": "TUIST_RUNNER_DISPATCH_URL",
+            "value": "https://staging.tuist.dev/api/internal/runners/dispatch",
+        },
+        {
+            "name": "TUIST_SCALING_SIGNALS_URL",
+            "value": "https://staging.tuist.dev/api/internal/runners/desired_replicas",
         },
     ]
-    secret = out.find("Secret", "runners-controller-tuist-server")
-    assert secret["metadata"]["namespace"] == "tuist-runners"
-    assert secret["stringData"] == {"token": "token-value"}
+    assert the(out, "Deployment")["spec"]["replicas"] == 2
 
 
-def test_the_token_is_registered_as_a_secret_output_even_when_passed_plain() -> None:
-    out = render(server_args("plain-token-value"))
-    registered = out.registered[("Secret", "runners-controller-tuist-server")]["stringData"]
-    # pulumi.runtime.rpc wraps a secret in its signature object: encrypted in state, masked in diffs.
-    assert registered == {
-        "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
-        "value": {"token": "plain-token-value"},
-    }
+def test_a_trailing_slash_on_the_server_url_is_not_doubled() -> None:
+    env = controller_container(render(server_args(url="https://staging.tuist.dev/")))["env"]
+    assert [e["value"] for e in env] == [
+        "https://staging.tuist.dev/api/internal/runners/dispatch",
+        "https://staging.tuist.dev/api/internal/runners/desired_replicas",
+    ]
 
 
-def test_a_server_url_without_its_token_is_refused() -> None:
-    with pytest.raises(ValueError, match="a Tuist server URL was given without its token"):
-        render(server_args(None))
+def test_a_static_server_token_is_accepted_and_ignored() -> None:
+    # Upstream authenticates with its ServiceAccount token; __main__.py still passes the stack secret.
+    with_token = render(server_args(pulumi.Output.secret("token-value")))
+    without = render(server_args(None))
+    assert with_token.manifests == without.manifests
+    assert with_token.of_kind("Secret") == []
+    assert "token-value" not in repr(with_token.registered)
+    assert "annotations" not in the(with_token, "Deployment")["spec"]["template"]["metadata"]
 
 
-# --- a rotated token rolls the controller ------------------------------------------------------
-
-TOKEN_HASH = "tuist.dev/tuist-server-token-hash"
-
-
-def token_hash(token: Any) -> str:
-    template = the(render(server_args(token)), "Deployment")["spec"]["template"]
-    return str(template["metadata"]["annotations"][TOKEN_HASH])
-
-
-def test_the_pod_template_carries_the_sha256_of_the_token_never_the_token() -> None:
-    # The controller reads TUIST_SERVER_TOKEN only at start: the template has to change with it.
-    annotation = token_hash(pulumi.Output.secret("token-value"))
-    assert annotation == hashlib.sha256(b"token-value").hexdigest()
-    assert "token-value" not in annotation
-
-
-def test_a_rotated_token_changes_the_pod_template_and_the_same_token_does_not() -> None:
-    first = token_hash(pulumi.Output.secret("token-value"))
-    assert token_hash(pulumi.Output.secret("rotated-token-value")) != first
-    assert token_hash(pulumi.Output.secret("token-value")) == first
-    assert token_hash("token-value") == first
-
-
-def test_the_token_hash_does_not_make_the_deployment_secret() -> None:
-    # A hash of a high-entropy token reveals nothing; a secret in the template would mask the whole
-    # spec in every diff.
-    out = render(server_args(pulumi.Output.secret("token-value")))
-    registered = out.registered[("Deployment", "runners-controller")]
-    assert "1b47061264138c4ac30d75fd1eb44270" not in repr(registered)
-    assert "token-value" not in repr(registered)
-
-
-def test_without_a_server_there_is_no_token_hash(rendered: ManifestRecorder) -> None:
-    assert "annotations" not in the(rendered, "Deployment")["spec"]["template"]["metadata"]
+def test_without_a_server_the_controller_is_not_run(rendered: ManifestRecorder) -> None:
+    # Upstream exits 1 without a dispatch URL: zero replicas rather than a crash loop.
+    deployment = the(rendered, "Deployment")
+    assert deployment["spec"]["replicas"] == 0
+    assert "env" not in deployment["spec"]["template"]["spec"]["containers"][0]
