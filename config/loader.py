@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import yaml
 from pydantic import ValidationError
 
-from config.models import Cluster, FailoverIP, Fleet, StackConfig, Vendor
+from config.models import Cluster, Environment, FailoverIP, Fleet, StackConfig, Vendor
 from config.problems import SECRETS_SECTION, ConfigError, Problem, from_validation_error, ordered_lines
 from config.rules import View, build_view, cross_field_problems
+from config.text import quote
 from providers.lazy import lazy_module
 
 # The Pulumi SDK only for load_from_pulumi (the program): the operator's CLI, the watcher and the
@@ -110,7 +111,8 @@ def load_stack_config(raw: Mapping[str, Any], *, stack: str | None = None) -> St
     """The stack's config keys (prefix stripped) as a StackConfig, or ConfigError with every problem.
 
     A secret key found here holds its value in plain text, which is itself a problem.
-    `stack` only fills the `-s <stack>` of the hints.
+    `stack` fills the `-s <stack>` of the hints, and a stack named staging, canary or production must
+    hold that environment (DEPLOYED_STACKS); any other stack name (dev, a test's) is not checked.
     """
     if not isinstance(raw, Mapping):
         raise ConfigError([f"<stack config>: must be a mapping of {PROJECT}:<key> entries"])
@@ -124,6 +126,23 @@ def _without_secrets(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if k not in SECRET_KEYS}
 
 
+# The stacks named after the environment they deploy: Pulumi.<env>.yaml holds environment: <env>.
+DEPLOYED_STACKS = tuple(e.value for e in Environment if e is not Environment.DEV)
+
+
+def _stack_environment_problem(raw: Mapping[str, Any], stack: str | None) -> Problem | None:
+    environment = raw.get("environment")
+    if stack not in DEPLOYED_STACKS or environment == stack:
+        return None
+    if not isinstance(environment, str) or environment not in {e.value for e in Environment}:
+        return None  # missing or not an environment: the schema says so
+    return Problem(
+        ("environment",),
+        f"{quote(environment)}, but this is the {stack} stack: the staging, canary and production stacks "
+        f"each deploy the environment they are named after; set environment: {stack}",
+    )
+
+
 def _config_problems(raw: Mapping[str, Any], stack: str | None) -> list[Problem]:
     problems = [_plain_text_secret(key, stack) for key in raw if key in SECRET_KEYS]
     config = _without_secrets(raw)
@@ -132,6 +151,9 @@ def _config_problems(raw: Mapping[str, Any], stack: str | None) -> list[Problem]
     except ValidationError as err:
         problems += from_validation_error(err)
     problems += cross_field_problems(config)
+    mismatch = _stack_environment_problem(config, stack)
+    if mismatch is not None:
+        problems.append(mismatch)
     return problems
 
 

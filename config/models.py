@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -180,7 +181,9 @@ class GatewayMode(StrEnum):
     # A private region's data plane (the reference's `data_plane: :node_port`): the gateway answers on
     # a NodePort of every box, to the region's client_cidrs only (its runners, over the Private Network).
     NODE_PORT = "node_port"
-    # Kept only for a region still on a cloud VM behind a load balancer.
+    # A cloud VM behind a load balancer (a LoadBalancer Service, PROXY protocol on). Never deployable
+    # here: every fleet is bare metal, and the policy pack's mandatory policies refuse what it renders
+    # (Region refuses it, naming why); kept so the components still say what it would be.
     LOAD_BALANCER = "load_balancer"
 
 
@@ -207,33 +210,9 @@ class OvhAccount(Strict):
     application_key: str = Field(min_length=1)
 
 
-class DediboxAccount(Strict):
-    """Scaleway Dedibox API account (default project). Secret: dediboxSecretKey."""
-
-    api_url: str = "https://api.scaleway.com"
-    project_id: str = Field(min_length=1)
-    zones: list[str] = Field(default_factory=lambda: ["fr-par-1", "fr-par-2", "nl-ams-1"], min_length=1)
-
-
-class RobotAccount(Strict):
-    """Hetzner Robot web-service user. Secret: robotPassword."""
-
-    api_url: str = "https://robot-ws.your-server.de"
-    username: str = Field(min_length=1)
-
-
-_SCW_ZONE = r"^[a-z]{2}-[a-z]{3}-[1-9]$"
+# A Scaleway zone as the scaleway SDK checks it (scaleway_core is_zone), lower case as the API answers.
+SCW_ZONE = r"^[a-z]{2}-[a-z]{3}-[1-9]$"
 _UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-
-
-class ScalewayAccount(Strict):
-    """A Scaleway project reached through the scaleway SDK. Secret: scalewaySecretKey (one API key
-    for Elastic Metal and Apple silicon)."""
-
-    api_url: str = "https://api.scaleway.com"
-    # Not a secret (the key's public identifier), but the SDK refuses to run without it.
-    access_key: str = Field(pattern=r"^SCW[A-Z0-9]{17}$")
-    project_id: str = Field(pattern=_UUID)
 
 
 def _uuid(v: str) -> str:
@@ -243,18 +222,45 @@ def _uuid(v: str) -> str:
 
 
 Uuid = Annotated[str, AfterValidator(_uuid)]
+ScalewayZone = Annotated[str, _pattern(SCW_ZONE, "a Scaleway zone (e.g. fr-par-2)")]
+
+
+class DediboxAccount(Strict):
+    """Scaleway Dedibox API account (default project). Secret: dediboxSecretKey."""
+
+    api_url: str = "https://api.scaleway.com"
+    # The organisation's default project: a Scaleway project id, as the other Scaleway accounts'.
+    project_id: Uuid
+    zones: list[ScalewayZone] = Field(
+        default_factory=lambda: ["fr-par-1", "fr-par-2", "nl-ams-1"], min_length=1
+    )
+
+
+class RobotAccount(Strict):
+    """Hetzner Robot web-service user. Secret: robotPassword."""
+
+    api_url: str = "https://robot-ws.your-server.de"
+    username: str = Field(min_length=1)
+
+
+class ScalewayAccount(Strict):
+    """A Scaleway project reached through the scaleway SDK. Secret: scalewaySecretKey (one API key
+    for Elastic Metal and Apple silicon)."""
+
+    api_url: str = "https://api.scaleway.com"
+    # Not a secret (the key's public identifier), but the SDK refuses to run without it.
+    access_key: str = Field(pattern=r"^SCW[A-Z0-9]{17}$")
+    project_id: Uuid
 
 
 class ElasticMetalAccount(ScalewayAccount):
-    zones: list[Annotated[str, Field(pattern=_SCW_ZONE)]] = Field(
+    zones: list[ScalewayZone] = Field(
         default_factory=lambda: ["fr-par-1", "fr-par-2", "nl-ams-1"], min_length=1
     )
 
 
 class AppleSiliconAccount(ScalewayAccount):
-    zones: list[Annotated[str, Field(pattern=_SCW_ZONE)]] = Field(
-        default_factory=lambda: ["fr-par-1", "fr-par-3"], min_length=1
-    )
+    zones: list[ScalewayZone] = Field(default_factory=lambda: ["fr-par-1", "fr-par-3"], min_length=1)
 
 
 class Vendors(Strict):
@@ -274,19 +280,37 @@ class Taint(Strict):
     effect: TaintEffect
 
 
+# The largest price a box is given: euros and cents, 10 digits before the point, so every sum the
+# outputs make of it (components/outputs.py, in cents) stays exact.
+MAX_PRICE_EUR = Decimal("9999999999.99")
+_CENT = Decimal("0.01")
+
+
+def _price(v: Decimal) -> Decimal:
+    if v > MAX_PRICE_EUR:
+        raise ValueError(f"{quote(v)} is more than any box costs (at most {MAX_PRICE_EUR} EUR)")
+    if v != v.quantize(_CENT):
+        raise ValueError(f"{quote(v)} is finer than a cent; write euros with at most 2 decimals")
+    return v
+
+
+# A price in EUR: 0 or more, whole cents, at most MAX_PRICE_EUR. Numbers only (a bool is refused).
+PriceEur = Annotated[Decimal, Field(ge=0, allow_inf_nan=False), AfterValidator(_price)]
+
+
 class Pricing(Strict):
     """Per-box prices in EUR, from the vendor's offer (seed 003 gives the AX numbers)."""
 
-    monthly_eur: Decimal = Field(ge=0)
-    setup_eur: Decimal = Field(default=Decimal(0), ge=0)
+    monthly_eur: PriceEur
+    setup_eur: PriceEur = Decimal(0)
 
 
 class Hardware(Strict):
     """What one box of the fleet's offer has; sizes runner slots (1 vCPU / 4 GiB)."""
 
     offer: str = Field(min_length=1)  # e.g. AX42-U, AX162-R, Start-1-M-SSD, Advance-1
-    threads: int = Field(gt=0)
-    memory_gib: int = Field(gt=0)
+    threads: StrictInt = Field(gt=0)
+    memory_gib: StrictInt = Field(gt=0)
 
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -358,7 +382,7 @@ class Fleet(Strict):
     # Per-box adoption marker at the vendor: OVH displayName prefix, Dedibox tag,
     # Robot server_name prefix. It is the environment boundary.
     marker: Marker
-    size: int = Field(ge=0)
+    size: StrictInt = Field(ge=0)
     # Parked fleets exist in config and outputs but adopt nothing.
     enabled: StrictBool = True
     node_pool: DnsLabel
@@ -371,7 +395,7 @@ class Fleet(Strict):
     ssh_user: LoginName = "ubuntu"
     # Apple silicon fleets default to macos-tahoe (a family: its newest image) and Scaleway's m1.
     # Where every box of the fleet answers SSH on its public IPv4 (vendorsim's boxes: 2222).
-    ssh_port: int = Field(default=22, ge=1, le=65535)
+    ssh_port: StrictInt = Field(default=22, ge=1, le=65535)
     # Releasing a box reinstalls it. Production Kura fleets may never allow it.
     allow_release: StrictBool = False
     # Box ids this fleet lets go (docs/runbook.md: rotate a box out): a slot holding one is released
@@ -380,7 +404,7 @@ class Fleet(Strict):
     # The egress each box's Node advertises as `tuist.dev/egress-mbps` (Mbit/s); every Kura pod requests
     # its region's floor of it, so no box takes more accounts than its NIC holds. 1000: the public
     # bandwidth OVH, Dedibox and Hetzner guarantee their boxes by default; raise it for a faster link.
-    egress_budget_mbps: int = Field(default=1000, gt=0)
+    egress_budget_mbps: StrictInt = Field(default=1000, gt=0)
     # Robot fleets only (their boxes are installed by the program); None: the defaults.
     install_artifacts: InstallArtifacts | None = None
     # Elastic Metal fleets only: the Private Network every box joins as VLAN pn0.
@@ -433,14 +457,14 @@ class Region(Strict):
     fleet: str
     gateway: GatewayMode = GatewayMode.HOST_NETWORK
     ingress_class: DnsLabel
-    replicas: int = Field(default=2, ge=1)
+    replicas: StrictInt = Field(default=2, ge=1)
     storage_class: DnsLabel = "scw-local-nvme"
-    storage_size_gi: int = Field(default=50, gt=0)
-    egress_floor_mbps: int = Field(default=25, gt=0)
-    egress_burst_mbps: int = Field(gt=0)
+    storage_size_gi: StrictInt = Field(default=50, gt=0)
+    egress_floor_mbps: StrictInt = Field(default=25, gt=0)
+    egress_burst_mbps: StrictInt = Field(gt=0)
     # Local volumes (each storage_size_gi, on /data) pre-created per box for Kura's claims:
     # an account's instance takes one per replica (components/storage.py).
-    volumes_per_box: int = Field(default=4, ge=1)
+    volumes_per_box: StrictInt = Field(default=4, ge=1)
     # Public host of the region, e.g. eu-central.staging.kura.tuist.dev; the peer
     # plane is peer.<host> and *.peer.<host>.
     host: DnsName
@@ -454,6 +478,17 @@ class Region(Strict):
     # Which runners the region's cache serves (the reference's runner_platforms); informational for
     # kura-controller, empty for public regions.
     runner_platforms: list[RunnerOS] = Field(default_factory=list)
+
+    @field_validator("gateway")
+    @classmethod
+    def _deployable_gateway(cls, mode: GatewayMode) -> GatewayMode:
+        if mode is GatewayMode.LOAD_BALANCER:
+            raise ValueError(
+                "'load_balancer' cannot deploy: a region's boxes are bare metal, which no cloud load "
+                "balancer fronts, and the policy pack's mandatory policies refuse its LoadBalancer Service, "
+                "PROXY protocol and off-host gateway; use host_network (or node_port for a private region)"
+            )
+        return mode
 
 
 # The peer demux's roll timings outside dev (docs/peer-demux.md, "A roll keeps the peer plane").
@@ -475,10 +510,10 @@ class Kura(Strict):
     runtime_image: ImageRepository = "ghcr.io/tuist/kura"
     runtime_image_tag: str = Field(min_length=1)
     controller_image: str = Field(min_length=1)
-    peer_port: int = PEER_PORT
-    bootstrap_tmp_dir_max_bytes: int = Field(default=8 * 1024**3, gt=0)
-    bootstrap_max_concurrent_peers: int = Field(default=4, gt=0)
-    bootstrap_artifact_concurrency: int = Field(default=16, gt=0)
+    peer_port: StrictInt = PEER_PORT
+    bootstrap_tmp_dir_max_bytes: StrictInt = Field(default=8 * 1024**3, gt=0)
+    bootstrap_max_concurrent_peers: StrictInt = Field(default=4, gt=0)
+    bootstrap_artifact_concurrency: StrictInt = Field(default=16, gt=0)
     # The runtime failover watcher (watcher/); required once a region's failover IP is ordered.
     # The same image runs the peer demux's route reconciler (`python -m demux`) and the public DNS
     # reconciler (`python -m regional_dns`).
@@ -495,21 +530,23 @@ class Kura(Strict):
     # How long a stopping demux pod keeps serving (its preStop sleep): the failover IP must leave
     # the box within it, and a vendor's move takes up to a minute. Below the default only in dev,
     # whose simulated moves take a second (config/rules.py).
-    demux_drain_seconds: int = Field(default=DEMUX_DRAIN_SECONDS, gt=0)
+    demux_drain_seconds: StrictInt = Field(default=DEMUX_DRAIN_SECONDS, gt=0)
     # How long a new demux pod stays Ready before the next box's pod goes (minReadySeconds):
     # several watcher polls, so its box is eligible again before its neighbour drains.
-    demux_min_ready_seconds: int = Field(default=DEMUX_MIN_READY_SECONDS, gt=0)
+    demux_min_ready_seconds: StrictInt = Field(default=DEMUX_MIN_READY_SECONDS, gt=0)
 
 
 # --- runners ------------------------------------------------------------------
 
 
 class Autoscaling(Strict):
-    # None means "the CRD default"; an explicit 0 must survive to the object.
+    # An explicit 0 must survive to the object. None leaves the field to the CRD default, which only a
+    # pool with enabled: false may do: config/rules.py requires all three while autoscaling is on, as
+    # the policy pack's runner-pool-autoscaling-explicit does.
     enabled: StrictBool = True
-    min_warm_pool_floor: int | None = Field(default=None, ge=0)
-    max_replicas: int | None = Field(default=None, ge=0)
-    scale_down_cooldown_seconds: int | None = Field(default=None, ge=0)
+    min_warm_pool_floor: StrictInt | None = Field(default=None, ge=0)
+    max_replicas: StrictInt | None = Field(default=None, ge=0)
+    scale_down_cooldown_seconds: StrictInt | None = Field(default=None, ge=0)
 
 
 # A macOS runner pod is a Tart VM of the reference's standard size: the RunnerPool CRD's own defaults
@@ -528,8 +565,8 @@ class RunnerPool(Strict):
     # kernel and the kubelet's reservations
     # (components/capacity.py).
     # A darwin pool defaults to DARWIN_POD_DEFAULTS instead (one macOS VM, at most two per Mac).
-    pod_cpu_milli: int = Field(default=900, gt=0)
-    pod_memory_mb: int = Field(default=3744, gt=0)
+    pod_cpu_milli: StrictInt = Field(default=900, gt=0)
+    pod_memory_mb: StrictInt = Field(default=3744, gt=0)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
 
     @model_validator(mode="before")

@@ -171,6 +171,8 @@ def _message(err: ErrorDetails, parent: Any) -> str:
         return f"must be true or false (got {show(got)})"
     if kind in ("decimal_type", "decimal_parsing", "float_type", "float_parsing"):
         return f"must be a number (got {show(got)})"
+    if kind == "finite_number":
+        return f"must be a finite number (got {show(got)})"
     if kind == "greater_than":
         return f"must be greater than {ctx.get('gt')} (got {show(got)})"
     if kind == "greater_than_equal":

@@ -27,6 +27,7 @@ from config.models import (
     DEMUX_DRAIN_SECONDS,
     DEMUX_MIN_READY_SECONDS,
     PEER_PORT,
+    SCW_ZONE,
     AppleSiliconAccount,
     Cluster,
     ControlPlaneFirewallConfig,
@@ -46,6 +47,7 @@ from config.models import (
 )
 from config.problems import Loc, Problem
 from config.text import quote
+from providers.constants import FLEET_LABEL, POOL_LABEL
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 from providers.vendor import FAILOVER_IP_VENDORS, MARKER_LIMITS, marker_problem
 
@@ -76,10 +78,21 @@ class View:
     vendors_unknown: bool = False
     fleets: list[tuple[int, Fleet]] = field(default_factory=list)
     fleet_names: set[str] = field(default_factory=set)  # includes broken fleets
+    # fleets is not a list, or holds an entry without a name: which fleets exist is unknown, so no
+    # reference to one is "unknown" (the malformed entry is the one problem).
+    fleets_unknown: bool = False
     failover_ips: list[tuple[int, FailoverIP]] = field(default_factory=list)
     failover_ip_names: set[str] = field(default_factory=set)  # includes broken entries
+    failover_ips_unknown: bool = False  # as fleets_unknown
     regions: list[tuple[int, Region]] = field(default_factory=list)
     raw_regions: list[Any] = field(default_factory=list)
+    # regions is not a list, or holds an entry that is not a mapping: which failover IPs the regions
+    # use is unknown.
+    regions_unknown: bool = False
+    # The failover IP names regions name (broken regions included), and whether some region names one
+    # that does not exist or names it with a value that is not a name (then which IP it meant is unknown).
+    used_failover_ips: set[str] = field(default_factory=set)
+    dangling_failover_ip: bool = False
     runner_pools: list[tuple[int, RunnerPool]] = field(default_factory=list)
     kura: Kura | None = None
     cluster: Cluster | None = None
@@ -105,6 +118,16 @@ def _items(raw: Any, model: type[M]) -> tuple[list[tuple[int, M]], set[str]]:
         except ValidationError:
             continue
     return valid, names
+
+
+def _names_unknown(raw: Any) -> bool:
+    """Whether a list of named items is malformed where names come from: not a list, or an item
+    without a string name."""
+    if raw is None:
+        return False
+    if not isinstance(raw, list):
+        return True
+    return any(not (isinstance(item, Mapping) and isinstance(item.get("name"), str)) for item in raw)
 
 
 def _one(raw: Any, model: type[M]) -> M | None:
@@ -138,10 +161,26 @@ def build_view(raw: Mapping[str, Any]) -> View:
             if account is not None:
                 view.accounts[vendor] = account
     view.fleets, view.fleet_names = _items(raw.get("fleets"), Fleet)
+    view.fleets_unknown = _names_unknown(raw.get("fleets"))
     view.failover_ips, view.failover_ip_names = _items(raw.get("failover_ips"), FailoverIP)
+    view.failover_ips_unknown = _names_unknown(raw.get("failover_ips"))
     view.regions, _ = _items(raw.get("regions"), Region)
     regions_raw = raw.get("regions")
     view.raw_regions = list(regions_raw) if isinstance(regions_raw, list) else []
+    view.regions_unknown = regions_raw is not None and (
+        not isinstance(regions_raw, list) or not all(isinstance(r, Mapping) for r in regions_raw)
+    )
+    for region_raw in view.raw_regions:
+        named = region_raw.get("failover_ip") if isinstance(region_raw, Mapping) else None
+        if isinstance(named, str):
+            view.used_failover_ips.add(named)
+            view.dangling_failover_ip |= named not in view.failover_ip_names
+        elif named is not None:
+            view.dangling_failover_ip = True
+        elif isinstance(region_raw, Mapping) and "failover_ip" not in region_raw:
+            # A host_network region must say (region_rules): until it does, it may mean any of them.
+            gateway = region_raw.get("gateway", GatewayMode.HOST_NETWORK.value)
+            view.dangling_failover_ip |= gateway == GatewayMode.HOST_NETWORK.value
     view.runner_pools, _ = _items(raw.get("runner_pools"), RunnerPool)
     view.kura = _one(raw.get("kura"), Kura)
     view.cluster = _one(raw.get("cluster"), Cluster)
@@ -324,9 +363,17 @@ def fleet_rules(view: View) -> Iterator[Problem]:
     for i, pool, j in _duplicates(fleets, lambda f: f.node_pool):
         yield Problem(("fleets", i, "node_pool"), f"duplicate node pool {quote(pool)} (also fleets[{j}])")
     for i, fleet in fleets:
+        program = program_node_labels(fleet)
         for key, value in fleet.labels.items():
             if not _LABEL_VALUE.match(value):
                 yield Problem(("fleets", i, "labels", key), _label_value_problem(value))
+            elif key in program and value != program[key][0]:
+                want, what = program[key]
+                yield Problem(
+                    ("fleets", i, "labels", key),
+                    f"{quote(value)} would be overwritten: the program sets this label to {quote(want)} "
+                    f"on every box of the fleet ({what}); remove it",
+                )
         for t, taint in enumerate(fleet.taints):
             if not _LABEL_VALUE.match(taint.value):
                 yield Problem(("fleets", i, "taints", t, "value"), _label_value_problem(taint.value))
@@ -336,10 +383,106 @@ def fleet_rules(view: View) -> Iterator[Problem]:
                 ("fleets", i, "taints", t),
                 f"duplicate taint {key}:{effect.value} (also taints[{first}])",
             )
+    yield from _excluded_box_rules(view)
+    yield from _datacenter_rules(view)
     yield from _ovh_datacenter_rules(view)
     yield from _release_rules(view)
     yield from _install_artifact_rules(view)
     yield from _scaleway_fleet_rules(view)
+
+
+# The labels the program itself puts on every Node of a fleet (providers/machine/spec.py node_labels,
+# which config does not import: it pulls in the SSH runner; a test holds the two equal).
+ROBOT_NODE_LABELS = {"tuist.dev/kata-runtime": "true", "katacontainers.io/kata-runtime": "true"}
+
+
+def program_node_labels(fleet: Fleet) -> dict[str, tuple[str, str]]:
+    """Label key -> (the value the program sets, what it is) for every Node of the fleet."""
+    labels = {
+        POOL_LABEL: (fleet.node_pool, "its node_pool"),
+        FLEET_LABEL: (fleet.name, "its name"),
+    }
+    if fleet.vendor is Vendor.ROBOT:
+        for key, value in ROBOT_NODE_LABELS.items():
+            labels[key] = (value, "the Kata runtime label of every Robot box, which runner pods select")
+    return labels
+
+
+# A box id as each vendor's client builds it (providers/*/models.py): exclusions match ids exactly, so
+# any other shape excludes nothing. Server numbers are written as the vendor's integers (no leading 0).
+_ZONE_PART = SCW_ZONE.removeprefix("^").removesuffix("$")
+_UUID_PART = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+BOX_ID_SHAPES: dict[Vendor, tuple[re.Pattern[str], str]] = {
+    # providers/ovh/models.py check_service_name
+    Vendor.OVH: (re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$"), "a service name, e.g. ns1001.ip-203-0-113.net"),
+    # providers/dedibox/models.py parse_box_id, in a zone vendors.dedibox.zones can name
+    Vendor.DEDIBOX: (
+        re.compile(rf"^{_ZONE_PART}/[1-9][0-9]*$"),
+        "<zone>/<server id>, e.g. fr-par-2/104523",
+    ),
+    # providers/robot/models.py check_server_number
+    Vendor.ROBOT: (re.compile(r"^[1-9][0-9]*$"), "a server number, e.g. 2345601"),
+    # providers/scaleway_sdk.py parse_box_id, the uuid as the API writes it (lower case)
+    Vendor.SCALEWAY_EM: (
+        re.compile(rf"^{_ZONE_PART}/{_UUID_PART}$"),
+        "<zone>/<server uuid>, e.g. fr-par-2/e1000000-0000-4000-8000-000000000001",
+    ),
+    Vendor.APPLESILICON: (
+        re.compile(rf"^{_ZONE_PART}/{_UUID_PART}$"),
+        "<zone>/<server uuid>, e.g. fr-par-3/a5000000-0000-4000-8000-000000000001",
+    ),
+}
+
+
+def _excluded_box_rules(view: View) -> Iterator[Problem]:
+    for i, fleet in view.fleets:
+        shape, example = BOX_ID_SHAPES[fleet.vendor]
+        indexed = list(enumerate(fleet.excluded_boxes))
+        for k, box in indexed:
+            if not shape.match(box):
+                yield Problem(
+                    ("fleets", i, "excluded_boxes", k),
+                    f"{quote(box)} is not a box id of {fleet.vendor.value} ({example}); exclusions match box "
+                    "ids exactly, so it would exclude nothing",
+                )
+        for k, box, first in _duplicates(indexed, lambda b: b):
+            yield Problem(
+                ("fleets", i, "excluded_boxes", k),
+                f"duplicate box id {quote(box)} (also excluded_boxes[{first}])",
+            )
+
+
+# A Scaleway zone or the start of one (fr-par, fr-par-2): how an Elastic Metal or Mac box's datacenter
+# reads, and never how an OVH (bhs6), Dedibox (DC5) or Robot (FSN1-DC14) one does.
+_ZONE_LIKE = re.compile(r"^[a-z]{2}-[a-z]{3}(-[0-9]*)?$", re.IGNORECASE)
+_DATACENTER_EXAMPLES = {Vendor.OVH: "bhs6", Vendor.DEDIBOX: "DC5", Vendor.ROBOT: "FSN1-DC14"}
+_ZONE_VENDORS = {Vendor.SCALEWAY_EM: "an Elastic Metal", Vendor.APPLESILICON: "an Apple silicon"}
+
+
+def _datacenter_rules(view: View) -> Iterator[Problem]:
+    """A fleet's datacenter is a case-insensitive prefix of its boxes' datacenter (providers/machine/
+    selection.py): only what no box of the vendor can ever start with is refused."""
+    for i, fleet in view.fleets:
+        dc = fleet.datacenter
+        if not dc:
+            continue
+        where = ("fleets", i, "datacenter")
+        if fleet.vendor in _ZONE_VENDORS:
+            account = view.accounts.get(fleet.vendor)
+            zones: list[str] = list(getattr(account, "zones", None) or [])
+            if zones and not any(zone.lower().startswith(dc.lower()) for zone in zones):
+                yield Problem(
+                    where,
+                    f"{quote(dc)} does not begin any zone vendors.{fleet.vendor.value}.zones scans "
+                    f"({', '.join(zones)}); {_ZONE_VENDORS[fleet.vendor]} box's datacenter is its zone, "
+                    "so no box would match",
+                )
+        elif _ZONE_LIKE.match(dc):
+            yield Problem(
+                where,
+                f"{quote(dc)} is a Scaleway zone; a {fleet.vendor.value} box's datacenter is named like "
+                f"{_DATACENTER_EXAMPLES[fleet.vendor]} (matched as a prefix), so no box would match",
+            )
 
 
 # macOS families Scaleway publishes images of; an Apple silicon fleet's `os` names one (or an image).
@@ -505,7 +648,7 @@ def failover_ip_rules(view: View) -> Iterator[Problem]:
                 f"no {fip.vendor.value} account under vendors (add vendors.{fip.vendor.value})",
             )
         fleet = view.fleet(fip.fleet)
-        if fleet is None and fip.fleet not in view.fleet_names:
+        if fleet is None and fip.fleet not in view.fleet_names and not view.fleets_unknown:
             yield Problem(
                 ("failover_ips", i, "fleet"), f"unknown fleet {quote(fip.fleet)} (known: {_known(known)})"
             )
@@ -521,6 +664,21 @@ def failover_ip_rules(view: View) -> Iterator[Problem]:
             and not ipaddress.IPv4Address(fip.address).is_global
         ):
             yield Problem(("failover_ips", i, "address"), f"{fip.address} is not a public address")
+    # A region naming another fleet's IP may have meant the one left unused: its problem is the one.
+    misrouted = any(
+        (named := view.failover_ip(region.failover_ip)) is not None and named.fleet != region.fleet
+        for _, region in view.regions
+        if region.failover_ip is not None
+    )
+    if view.regions_unknown or view.dangling_failover_ip or misrouted:
+        return  # which IP a region meant is unknown: that region's problem is the one to report
+    for i, fip in ips:
+        if fip.vendor in FAILOVER_IP_VENDORS and fip.name not in view.used_failover_ips:
+            yield Problem(
+                ("failover_ips", i),
+                f"{quote(fip.name)} is not used by any region, so the program routes it nowhere; name it in "
+                "a host_network region's failover_ip, or remove it",
+            )
 
 
 def region_rules(view: View) -> Iterator[Problem]:
@@ -571,7 +729,7 @@ def region_rules(view: View) -> Iterator[Problem]:
             )
         yield from _private_region_rules(i, region, raw)
         fleet = view.fleet(region.fleet)
-        if fleet is None and region.fleet not in view.fleet_names:
+        if fleet is None and region.fleet not in view.fleet_names and not view.fleets_unknown:
             yield Problem(
                 ("regions", i, "fleet"), f"unknown fleet {quote(region.fleet)} (known: {_known(fleets)})"
             )
@@ -587,22 +745,23 @@ def region_rules(view: View) -> Iterator[Problem]:
             )
         else:
             region_fleets[region.fleet] = (i, region.id)
-        if region.gateway is GatewayMode.HOST_NETWORK:
-            if isinstance(raw, Mapping) and "failover_ip" not in raw:
-                yield Problem(
-                    ("regions", i, "failover_ip"),
-                    "required for a host_network region "
-                    "(name a failover_ips entry, or null to run without one)",
-                )
-        elif region.failover_ip is not None and region.gateway is GatewayMode.LOAD_BALANCER:
+        # (A load_balancer region never gets here: Region refuses the mode.)
+        if (
+            region.gateway is GatewayMode.HOST_NETWORK
+            and isinstance(raw, Mapping)
+            and "failover_ip" not in raw
+        ):
             yield Problem(
                 ("regions", i, "failover_ip"),
-                "a load_balancer region is reached through its load balancer; "
-                "failover IPs are for host_network regions",
+                "required for a host_network region (name a failover_ips entry, or null to run without one)",
             )
         if region.failover_ip is not None:
             fip = view.failover_ip(region.failover_ip)
-            if fip is None and region.failover_ip not in view.failover_ip_names:
+            if (
+                fip is None
+                and region.failover_ip not in view.failover_ip_names
+                and not view.failover_ips_unknown
+            ):
                 yield Problem(
                     ("regions", i, "failover_ip"),
                     f"unknown failover IP {quote(region.failover_ip)} (known: {_known(fips)})",
@@ -684,6 +843,11 @@ def _private_region_rules(i: int, region: Region, raw: Any) -> Iterator[Problem]
         )
 
 
+# What an enabled pool writes out (the RunnerPool's minWarmPoolFloor, maxReplicas,
+# scaleDownCooldownSeconds: policy/tuist_policy/mandatory.py AUTOSCALING_FIELDS).
+AUTOSCALING_FIELDS = ("min_warm_pool_floor", "max_replicas", "scale_down_cooldown_seconds")
+
+
 def runner_pool_rules(view: View) -> Iterator[Problem]:
     pools = view.runner_pools
     for i, name, j in _duplicates(pools, lambda p: p.name):
@@ -700,7 +864,7 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
     for i, pool in pools:
         fleet = view.fleet(pool.fleet)
         if fleet is None:
-            if pool.fleet not in view.fleet_names:
+            if pool.fleet not in view.fleet_names and not view.fleets_unknown:
                 yield Problem(
                     ("runner_pools", i, "fleet"),
                     f"unknown fleet {quote(pool.fleet)} (known: {_known(known)})",
@@ -726,6 +890,15 @@ def runner_pool_rules(view: View) -> Iterator[Problem]:
                     "runners need a fleet of their own",
                 )
         scaling = pool.autoscaling
+        if scaling.enabled:
+            for attr in AUTOSCALING_FIELDS:
+                if getattr(scaling, attr) is None:
+                    yield Problem(
+                        ("runner_pools", i, "autoscaling", attr),
+                        "required while autoscaling is enabled: write it out (0 included); the policy "
+                        "pack's runner-pool-autoscaling-explicit refuses a RunnerPool that leaves it to "
+                        "the CRD default",
+                    )
         floor, ceiling = scaling.min_warm_pool_floor, scaling.max_replicas
         if scaling.enabled and ceiling == 0 and floor:
             # The runners controller reads maxReplicas <= 0 as "autoscaling off" and leaves replicas

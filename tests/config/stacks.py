@@ -61,11 +61,14 @@ class BadCase:
     # Secrets the stack needs but the operator has not set: such a case goes through the program's
     # own path (pulumi config, load_from_pulumi), where secrets are checked.
     unset_secrets: tuple[str, ...] = ()
+    # The stack the config is loaded as (`stack:`), where the stack name matters; None: not said.
+    stack: str | None = None
 
 
 def load_case(path: Path) -> BadCase:
     spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    unknown = set(spec) - {"why", "base", "set", "repeat", "delete", "append", "unset_secrets", "expected"}
+    keys = {"why", "base", "stack", "set", "repeat", "delete", "append", "unset_secrets", "expected"}
+    unknown = set(spec) - keys
     assert not unknown, f"{path.name}: unknown corpus keys {sorted(unknown)}"
     raw = copy.deepcopy(stack_raw(spec["base"]))
     for target, value in (spec.get("set") or {}).items():
@@ -88,6 +91,7 @@ def load_case(path: Path) -> BadCase:
         raw=raw,
         expected=list(spec["expected"]),
         unset_secrets=tuple(spec.get("unset_secrets") or ()),
+        stack=spec.get("stack"),
     )
 
 

@@ -33,7 +33,7 @@ def test_bad_config_reports_exactly_the_expected_lines(case: BadCase) -> None:
             load_from_pulumi()
     else:
         with pytest.raises(ConfigError) as err:
-            load_stack_config(case.raw)
+            load_stack_config(case.raw, stack=case.stack)
     assert err.value.problems == case.expected, case.why
 
 

@@ -2,8 +2,10 @@
 
 - The dev stack, through the whole program, passes every mandatory policy; an advisory one fires
   when the baseline says the stack holds more machines than the program now wants.
-- A copy of the dev config that breaks four invariants, previewed as a stack other than dev (so its
-  floating tags count), fails with each policy's own message on the resource that breaks it.
+- A copy of the dev config previewed as a stack other than dev (so its floating tags count) fails
+  with images-pinned's message. (The config no longer lets a program stack carry the other breaks a
+  config could once express, a load_balancer gateway and autoscaling left to the CRD defaults:
+  tests/config/bad/23, 125, 126.)
 - A fixture program registering resources with the program's own type tokens breaks the rest.
 - The engine itself refuses to replace a protected machine, which is what the protection policy
   relies on for "never deleted by a replace".
@@ -122,42 +124,23 @@ def test_the_dev_stack_passes_and_a_shrinking_fleet_is_flagged_as_advice(
     assert {p.name for p in MANDATORY} <= _summaries(result)
 
 
-def _broken_dev_config(project: Path, stack: str) -> None:
+def _dev_config_as(project: Path, stack: str) -> None:
     stack_file = yaml.safe_load((project / "Pulumi.dev.yaml").read_text())
-    config = stack_file["config"]
-    # eu-central behind a load balancer (the legacy mode): PROXY protocol on, a LoadBalancer Service.
-    eu = next(r for r in config["tuist-infra:regions"] if r["id"] == "eu-central")
-    eu["gateway"] = "load_balancer"
-    del eu["failover_ip"]
-    config["tuist-infra:failover_ips"] = [
-        f for f in config["tuist-infra:failover_ips"] if f["fleet"] != "kura-dedibox"
-    ]
     # (A demux off the public peer port is config's to refuse now, kura.peer_port: tests/config/bad/117;
-    # the pack's peer-demux-sni-passthrough-7443 still fires on the breaks fixture's demux.)
-    # The runner pool leaves its floor and cooldown to the CRD defaults.
-    config["tuist-infra:runner_pools"][0]["autoscaling"] = {"enabled": True, "max_replicas": 8}
+    # so are a load_balancer gateway, tests/config/bad/23, and autoscaling fields left to the CRD
+    # defaults, tests/config/bad/125. The pack still fires on each in the breaks fixture.)
     (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(stack_file, sort_keys=False))
 
 
-def test_a_config_that_breaks_the_invariants_fails_with_each_policy_s_message(project: Path) -> None:
+def test_the_dev_config_outside_dev_fails_on_its_floating_tags(project: Path) -> None:
     # Not the dev stack: the dev config's floating tags (latest, main) are violations anywhere else.
-    _broken_dev_config(project, "ci")
+    _dev_config_as(project, "ci")
     result = preview(project, engine_env(project.parent), "ci")
     assert result.returncode != 0
     expected = {
         "images-pinned": (
             "Deployment kura-controller: container 'manager' env KURA_RUNTIME_IMAGE "
             "'ghcr.io/tuist/kura:latest' uses the floating tag 'latest'"
-        ),
-        "bare-metal-gateway-no-proxy-protocol": (
-            "ConfigMap kura-gateway-eu-central: use-proxy-protocol is 'true'"
-        ),
-        "no-load-balancer-on-bare-metal": (
-            "Service kura-gateway-eu-central in region eu-central is type LoadBalancer"
-        ),
-        "runner-pool-autoscaling-explicit": (
-            "RunnerPool linux: spec.autoscaling leaves minWarmPoolFloor, "
-            "scaleDownCooldownSeconds to the CRD default"
         ),
     }
     for policy, message in expected.items():
@@ -166,12 +149,6 @@ def test_a_config_that_breaks_the_invariants_fails_with_each_policy_s_message(pr
         assert all(v["enforcementLevel"] == "mandatory" for v in found)
     # Nothing else fired: each break has its own policy.
     assert {v["policyName"] for v in result.violations} == set(expected)
-    gateway = result.of("bare-metal-gateway-no-proxy-protocol")
-    assert any("the ingress-nginx gateway is not hostNetwork" in v["message"] for v in gateway)
-    assert any(
-        v["resourceUrn"].endswith("kubernetes:apps/v1:Deployment::kura-eu-central-gateway-deployment")
-        for v in gateway
-    ), [v["resourceUrn"] for v in gateway]
 
 
 def _fixture(name: str, root: Path) -> Path:
@@ -210,11 +187,30 @@ def test_fixture_resources_break_the_other_policies_each_with_its_message(tmp_pa
     assert any("RunnerPool linux: a Linux pool with runtimeClass 'runc'" in m for m in kata), kata
     demux = by_resource[("peer-demux-sni-passthrough-7443", "demux-terminating-tls")]
     assert "the demux terminates TLS (ssl_certificate, ssl_certificate_key, listen ... ssl)" in demux
+    gateway = "bare-metal-gateway-no-proxy-protocol"
+    assert (
+        "ConfigMap kura-gateway-eu-central: use-proxy-protocol is 'true'"
+        in by_resource[(gateway, "gateway-proxy-protocol")]
+    )
+    off_the_box = by_resource[(gateway, "gateway-off-the-box")]
+    assert "Deployment kura-gateway-eu-central: the ingress-nginx gateway is not hostNetwork" in off_the_box
+    assert "publishes a Service address (--publish-service)" in off_the_box
+    assert (
+        "Service kura-gateway-eu-central in region eu-central is type LoadBalancer"
+        in by_resource[("no-load-balancer-on-bare-metal", "gateway-load-balancer")]
+    )
+    assert (
+        "RunnerPool macos: spec.autoscaling leaves minWarmPoolFloor, scaleDownCooldownSeconds to the CRD "
+        "default" in by_resource[("runner-pool-autoscaling-explicit", "partial-autoscaling-runner-pool")]
+    )
     assert {p for p, _ in by_resource} == {
         protected,
         "failover-ip-routable-vendor",
         "kata-runner-pools",
         "peer-demux-sni-passthrough-7443",
+        gateway,
+        "no-load-balancer-on-bare-metal",
+        "runner-pool-autoscaling-explicit",
     }
 
 
