@@ -198,7 +198,6 @@ def main() -> None:
             pools=cfg.runner_pools,
             fleets=cfg.fleets,
             cluster=cfg.cluster,
-            server_token=secrets.tuist_server_token,
         ),
         opts=on_cluster,
     )

@@ -282,10 +282,6 @@ class RunnersControllerArgs:
     # The Tuist server it sends the runners to for dispatch and asks for desired replicas every 5 s
     # (seed 003); required once a pool exists (config.rules).
     server_url: str | None = None
-    # Ignored: upstream authenticates to the Tuist server with its own ServiceAccount token (the
-    # server checks it by TokenReview) and reads no static token. Still accepted because __main__.py
-    # passes it (secrets.tuist_server_token); the lead removes it there and then here.
-    server_token: pulumi.Input[str] | None = None
     # Two replicas with leader election: a node drain never leaves pools unreconciled.
     replicas: int = 2
 
@@ -476,10 +472,6 @@ class RunnerPoolsArgs:
     pools: list[RunnerPoolConfig]
     fleets: list[Fleet]
     cluster: Cluster
-    # Ignored, as RunnersControllerArgs.server_token: the controller authenticates to the Tuist server
-    # with its ServiceAccount token. Accepted only because __main__.py still passes the stack secret
-    # tuistServerToken; the lead removes it there and then here.
-    server_token: pulumi.Input[str] | None = None
 
 
 class RunnerPools(pulumi.ComponentResource):

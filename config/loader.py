@@ -50,7 +50,6 @@ from providers.constants import (
     ROBOT_PASSWORD,
     SCALEWAY_SECRET_KEY,
     SECRET_KEYS,
-    TUIST_SERVER_TOKEN,
 )
 
 __all__ = [
@@ -84,7 +83,6 @@ class Secrets:
     fleet_ssh_private_key: pulumi.Output[str] | None = None
     fleet_sudo_password: pulumi.Output[str] | None = None
     kubeconfig: pulumi.Output[str] | None = None
-    tuist_server_token: pulumi.Output[str] | None = None
     cloudflare_api_token: pulumi.Output[str] | None = None
     hcloud_token: pulumi.Output[str] | None = None
 
@@ -98,7 +96,6 @@ _SECRET_FIELDS = {
     FLEET_SSH_PRIVATE_KEY: "fleet_ssh_private_key",
     FLEET_SUDO_PASSWORD: "fleet_sudo_password",
     KUBECONFIG: "kubeconfig",
-    TUIST_SERVER_TOKEN: "tuist_server_token",
     CLOUDFLARE_API_TOKEN: "cloudflare_api_token",
     HCLOUD_TOKEN: "hcloud_token",
 }
@@ -190,8 +187,6 @@ def _secrets_needed(
         needed |= {FLEET_SSH_PRIVATE_KEY, FLEET_SUDO_PASSWORD}
     if api_server is not None:
         needed.add(KUBECONFIG)
-    if runner_pools:
-        needed.add(TUIST_SERVER_TOKEN)
     if cluster is not None and cluster.external_dns_provider == "cloudflare":
         needed.add(CLOUDFLARE_API_TOKEN)
     if firewall:

@@ -28,7 +28,9 @@ SCALEWAY_SECRET_KEY = "scalewaySecretKey"
 FLEET_SSH_PRIVATE_KEY = "fleetSshPrivateKey"
 FLEET_SUDO_PASSWORD = "fleetSudoPassword"
 KUBECONFIG = "kubeconfig"
-TUIST_SERVER_TOKEN = "tuistServerToken"  # the runners-controller's token for the Tuist server
+# Retired: the runners-controller authenticates to the Tuist server with its ServiceAccount token
+# (upstream reads no static token). Still a secret key, so a stack that holds it loads; nothing reads it.
+TUIST_SERVER_TOKEN = "tuistServerToken"
 CLOUDFLARE_API_TOKEN = "cloudflareApiToken"  # external-dns publishing the kura.tuist.dev zone
 HCLOUD_TOKEN = "hcloudToken"  # the control plane's Hetzner Cloud project (its firewall)
 SECRET_KEYS = (

@@ -216,7 +216,6 @@ def stack_file_args(env: str) -> RunnerPoolsArgs:
         pools=cfg.runner_pools,
         fleets=cfg.fleets,
         cluster=cfg.cluster,
-        server_token=pulumi.Output.secret("stand-in-tuist-server-token"),
     )
 
 
@@ -656,10 +655,10 @@ def test_cilium_override_shrinks_and_caps_bpf_maps(rendered: ManifestRecorder) -
 # --- the Tuist server --------------------------------------------------------------------------
 
 
-def server_args(token: Any = None, url: str = "https://staging.tuist.dev") -> RunnerPoolsArgs:
+def server_args(url: str = "https://staging.tuist.dev") -> RunnerPoolsArgs:
     args = stack_args()
     cluster = args.cluster.model_copy(update={"tuist_server_url": url})
-    return RunnerPoolsArgs(pools=args.pools, fleets=args.fleets, cluster=cluster, server_token=token)
+    return RunnerPoolsArgs(pools=args.pools, fleets=args.fleets, cluster=cluster)
 
 
 def controller_container(out: ManifestRecorder) -> dict[str, Any]:
@@ -690,14 +689,13 @@ def test_a_trailing_slash_on_the_server_url_is_not_doubled() -> None:
     ]
 
 
-def test_a_static_server_token_is_accepted_and_ignored() -> None:
-    # Upstream authenticates with its ServiceAccount token; __main__.py still passes the stack secret.
-    with_token = render(server_args(pulumi.Output.secret("token-value")))
-    without = render(server_args(None))
-    assert with_token.manifests == without.manifests
-    assert with_token.of_kind("Secret") == []
-    assert "token-value" not in repr(with_token.registered)
-    assert "annotations" not in the(with_token, "Deployment")["spec"]["template"]["metadata"]
+def test_no_static_token_reaches_the_cluster() -> None:
+    # Upstream authenticates with its ServiceAccount token (TokenReview on the server): no Secret,
+    # and the pod template has no token hash to roll on.
+    out = render(server_args())
+    assert out.of_kind("Secret") == []
+    assert "annotations" not in the(out, "Deployment")["spec"]["template"]["metadata"]
+    assert the(out, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
 
 
 def test_without_a_server_the_controller_is_not_run(rendered: ManifestRecorder) -> None:

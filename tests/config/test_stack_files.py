@@ -88,8 +88,10 @@ def test_fleets_and_runner_sizing_follow_the_seeds(
 @pytest.mark.parametrize("name", REAL_STACKS)
 def test_real_stacks_need_every_secret(name: str) -> None:
     # OVH, Dedibox and Robot fleets, all enabled, and a real cluster. No Elastic Metal or Mac fleet
-    # yet (their Scaleway project is the operator's to add), so no Scaleway key.
-    assert required_secret_keys(load(name)) == [k for k in SECRET_KEYS if k != "scalewaySecretKey"]
+    # yet (their Scaleway project is the operator's to add), so no Scaleway key. tuistServerToken is
+    # retired (the runners-controller authenticates with its ServiceAccount token): never required.
+    retired_or_unused = {"scalewaySecretKey", "tuistServerToken"}
+    assert required_secret_keys(load(name)) == [k for k in SECRET_KEYS if k not in retired_or_unused]
 
 
 def test_dev_needs_the_local_clusters_kubeconfig_and_no_cloud_secrets() -> None:
@@ -104,8 +106,6 @@ def test_dev_needs_the_local_clusters_kubeconfig_and_no_cloud_secrets() -> None:
         "fleetSudoPassword",
         # The local control plane's admin kubeconfig, set by scripts/dev-up.sh.
         "kubeconfig",
-        # dev has a runner pool, whose controller talks to the Tuist server; DNS stays in memory.
-        "tuistServerToken",
     ]
 
 

@@ -135,7 +135,6 @@ def with_sim_secrets(raw: dict[str, Any], sim: Sim, key: FleetKey | None = None)
             f"{PROJECT}:robotPassword": creds["robot"]["password"],
             f"{PROJECT}:fleetSshPrivateKey": key.private,
             f"{PROJECT}:fleetSudoPassword": sim.sudo_password,
-            f"{PROJECT}:tuistServerToken": "tuist-server-token-for-tests",
         }
     )
     return values
