@@ -31,6 +31,7 @@ from components.sdk import (
 )
 from components.storage import LocalStorageClass, LocalStorageClassArgs
 from config.loader import ConfigError, fail, load_from_pulumi
+from config.rules import install_warnings
 
 
 def main() -> None:
@@ -51,6 +52,8 @@ def main() -> None:
     if problems := capacity_problems(cfg):
         fail(problems)
         return
+    for warning in install_warnings(cfg):
+        pulumi.log.warn(warning)
 
     if cfg.cluster.render_dir:
         # No cluster (dev): every object is written as YAML instead of applied.

@@ -43,6 +43,7 @@ from config.models import (
     RobotAccount,
     RunnerOS,
     RunnerPool,
+    StackConfig,
     Vendor,
 )
 from config.problems import Loc, Problem
@@ -1107,3 +1108,20 @@ RULES: tuple[Callable[[View], Iterator[Problem]], ...] = (
 def cross_field_problems(raw: Mapping[str, Any]) -> list[Problem]:
     view = build_view(raw)
     return [problem for rule in RULES for problem in rule(view)]
+
+
+def install_warnings(cfg: StackConfig) -> list[str]:
+    """What a preview should say but not refuse: an enabled Robot fleet whose Kata is not pinned. Its
+    boxes adopted already are unaffected (the pin is read only by an install), but the claim of any
+    box the fleet must still install refuses before any vendor write, so the up would stop there
+    after applying the rest; a config error would block every other change of the stack instead."""
+    return [
+        f"fleets[name={fleet.name}].install_artifacts.kata_static_sha256 is not pinned: any Robot box "
+        f"this fleet must still install is refused (the claim stops the up there, before any vendor "
+        f"write); pin the sha256 of {fleet.artifacts.kata_static_url.rsplit('/', 1)[-1]}"
+        for fleet in cfg.fleets
+        if fleet.vendor is Vendor.ROBOT
+        and fleet.enabled
+        and fleet.size
+        and not fleet.artifacts.kata_static_sha256
+    ]

@@ -1,0 +1,25 @@
+"""The one thing a preview warns about rather than refuses: a Robot fleet with boxes to install and no
+Kata pin (config.rules.install_warnings; __main__ logs each as a Pulumi warning)."""
+
+from __future__ import annotations
+
+from config.loader import load_stack_config
+from config.rules import install_warnings
+from tests.config.stacks import stack_raw
+
+
+def test_an_unpinned_robot_fleet_is_warned_about_by_name_and_key() -> None:
+    cfg = load_stack_config(stack_raw("production"), stack="production")
+    assert install_warnings(cfg) == [
+        "fleets[name=runners-linux].install_artifacts.kata_static_sha256 is not pinned: any Robot box "
+        "this fleet must still install is refused (the claim stops the up there, before any vendor "
+        "write); pin the sha256 of kata-static-3.30.0-amd64.tar.zst"
+    ]
+
+
+def test_a_pinned_or_idle_robot_fleet_is_not() -> None:
+    # dev pins its Kata (vendorsim serves the artifact).
+    assert install_warnings(load_stack_config(stack_raw("dev"), stack="dev")) == []
+    raw = stack_raw("production")
+    raw["fleets"] = [dict(f, size=0) if f["vendor"] == "robot" else f for f in raw["fleets"]]
+    assert install_warnings(load_stack_config(raw, stack="production")) == []
