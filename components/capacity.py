@@ -25,8 +25,10 @@ allows two virtualised copies of macOS on each Mac it runs on, whatever the hard
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from components.runner_pool import KATA_OVERHEAD_CPU_MILLI, KATA_OVERHEAD_MEMORY_MIB
@@ -166,19 +168,28 @@ def _fleet_shape(fleet: Fleet) -> str:
 
 
 def capacity_problems(cfg: StackConfig) -> list[str]:
-    """One line per pool that could ask for more microVMs than its fleet can host.
+    """One line per pool that could ask for more microVMs than its fleet can host, then one per fleet
+    whose pools could together.
 
     Lines use the config error format (`<path>: <problem>`). A pool naming an unknown
     fleet is left to the loader's reference check; an unset max_replicas is not
     checked because the controller treats it as autoscaling off.
+
+    Pools on one fleet share its boxes: at their max_replicas each fills max_replicas / pods_per_host
+    boxes' worth, and together they must fit the fleet's size. When their pods are the same size
+    that is their max_replicas summed against the fleet's pods; the line for a fleet whose pools
+    overflow it together names each pool, at the first one's max_replicas.
     """
     fleets = {f.name: f for f in cfg.fleets}
     problems: list[str] = []
+    sharing: dict[str, list[tuple[int, RunnerPool, int]]] = {}
     for i, pool in enumerate(cfg.runner_pools):
         fleet = fleets.get(pool.fleet)
         max_replicas = pool.autoscaling.max_replicas
         if fleet is None or max_replicas is None:
             continue
+        if max_replicas > 0:
+            sharing.setdefault(fleet.name, []).append((i, pool, max_replicas))
         slots = pool_slots(pool, fleet)
         if max_replicas > slots:
             per_host = pods_per_host(fleet.hardware, pool)
@@ -188,7 +199,42 @@ def capacity_problems(cfg: StackConfig) -> list[str]:
                 f" of fleet '{fleet.name}' ({_fleet_shape(fleet)}; {per_host} of this pool's pods of"
                 f" {foot.cpu_milli}m / {foot.memory_mib}Mi with overhead fit a host)"
             )
+    for fleet in cfg.fleets:
+        pools = sharing.get(fleet.name, [])
+        if line := _shared_fleet_problem(fleet, pools):
+            problems.append(line)
     return problems
+
+
+def _shared_fleet_problem(fleet: Fleet, pools: list[tuple[int, RunnerPool, int]]) -> str | None:
+    """The line for the pools (index, pool, max_replicas > 0) on `fleet` that could together ask for
+    more than it holds. None when they fit, when there is one pool (its own line covers it), or when
+    one of them cannot be placed at all (its own line says so: a parked fleet, a pod no box holds)."""
+    per_host = [pods_per_host(fleet.hardware, pool) for _, pool, _ in pools]
+    if len(pools) < 2 or not fleet.enabled or 0 in per_host:
+        return None
+    boxes = sum(Fraction(m, n) for (_, _, m), n in zip(pools, per_host, strict=True))
+    if boxes <= fleet.size:
+        return None
+    first = f"runner_pools[{pools[0][0]}].autoscaling.max_replicas"
+    shape = _fleet_shape(fleet)
+    if len(set(per_host)) == 1:
+        # As many of each pool's pods fit a box: the fleet holds that many a box, the maxima add up.
+        terms = " + ".join(f"runner_pools[{i}] '{pool.name}' {m}" for i, pool, m in pools)
+        total = sum(m for _, _, m in pools)
+        return (
+            f"{first}: {total} ({terms}) exceeds the {per_host[0] * fleet.size} pods of their shared"
+            f" fleet '{fleet.name}' ({shape}; {per_host[0]} of these pools' pods with overhead fit a host)"
+        )
+    terms = " + ".join(
+        f"runner_pools[{i}] '{pool.name}' {m} ({n} a host)"
+        for (i, pool, m), n in zip(pools, per_host, strict=True)
+    )
+    need = math.ceil(boxes * 100) / 100  # rounded up: a shown need never fits when the real one does not
+    return (
+        f"{first}: {terms} together need {need:.2f} hosts, more than the {fleet.size} of their shared"
+        f" fleet '{fleet.name}' ({shape})"
+    )
 
 
 def _money(amount: Decimal | None) -> str | None:
@@ -225,7 +271,8 @@ def capacity_outputs(cfg: StackConfig) -> dict[str, Any]:
         runner_pools[pool.name] = {
             "fleet": pool.fleet,
             "os": pool.os.value,
-            # The fleet's slots (the outputs contract); capacity_problems checks the pool's own size.
+            # The fleet's slots (the outputs contract); capacity_problems checks the pool's own size
+            # and, with the other pools on its fleet, their sum.
             "slots": 0 if pool_fleet is None else fleet_slots(pool_fleet),
             # The pool's own pods one box holds (its pod size; a Mac holds at most two macOS VMs).
             "pods_per_host": 0 if pool_fleet is None else pods_per_host(pool_fleet.hardware, pool),

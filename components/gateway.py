@@ -7,10 +7,19 @@ load_balancer (legacy cloud VM): a LoadBalancer Service with PROXY protocol on.
 node_port (a private region, the reference's `data_plane: :node_port`): a NodePort Service on every
 box of the pool, and a NetworkPolicy that admits the region's client_cidrs (its runners' Private
 Network) and nothing else to the controller's ports.
+
+A roll or a drain keeps the public plane (as the peer demux keeps the peer plane, components/
+peer_demux.py): the region's wildcard follows the boxes whose gateway is Ready and not terminating
+(regional_dns), so a stopping gateway keeps serving for kura.gateway_drain_seconds (a preStop sleep; nginx
+stops accepting only at SIGTERM, after it), long enough for the reconciler's next pass to drop its box,
+external-dns to publish and resolvers' cached answers to expire. A new gateway stays Ready for
+minReadySeconds (the same time) before the next box's goes, so the record carries it, and the caches
+too, before its neighbour leaves. A PodDisruptionBudget lets a drain evict one gateway at a time.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pulumi
@@ -24,21 +33,49 @@ from components.k8s import (
     pool_tolerations,
     region_labels,
 )
-from config.models import Fleet, GatewayMode, Region
+from config.models import GATEWAY_DRAIN_SECONDS, GATEWAY_MIN_READY_SECONDS, Fleet, GatewayMode, Region
+from regional_dns.reconciler import Settings as RegionalDnsSettings
+from regional_dns.records import DNS_TTL
 
 __all__ = [
+    "GATEWAY_CONNECTION_DRAIN_SECONDS",
+    "GATEWAY_DRAIN_SECONDS",
+    "GATEWAY_MIN_READY_SECONDS",
     "GATEWAY_SERVICE_ACCOUNT",
+    "TIMEOUT_ANNOTATION",
     "Gateway",
     "GatewayArgs",
     "controller_args",
     "gateway_name",
     "nginx_settings",
+    "roll_timeout_seconds",
 ]
 
 GATEWAY_SERVICE_ACCOUNT = "kura-gateway-ingress-nginx"
 # On a node_port region's gateway objects: the policy pack's bare-metal gateway rule reads it.
 DATA_PLANE_LABEL = "tuist.dev/data-plane"
 NODE_PORT_DATA_PLANE = "node-port"
+
+# What a gateway pod's end takes to reach the clients of the public wildcard (regional_dns): the
+# reconciler's next pass (its refresh period, 30 s), external-dns publishing the changed DNSEndpoint
+# (`--events`: at once, at most every 5 s, one Cloudflare write; DNS_PUBLISH_SECONDS covers it and
+# the pass's own reads), then a resolver's cached answer expiring (the record's TTL, 60 s).
+DNS_PUBLISH_SECONDS = 30
+GATEWAY_DNS_SECONDS = math.ceil(RegionalDnsSettings.refresh_seconds) + DNS_PUBLISH_SECONDS + DNS_TTL
+# A stopping gateway keeps serving this long (its preStop sleep) before nginx stops accepting, and a
+# new one stays Ready this long (the Deployment's minReadySeconds) before the next box's goes: the
+# config's defaults and floors outside dev (config.models; tests hold them to GATEWAY_DNS_SECONDS).
+# After SIGTERM: `nginx -s quit` lets open requests finish within ingress-nginx's
+# worker-shutdown-timeout (240 s), then the controller waits its post-shutdown-grace-period (10 s).
+GATEWAY_CONNECTION_DRAIN_SECONDS = 300
+
+# How long `pulumi up` waits for a Deployment or DaemonSet to roll out; pulumi-kubernetes' default is
+# 10 minutes, which a one-box-at-a-time roll of a few boxes outlasts.
+TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
+PULUMI_DEFAULT_TIMEOUT_SECONDS = 600
+# From a box's new pod created to Ready: scheduling once the old pod is gone, an image pull on a box
+# that lacks it, init containers, the first readiness probes.
+POD_START_SECONDS = 60
 
 # Shared with the platform chart's ingress-nginx values (anchor 4.3); only
 # use-proxy-protocol depends on the mode.
@@ -59,6 +96,14 @@ _SHARED_SETTINGS: dict[str, str] = {
     "http2-max-concurrent-streams": "32",
     "http-snippet": "http2_body_preread_size 4m;",
 }
+
+
+def roll_timeout_seconds(boxes: int, *, grace_seconds: int, min_ready_seconds: int) -> int:
+    """A one-box-at-a-time roll at its slowest, with Pulumi's own default on top: each box's old pod
+    takes up to its terminationGracePeriodSeconds to go (preStop and drain), the new one
+    POD_START_SECONDS to be Ready and minReadySeconds to count as available."""
+    per_box = grace_seconds + POD_START_SECONDS + min_ready_seconds
+    return boxes * per_box + PULUMI_DEFAULT_TIMEOUT_SECONDS
 
 
 def gateway_name(region_id: str) -> str:
@@ -153,6 +198,9 @@ class GatewayArgs:
     namespace: str
     # ingress-nginx, pinned by digest (kura.gateway_image): a release with the CVE-2025-1974 fix.
     image: str
+    # kura.gateway_drain_seconds and kura.gateway_min_ready_seconds (GATEWAY_DNS_SECONDS outside dev).
+    drain_seconds: int = GATEWAY_DRAIN_SECONDS
+    min_ready_seconds: int = GATEWAY_MIN_READY_SECONDS
 
 
 def _one_per_box(labels: dict[str, str], *, required: bool) -> k8s.core.v1.AffinityArgs:
@@ -175,7 +223,8 @@ def _one_per_box(labels: dict[str, str], *, required: bool) -> k8s.core.v1.Affin
 
 
 class Gateway(pulumi.ComponentResource):
-    """ServiceAccount + RBAC, ConfigMap, Service, IngressClass and Deployment of one region."""
+    """ServiceAccount + RBAC, ConfigMap, Service, IngressClass, Deployment and PodDisruptionBudget of
+    one region."""
 
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tuist:gateway:Gateway", name, None, opts)
@@ -271,13 +320,18 @@ class Gateway(pulumi.ComponentResource):
             spec=k8s.networking.v1.IngressClassSpecArgs(controller=controller_class(region)),
             opts=child,
         )
+        # One controller per box: on hostNetwork two on one box would fight for :443. A parked fleet
+        # has no box: zero replicas, so nothing waits on a pod that cannot run.
+        replicas = args.fleet.size if args.fleet.enabled else 0
+        grace = args.drain_seconds + GATEWAY_CONNECTION_DRAIN_SECONDS
+        timeout = roll_timeout_seconds(
+            replicas, grace_seconds=grace, min_ready_seconds=args.min_ready_seconds
+        )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=metadata(gw, ns, labels),
+            metadata=metadata(gw, ns, labels, annotations={TIMEOUT_ANNOTATION: str(timeout)}),
             spec=k8s.apps.v1.DeploymentSpecArgs(
-                # One controller per box: on hostNetwork two on one box would fight for :443. A
-                # parked fleet has no box: zero replicas, so nothing waits on a pod that cannot run.
-                replicas=args.fleet.size if args.fleet.enabled else 0,
+                replicas=replicas,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 # hostNetwork ports cannot surge on the same box; replace one box at a time.
                 strategy=k8s.apps.v1.DeploymentStrategyArgs(
@@ -286,6 +340,9 @@ class Gateway(pulumi.ComponentResource):
                 )
                 if host_network
                 else None,
+                # The new gateway is in the published record, and in resolvers' caches, before the
+                # next box's gateway stops.
+                min_ready_seconds=args.min_ready_seconds,
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
@@ -295,7 +352,8 @@ class Gateway(pulumi.ComponentResource):
                         node_selector=pool_node_selector(args.fleet),
                         tolerations=pool_tolerations(args.fleet),
                         affinity=_one_per_box(labels, required=host_network),
-                        termination_grace_period_seconds=300,
+                        # The preStop sleep, then nginx's own drain after SIGTERM.
+                        termination_grace_period_seconds=grace,
                         containers=[
                             k8s.core.v1.ContainerArgs(
                                 name="controller",
@@ -318,6 +376,14 @@ class Gateway(pulumi.ComponentResource):
                                 ],
                                 liveness_probe=_healthz_probe(),
                                 readiness_probe=_healthz_probe(),
+                                # Serve on while the wildcard moves off the box: the reconciler drops
+                                # a terminating pod at its next pass, but clients hold the old answer
+                                # for a TTL. ingress-nginx stops accepting at SIGTERM, which comes after.
+                                lifecycle=k8s.core.v1.LifecycleArgs(
+                                    pre_stop=k8s.core.v1.LifecycleHandlerArgs(
+                                        sleep=k8s.core.v1.SleepActionArgs(seconds=args.drain_seconds)
+                                    )
+                                ),
                                 resources=k8s.core.v1.ResourceRequirementsArgs(
                                     requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}
                                 ),
@@ -336,6 +402,19 @@ class Gateway(pulumi.ComponentResource):
                 ),
             ),
             opts=child_options(self, opts, depends_on=[self.config_map]),
+        )
+        # A drain (the machine provider's, through the Eviction API) takes one gateway at a time: a
+        # second box's waits until the first one's replacement is Ready somewhere. A gateway that is
+        # not Ready serves nothing (the wildcard left it), so it never holds a drain up.
+        self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb",
+            metadata=metadata(gw, ns, labels),
+            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=1,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                unhealthy_pod_eviction_policy="AlwaysAllow",
+            ),
+            opts=child,
         )
         self.register_outputs(
             {

@@ -85,7 +85,14 @@ class KuraRegion(pulumi.ComponentResource):
 
         self.gateway = Gateway(
             f"{name}-gateway",
-            GatewayArgs(region=region, fleet=fleet, namespace=ns, image=kura.gateway_image),
+            GatewayArgs(
+                region=region,
+                fleet=fleet,
+                namespace=ns,
+                image=kura.gateway_image,
+                drain_seconds=kura.gateway_drain_seconds,
+                min_ready_seconds=kura.gateway_min_ready_seconds,
+            ),
             child,
         )
         self.peer_demux = PeerDemux(

@@ -13,7 +13,10 @@ A roll keeps the peer plane (seed 000: the failover IP drains off a box whose de
 one box at a time (maxUnavailable 1, no surge: hostNetwork ports), each new pod Ready for
 minReadySeconds before the next box goes, and a preStop wait during which the old pod still serves
 while the failover watcher, which treats a terminating demux pod as ineligible at once, moves the
-IP to another box. See docs/peer-demux.md.
+IP to another box. See docs/peer-demux.md. Such a roll outlasts pulumi-kubernetes' default ten-minute
+wait from a few boxes on, so the DaemonSet carries a `pulumi.com/timeoutSeconds` scaled to the fleet.
+It has no PodDisruptionBudget: a drain (the machine provider's, as `kubectl drain`) leaves DaemonSet
+pods alone.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.gateway import TIMEOUT_ANNOTATION, roll_timeout_seconds
 from components.k8s import (
     CONTROLLER_RESOURCES,
     child_options,
@@ -45,6 +49,7 @@ __all__ = [
     "PeerDemux",
     "PeerDemuxArgs",
     "demux_config",
+    "demux_grace_seconds",
     "demux_labels",
     "demux_name",
     "route_settings",
@@ -70,6 +75,11 @@ ROUTES_FILE = f"{RUN_DIR}/routes.map"
 # the next box's pod goes (the DaemonSet's minReadySeconds), so its box is eligible for the IP again
 # before its neighbour drains.
 DEMUX_CONNECTION_DRAIN_SECONDS = 60
+
+
+def demux_grace_seconds(kura: Kura) -> int:
+    """A demux pod's terminationGracePeriodSeconds: the preStop wait, then nginx's drain."""
+    return kura.demux_drain_seconds + DEMUX_CONNECTION_DRAIN_SECONDS
 
 
 def demux_name(region_id: str) -> str:
@@ -179,9 +189,18 @@ class PeerDemux(pulumi.ComponentResource):
             ),
             opts=child_options(self, opts, ignore_changes=["data"]),
         )
+        # `pulumi up` waits for the roll: one box at a time, each up to its grace, its start and its
+        # minReadySeconds. A parked fleet has no box to roll.
+        timeout = roll_timeout_seconds(
+            args.fleet.size if args.fleet.enabled else 0,
+            grace_seconds=demux_grace_seconds(kura),
+            min_ready_seconds=kura.demux_min_ready_seconds,
+        )
         self.daemon_set = k8s.apps.v1.DaemonSet(
             f"{name}-daemonset",
-            metadata=metadata(demux_name(region.id), ns, labels),
+            metadata=metadata(
+                demux_name(region.id), ns, labels, annotations={TIMEOUT_ANNOTATION: str(timeout)}
+            ),
             spec=k8s.apps.v1.DaemonSetSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 # One box at a time, no surge (the new pod needs the old one's :7443), and a new
@@ -221,7 +240,7 @@ class PeerDemux(pulumi.ComponentResource):
             init_containers=[_failover_address_container(kura.demux_image, address)],
             node_selector=pool_node_selector(args.fleet),
             tolerations=pool_tolerations(args.fleet),
-            termination_grace_period_seconds=kura.demux_drain_seconds + DEMUX_CONNECTION_DRAIN_SECONDS,
+            termination_grace_period_seconds=demux_grace_seconds(kura),
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name="nginx",

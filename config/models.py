@@ -496,6 +496,10 @@ class Region(Strict):
 PEER_PORT = 7443
 DEMUX_DRAIN_SECONDS = 60
 DEMUX_MIN_READY_SECONDS = 30
+# The gateway's outside dev (components/gateway.py): the public wildcard's reconciler pass (30 s),
+# external-dns publishing it (30 s) and the record's TTL (60 s); a test holds them to regional_dns.
+GATEWAY_DRAIN_SECONDS = 120
+GATEWAY_MIN_READY_SECONDS = 120
 
 
 class Kura(Strict):
@@ -534,6 +538,11 @@ class Kura(Strict):
     # How long a new demux pod stays Ready before the next box's pod goes (minReadySeconds):
     # several watcher polls, so its box is eligible again before its neighbour drains.
     demux_min_ready_seconds: StrictInt = Field(default=DEMUX_MIN_READY_SECONDS, gt=0)
+    # How long a stopping gateway keeps serving (its preStop sleep) and a new one stays Ready before
+    # the next box's goes (minReadySeconds): the public wildcard must have moved, resolvers' caches
+    # included. Below the defaults only in dev, whose DNS is in memory.
+    gateway_drain_seconds: StrictInt = Field(default=GATEWAY_DRAIN_SECONDS, gt=0)
+    gateway_min_ready_seconds: StrictInt = Field(default=GATEWAY_MIN_READY_SECONDS, gt=0)
 
 
 # --- runners ------------------------------------------------------------------

@@ -26,6 +26,8 @@ from pydantic import BaseModel, StrictBool, TypeAdapter, ValidationError
 from config.models import (
     DEMUX_DRAIN_SECONDS,
     DEMUX_MIN_READY_SECONDS,
+    GATEWAY_DRAIN_SECONDS,
+    GATEWAY_MIN_READY_SECONDS,
     PEER_PORT,
     SCW_ZONE,
     AppleSiliconAccount,
@@ -994,6 +996,19 @@ def kura_rules(view: View) -> Iterator[Problem]:
                 kura.demux_min_ready_seconds,
                 DEMUX_MIN_READY_SECONDS,
                 "a rolled box must be eligible for the failover IP again before its neighbour drains",
+            ),
+            (
+                "gateway_drain_seconds",
+                kura.gateway_drain_seconds,
+                GATEWAY_DRAIN_SECONDS,
+                "the region's public wildcard must leave a stopping gateway's box, resolvers' caches "
+                "included, before it stops accepting",
+            ),
+            (
+                "gateway_min_ready_seconds",
+                kura.gateway_min_ready_seconds,
+                GATEWAY_MIN_READY_SECONDS,
+                "a rolled box's gateway must be in the published wildcard before its neighbour's stops",
             ),
         )
         for key, value, floor, why in floors:

@@ -166,6 +166,73 @@ def test_problems_name_the_pool_by_index() -> None:
     ]
 
 
+def test_pools_on_one_fleet_share_its_pods() -> None:
+    # Each fits the 124 pods alone; together they could ask for 130.
+    cfg = stack([robot_fleet()], [pool("a", max_replicas=100), pool("b", max_replicas=30)])
+    assert capacity_problems(cfg) == [
+        "runner_pools[0].autoscaling.max_replicas: 130 (runner_pools[0] 'a' 100 + runner_pools[1] 'b' 30)"
+        " exceeds the 124 pods of their shared fleet 'runners-linux' (2 x AX162-R, 62 slots each; 62 of"
+        " these pools' pods with overhead fit a host)"
+    ]
+
+
+def test_pools_that_fill_their_fleet_exactly_are_fine() -> None:
+    cfg = stack([robot_fleet()], [pool("a", max_replicas=100), pool("b", max_replicas=24)])
+    assert capacity_problems(cfg) == []
+
+
+def test_the_shared_line_names_every_pool_on_the_fleet_and_only_those() -> None:
+    small = robot_fleet("runners-small", size=1, hardware=AX42_U)
+    pools = [
+        pool("a", max_replicas=62),
+        pool("other", "runners-small", max_replicas=15),
+        pool("off", max_replicas=0),  # autoscaler off: asks for nothing
+        pool("unset"),
+        pool("b", max_replicas=40),
+        pool("c", max_replicas=40),
+    ]
+    assert capacity_problems(stack([robot_fleet(), small], pools)) == [
+        "runner_pools[0].autoscaling.max_replicas: 142 (runner_pools[0] 'a' 62 + runner_pools[4] 'b' 40"
+        " + runner_pools[5] 'c' 40) exceeds the 124 pods of their shared fleet 'runners-linux'"
+        " (2 x AX162-R, 62 slots each; 62 of these pools' pods with overhead fit a host)"
+    ]
+
+
+def test_a_pool_too_big_alone_is_named_alone_and_with_the_others() -> None:
+    cfg = stack([robot_fleet()], [pool("a", max_replicas=125), pool("b", max_replicas=1)])
+    assert capacity_problems(cfg) == [
+        "runner_pools[0].autoscaling.max_replicas: 125 exceeds the 124 pods of fleet 'runners-linux'"
+        " (2 x AX162-R, 62 slots each; 62 of this pool's pods of 950m / 4064Mi with overhead fit a host)",
+        "runner_pools[0].autoscaling.max_replicas: 126 (runner_pools[0] 'a' 125 + runner_pools[1] 'b' 1)"
+        " exceeds the 124 pods of their shared fleet 'runners-linux' (2 x AX162-R, 62 slots each; 62 of"
+        " these pools' pods with overhead fit a host)",
+    ]
+
+
+def test_pools_of_different_pod_sizes_share_the_fleet_in_hosts() -> None:
+    # 62 standard pods a host; 11 of 8000m / 16000Mi (CPU-bound: 95000m // 8050m with overhead).
+    # 100 / 62 + 20 / 11 = 3.431... hosts, shown rounded up, of the 2.
+    big = pool("big", max_replicas=20).model_copy(update={"pod_cpu_milli": 8000, "pod_memory_mb": 16000})
+    assert pods_per_host(AX162_R, big) == 11
+    cfg = stack([robot_fleet()], [pool("a", max_replicas=100), big])
+    assert capacity_problems(cfg) == [
+        "runner_pools[0].autoscaling.max_replicas: runner_pools[0] 'a' 100 (62 a host) + runner_pools[1]"
+        " 'big' 20 (11 a host) together need 3.44 hosts, more than the 2 of their shared fleet"
+        " 'runners-linux' (2 x AX162-R, 62 slots each)"
+    ]
+    # Half the fleet each: 62 / 62 + 11 / 11 = 2 hosts.
+    fits = [pool("a", max_replicas=62), big.model_copy(update={"autoscaling": Autoscaling(max_replicas=11)})]
+    assert capacity_problems(stack([robot_fleet()], fits)) == []
+
+
+def test_pools_on_a_parked_fleet_are_each_named_once() -> None:
+    cfg = stack([robot_fleet(enabled=False)], [pool("a", max_replicas=1), pool("b", max_replicas=1)])
+    assert [line.split(":")[0] for line in capacity_problems(cfg)] == [
+        "runner_pools[0].autoscaling.max_replicas",
+        "runner_pools[1].autoscaling.max_replicas",
+    ]
+
+
 # --- cost ---------------------------------------------------------------------------------
 
 

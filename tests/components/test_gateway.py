@@ -4,11 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.gateway import Gateway, GatewayArgs
+import pytest
+
+from components.gateway import (
+    GATEWAY_CONNECTION_DRAIN_SECONDS,
+    GATEWAY_DNS_SECONDS,
+    GATEWAY_DRAIN_SECONDS,
+    GATEWAY_MIN_READY_SECONDS,
+    Gateway,
+    GatewayArgs,
+)
 from config.models import Fleet, GatewayMode, Kura, Region
+from regional_dns.reconciler import Settings as RegionalDnsSettings
+from regional_dns.records import DNS_TTL
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
 NAME = "kura-gateway-us-east"
+# The selector of the Deployment and of the PodDisruptionBudget: immutable on the Deployment.
+LABELS = {
+    "app.kubernetes.io/name": "kura-gateway",
+    "app.kubernetes.io/component": "gateway",
+    "app.kubernetes.io/instance": "us-east",
+    "app.kubernetes.io/managed-by": "tuist-infra",
+    "tuist.dev/region": "us-east",
+}
 SHARED = {
     "use-forwarded-headers": "true",
     "compute-full-forwarded-for": "true",
@@ -31,9 +50,11 @@ SHARED = {
 IMAGE = Kura(runtime_image_tag="0.10.5", controller_image="kc:1").gateway_image
 
 
-def render(region: Region, fleet: Fleet) -> ManifestRecorder:
+def render(region: Region, fleet: Fleet, **timings: int) -> ManifestRecorder:
     return collect_manifests(
-        lambda: Gateway("gw", GatewayArgs(region=region, fleet=fleet, namespace="kura", image=IMAGE))
+        lambda: Gateway(
+            "gw", GatewayArgs(region=region, fleet=fleet, namespace="kura", image=IMAGE, **timings)
+        )
     )
 
 
@@ -108,6 +129,76 @@ def test_hostnetwork_gateway_is_one_per_box_and_never_surges(region: Region, fle
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]
     assert term["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_the_deployment_selector_never_changes(region: Region, fleet: Fleet) -> None:
+    # spec.selector is immutable: a changed one would replace the Deployment on the next up.
+    deployment = render(region, fleet).find("Deployment", NAME)["spec"]
+    assert deployment["selector"] == {"matchLabels": LABELS}
+    assert deployment["template"]["metadata"]["labels"] == LABELS
+
+
+def test_the_drain_outlasts_a_dns_pass_the_publish_and_the_ttl() -> None:
+    # regional_dns reads the cluster every 30 s and drops a terminating gateway at its next pass;
+    # external-dns publishes at once (`--events`); resolvers keep the old answer for the TTL, 60 s.
+    assert (RegionalDnsSettings.refresh_seconds, DNS_TTL) == (30.0, 60)
+    assert GATEWAY_DRAIN_SECONDS == GATEWAY_MIN_READY_SECONDS == GATEWAY_DNS_SECONDS == 30 + 30 + 60
+    assert RegionalDnsSettings.refresh_seconds + DNS_TTL <= GATEWAY_DRAIN_SECONDS
+
+
+@pytest.mark.parametrize("mode", list(GatewayMode))
+def test_a_stopping_gateway_serves_until_the_wildcard_has_left_its_box(
+    region: Region, fleet: Fleet, mode: GatewayMode
+) -> None:
+    spec = render(region.model_copy(update={"gateway": mode}), fleet).find("Deployment", NAME)["spec"]
+    pod = spec["template"]["spec"]
+    [container] = pod["containers"]
+    # ingress-nginx stops accepting at SIGTERM (--shutdown-grace-period 0): the kubelet sends it only
+    # after the preStop sleep, then nginx drains open requests (worker-shutdown-timeout 240 s).
+    assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 120}}}
+    assert pod["terminationGracePeriodSeconds"] == 120 + 300
+    assert GATEWAY_DRAIN_SECONDS + GATEWAY_CONNECTION_DRAIN_SECONDS == 420
+    assert not any(a.startswith("--shutdown-grace-period") for a in container["args"])
+    # The next box's gateway goes only once the new one has been Ready a DNS pass and a TTL.
+    assert spec["minReadySeconds"] == 120
+
+
+def test_dev_shortens_the_drain_and_the_wait_as_its_config_says(region: Region, fleet: Fleet) -> None:
+    # kura.gateway_drain_seconds / gateway_min_ready_seconds: dev's DNS is in memory.
+    spec = render(region, fleet, drain_seconds=1, min_ready_seconds=1).find("Deployment", NAME)["spec"]
+    pod = spec["template"]["spec"]
+    assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 1}}}
+    assert (pod["terminationGracePeriodSeconds"], spec["minReadySeconds"]) == (1 + 300, 1)
+
+
+def test_a_drain_evicts_one_gateway_at_a_time(region: Region, fleet: Fleet) -> None:
+    pdb = render(region, fleet).find("PodDisruptionBudget", NAME)
+    assert pdb["apiVersion"] == "policy/v1"
+    assert (pdb["metadata"]["namespace"], pdb["metadata"]["labels"]) == ("kura", LABELS)
+    assert pdb["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": LABELS},
+        # A gateway that is not Ready is out of the wildcard already: it never holds a drain up.
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+
+
+@pytest.mark.parametrize(
+    ("size", "enabled", "timeout"),
+    [
+        # Per box: the grace (120 + 300), 60 s to start, minReadySeconds 120; then Pulumi's own 600.
+        (2, True, 2 * (420 + 60 + 120) + 600),
+        (5, True, 5 * 600 + 600),
+        # A parked fleet has no replica to roll: Pulumi's default.
+        (2, False, 600),
+    ],
+)
+def test_pulumi_waits_for_the_whole_roll(
+    region: Region, fleet: Fleet, size: int, enabled: bool, timeout: int
+) -> None:
+    sized = fleet.model_copy(update={"size": size, "enabled": enabled})
+    deployment = render(region, sized).find("Deployment", NAME)
+    assert deployment["metadata"]["annotations"] == {"pulumi.com/timeoutSeconds": str(timeout)}
 
 
 def test_a_node_port_gateway_prefers_one_per_box(region: Region, fleet: Fleet) -> None:
@@ -202,6 +293,7 @@ def test_every_gateway_object_is_schema_valid_in_both_modes(region: Region, flee
             "ConfigMap",
             "Deployment",
             "IngressClass",
+            "PodDisruptionBudget",
             "Role",
             "RoleBinding",
             "Service",

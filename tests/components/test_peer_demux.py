@@ -83,6 +83,50 @@ def test_the_stack_sets_the_drain_and_the_proving_time(
     assert spec["terminationGracePeriodSeconds"] == 10 + DEMUX_CONNECTION_DRAIN_SECONDS
 
 
+@pytest.mark.parametrize(
+    ("size", "enabled", "drain", "min_ready", "timeout"),
+    [
+        # Per box: the grace (60 s preStop + 60 s drain), 60 s to start, minReadySeconds 30; then
+        # Pulumi's own 600 s on top. Four boxes take up to 840 s, past Pulumi's default wait.
+        (2, True, 60, 30, 2 * (120 + 60 + 30) + 600),
+        (4, True, 60, 30, 4 * 210 + 600),
+        # The dev stack's quick drain.
+        (3, True, 10, 8, 3 * (70 + 60 + 8) + 600),
+        # A parked fleet has no box to roll: Pulumi's default.
+        (2, False, 60, 30, 600),
+    ],
+)
+def test_pulumi_waits_for_a_roll_of_the_whole_fleet(
+    region: Region,
+    fleet: Fleet,
+    kura: Kura,
+    cluster: Cluster,
+    size: int,
+    enabled: bool,
+    drain: int,
+    min_ready: int,
+    timeout: int,
+) -> None:
+    sized = fleet.model_copy(update={"size": size, "enabled": enabled})
+    timed = kura.model_copy(update={"demux_drain_seconds": drain, "demux_min_ready_seconds": min_ready})
+    daemon_set = render(region, sized, timed, cluster).find("DaemonSet", "kura-peer-demux-us-east")
+    assert daemon_set["metadata"]["annotations"] == {"pulumi.com/timeoutSeconds": str(timeout)}
+
+
+def test_the_daemonset_selector_never_changes(recorded: ManifestRecorder) -> None:
+    # spec.selector is immutable: a changed one would replace the DaemonSet on the next up.
+    labels = {
+        "app.kubernetes.io/name": "kura-peer-demux",
+        "app.kubernetes.io/component": "peer-demux",
+        "app.kubernetes.io/instance": "us-east",
+        "app.kubernetes.io/managed-by": "tuist-infra",
+        "tuist.dev/region": "us-east",
+    }
+    daemon_set = recorded.find("DaemonSet", "kura-peer-demux-us-east")["spec"]
+    assert daemon_set["selector"] == {"matchLabels": labels}
+    assert daemon_set["template"]["metadata"]["labels"] == labels
+
+
 def test_daemonset_is_hostnetwork_nginx_on_7443_pinned_by_digest(
     recorded: ManifestRecorder, kura: Kura
 ) -> None:
