@@ -42,6 +42,10 @@ TOTAL_COUNT_HEADER = "X-Total-Count"
 # Behaviour: the first GET .../install after an accepted POST .../install answers the state from
 # before the POST (previous_once) or the current one (vendorsim/faults.py BEHAVIOURS).
 INSTALL_READ_AFTER_POST = "dedibox.install_read_after_post"
+# The fields of a partition POST .../install takes: the SDK's InstallPartition. GET
+# .../partitioning/{os_id} answers the SDK's Partition, which has a `type` besides these; an install
+# partition with any other key is refused (tests/vendorsim/test_dedibox.py pins both to the SDK).
+INSTALL_PARTITION_KEYS = ("file_system", "raid_level", "capacity", "connectors", "mount_point")
 
 
 def invalid_argument(name: str, help_message: str, reason: str = "constraint") -> VendorError:
@@ -568,6 +572,7 @@ def install(sim: Sim, call: Call, zone: str, server_id: int) -> Any:
     partitions = body.get("partitions")
     if partitions is not None and not os["allow_custom_partitioning"]:
         raise invalid_argument("partitions", f"os {os['name']} does not allow custom partitioning")
+    _check_install_partitions(partitions)
     current = sim.store.get("dedibox_install", server_id)
     if current is not None and current["status"] in INSTALL_RUNNING:
         # Dedibox has no error class for this; clients read the install status instead.
@@ -594,6 +599,22 @@ def install(sim: Sim, call: Call, zone: str, server_id: int) -> Any:
     server["status"] = "installing"
     sim.store.put("dedibox_server", server_id, server)
     return _install_view(new)
+
+
+def _check_install_partitions(partitions: Any) -> None:
+    """`partitions` of POST .../install: a list of InstallPartition objects, no other key (a `type`
+    copied from the partitioning answer's Partition is refused)."""
+    if partitions is None:
+        return
+    if not isinstance(partitions, list) or not all(isinstance(p, dict) for p in partitions):
+        raise invalid_argument("partitions", "partitions must be a list of objects")
+    for index, partition in enumerate(partitions):
+        unknown = sorted(set(partition) - set(INSTALL_PARTITION_KEYS))
+        if unknown:
+            raise invalid_argument(
+                f"partitions.{index}.{unknown[0]}",
+                f"unknown field {unknown[0]!r}; a partition takes {', '.join(INSTALL_PARTITION_KEYS)}",
+            )
 
 
 def _install_answer(install: dict[str, Any] | None, server_id: int) -> tuple[int, Any]:
@@ -708,9 +729,11 @@ def partitioning(sim: Sim, call: Call, zone: str, server_id: int, os_id: int) ->
         raise not_found("dedibox_os", os_id)
     if not os["allow_custom_partitioning"]:
         raise invalid_request(f"os {os['name']} does not allow custom partitioning")
+    # The SDK's Partition: a `type` (PartitionType) besides what an install partition takes.
     return {
         "partitions": [
             {
+                "type": "primary",
                 "file_system": "efi",
                 "raid_level": "no_raid",
                 "capacity": 536870912,
@@ -718,6 +741,7 @@ def partitioning(sim: Sim, call: Call, zone: str, server_id: int, os_id: int) ->
                 "mount_point": "/boot/efi",
             },
             {
+                "type": "primary",
                 "file_system": "swap",
                 "raid_level": "no_raid",
                 "capacity": 4294967296,
@@ -725,6 +749,7 @@ def partitioning(sim: Sim, call: Call, zone: str, server_id: int, os_id: int) ->
                 "mount_point": None,
             },
             {
+                "type": "primary",
                 "file_system": "ext4",
                 "raid_level": "no_raid",
                 "capacity": 0,

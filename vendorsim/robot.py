@@ -48,6 +48,15 @@ SERVER_NAME_MAX = MARKER_LIMITS[Vendor.ROBOT].max_length
 SERVER_NAME = re.compile(f"({MARKER_LIMITS[Vendor.ROBOT].pattern})|^$")  # Robot takes an empty name
 RESET_TYPES = ["sw", "hw", "man"]
 BODY = "form"
+# "The IP from which you attempt to access will be blocked for 10 minutes after 3 failed login
+# attempts" (Robot's web-service documentation, "Authentication error"). Kept per source IP in the
+# store (a reseed, POST /_admin/reset, clears it), counted in the sim's clock.
+LOGIN_FAILURES_BEFORE_BLOCK = 3
+LOGIN_BLOCK_SECONDS = 600
+LOGINS = "robot_login"
+# What a blocked IP is answered is undocumented: vendorsim's choice, 403 BLOCKED, whatever the
+# credentials (docs/vendor-behaviour.md section 5).
+BLOCKED = "BLOCKED"
 
 
 def error(status: int, code: str, message: str, **extra: Any) -> VendorError:
@@ -64,6 +73,8 @@ def state(sim: Sim) -> dict[str, Any]:
         "servers": public(sim.store.all("robot_server")),
         "keys": sim.store.all("robot_key"),
         "failover_ips": sim.store.all("robot_failover"),
+        # Failed logins in a row and blocks, per source IP.
+        "logins": sim.store.all(LOGINS),
         # Requests counted against each hourly limit in the current window, per "METHOD /route".
         "requests_this_hour": {
             route: len([t for t in hits if now - t < RATE_WINDOW_S])
@@ -134,7 +145,28 @@ def seed(sim: Sim) -> None:
 
 
 def authenticate(sim: Sim, call: Call) -> None:
+    """HTTP basic auth of the web-service user, and Robot's block: the third failed login in a row
+    from an IP blocks that IP for LOGIN_BLOCK_SECONDS, during which every request from it is
+    refused (403 BLOCKED), right credentials or not, and counts for nothing; a login that succeeds
+    outside a block starts the count over.
+
+    The login record is committed here, before the error is raised: the request's rollback must not
+    undo a counted failure (nor a success's reset of the count)."""
     creds = sim.inventory.credentials.robot
+    source = call.request.remote_addr or "unknown"
+    now = sim.clock()
+    record = sim.store.get(LOGINS, source)
+    if record is not None and record["blocked_until"] is not None:
+        if now < record["blocked_until"]:
+            raise error(
+                403,
+                BLOCKED,
+                f"IP {source} is blocked after {LOGIN_FAILURES_BEFORE_BLOCK} failed login attempts; "
+                f"try again in {max(1, int(record['blocked_until'] - now + 0.999))} s",
+            )
+        record = None  # the block ran out: the count starts over
+        sim.store.delete(LOGINS, source)
+        sim.store.commit()
     auth = call.request.authorization
     if (
         auth is None
@@ -142,11 +174,20 @@ def authenticate(sim: Sim, call: Call) -> None:
         or not hmac.compare_digest(auth.username or "", creds.username)
         or not hmac.compare_digest(auth.password or "", creds.password)
     ):
+        failures = (record["failures"] if record is not None else 0) + 1
+        blocked_until = now + LOGIN_BLOCK_SECONDS if failures >= LOGIN_FAILURES_BEFORE_BLOCK else None
+        sim.store.put(
+            LOGINS, source, {"source": source, "failures": failures, "blocked_until": blocked_until}
+        )
+        sim.store.commit()
         raise VendorError(
             401,
             {"error": {"status": 401, "code": "UNAUTHORIZED", "message": "Unauthorized"}},
             {"WWW-Authenticate": 'Basic realm="Webservice"'},
         )
+    if record is not None:
+        sim.store.delete(LOGINS, source)
+        sim.store.commit()
 
 
 def check_rate_limit(sim: Sim, call: Call, rule: str) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from providers.constants import POOL_LABEL
-from providers.errors import RateLimitError
+from providers.errors import AuthError, RateLimitError
 from providers.retry import call_guard
 from watcher.decision import (
     Action,
@@ -49,6 +49,10 @@ POLL_BUDGET_SECONDS = 120.0
 # What one move may take: a Dedibox move detaches, then attaches, each waited for up to the clients'
 # task timeout (providers.clients.ClientTiming.task_timeout, 600 s; a test holds them together).
 MOVE_BUDGET_SECONDS = 2 * 600.0 + 60.0
+# How long the vendor is left alone after it refused the credential (AuthError): longer than Robot's
+# block of the source IP after 3 failed logins (10 minutes, robot.your-server.de/doc/webservice), so
+# one watcher with a bad credential does not keep the egress IP every stack shares blocked.
+AUTH_REFUSED_PAUSE_SECONDS = 11 * 60.0
 
 
 class _NotDue(Exception):
@@ -90,6 +94,9 @@ class WatcherSettings:
     # After a vendor's request budget ran out (Robot's hourly limits), the next read waits this long
     # rather than spend what refills on more refusals.
     rate_limited_pause_seconds: float = 300.0
+    # After the vendor refused the credential (AuthError, on a read or a move), no vendor call for
+    # this long: more than Robot's 10-minute block of the source IP after 3 failed logins.
+    auth_refused_pause_seconds: float = AUTH_REFUSED_PAUSE_SECONDS
     # Where the loop writes the time by which it will have written again (epoch seconds); the pod's
     # liveness probe restarts a watcher that missed it (components/failover_watcher.py). None: not kept.
     heartbeat_file: str | None = None
@@ -181,6 +188,8 @@ class FailoverWatcher:
         # Failed moves since the IP was last seen on an eligible box or moved by this loop: each
         # doubles the wait before the next read and move.
         self._failed_moves = 0
+        # Whether the vendor's last answer refused the credential; a read that succeeds clears it.
+        self._auth_refused = False
 
     def _current_route(self) -> str | None:
         """The box the IP routes to: the vendor's answer when a read is due, else the route known.
@@ -194,7 +203,26 @@ class FailoverWatcher:
         self._next_read_at, self._route = now + self.settings.route_read_seconds, None
         route = self._mover.failover_target(self.settings.ip)
         self._route = (route,)
+        if self._auth_refused:
+            self._auth_refused = False
+            log.info("failover %s: the vendor accepts the credential again", self.settings.ip)
         return route
+
+    def _pause_after_auth_refused(self, what: str, exc: AuthError) -> None:
+        """The vendor refused the credential: no vendor call (read or move) before the pause is over.
+        Robot blocks the source IP for 10 minutes after 3 failed logins, and the egress IP is every
+        stack's: retrying a bad credential every poll would lock all of them out."""
+        pause = self.settings.auth_refused_pause_seconds
+        self._auth_refused = True
+        self._route = None
+        self._next_read_at = self._clock() + pause
+        log.error(
+            "failover %s: ALERT vendor credential refused (%s); not calling the vendor again for %.0fs: %s",
+            self.settings.ip,
+            what,
+            pause,
+            exc,
+        )
 
     def poll_once(self) -> Decision | None:
         """One observation. Returns the decision, or None when a read failed (nothing changes)."""
@@ -216,6 +244,10 @@ class FailoverWatcher:
             log.error(
                 "failover %s: ALERT vendor request budget spent, keeping the current route: %s", ip, exc
             )
+            return None
+        except AuthError as exc:
+            # Nor is a refused credential; asking again soon would get the egress IP blocked (Robot).
+            self._pause_after_auth_refused("reading the route", exc)
             return None
         except Exception as exc:
             # A failed read is not evidence a box died: keep the route and read again when due.
@@ -263,6 +295,11 @@ class FailoverWatcher:
                     decision.target,
                     exc,
                 )
+                return decision
+            except AuthError as exc:
+                # The route is unknown (a Dedibox move may have stopped after its detach) until the
+                # read after the pause.
+                self._pause_after_auth_refused(f"moving to {decision.target}", exc)
                 return decision
             except Exception as exc:
                 # The move may have happened all the same (an answer lost): the route is unknown

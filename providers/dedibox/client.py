@@ -13,18 +13,19 @@ Writes and their repeats (docs/vendor-behaviour.md):
   by the waiter: Reinstall.after) or the record differs from the one before the POST (its digest,
   the ticket's `baseline`).
 - POST failover-ips/attach is sent again only after reading back that the IP is neither on the
-  box nor busy moving. An attach refused while the IP sits on another server (the API does not
-  document whether it moves it, nor how it words the refusal; ATTACHED_ELSEWHERE is the simulator's)
-  is done as detach, then attach; when that second attach fails (the refusal had another cause: the
-  server takes no more failover IPs, ...), the IP is attached back to the server it was on, so a
-  failed move does not leave it unrouted. "failover ip ... is busy" (another attach or detach of it
-  runs) was not carried out and is retried like a throttle (FAILOVER_BUSY).
+  box nor busy moving. A refused attach (or detach) is settled by the IP's own state, read right
+  after the refusal (GET failover-ips/{id}), never by the refusal's wording, which the API does not
+  document: `busy` (another attach or detach of it runs) is waited out and the write sent again, at
+  most BUSY_WAITS times; `ready` on the target is done; `ready` on another server (the API does not
+  document whether an attach moves it) is done as detach, then attach, and when that second attach
+  fails (the refusal had another cause: the server takes no more failover IPs, ...) the IP is
+  attached back to the server it was on, so a failed move does not leave it unrouted; anything else
+  (`ready` on no server, `locked`) raises the refusal as it came.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,6 +41,7 @@ from providers.dedibox.models import (
     decode_os,
     decode_server,
     install_digest,
+    install_partitions,
     install_state_of,
     parse_box_id,
     parse_tags,
@@ -89,14 +91,13 @@ log = logging.getLogger(__name__)
 VENDOR = "dedibox"
 PAGE_SIZE = 100
 
-# The attach refusal that says the IP is attached to another server, as vendorsim words it
-# (`dedibox.attach_when_attached: reject`; docs/vendor-behaviour.md section 2). The real wording is
-# undocumented, so any refusal while the IP is elsewhere is answered with detach, then attach (and a
-# put-back should that attach fail); this one is the expected case, logged as such.
-ATTACHED_ELSEWHERE = re.compile(r"\bfailover ip (?:\S+ )?is attached to server \d+: detach it first\b", re.I)
-# The refusal of an attach or detach while another one of the IP runs: nothing was carried out, so
-# it is a TransientVendorError that is retried even for these writes (docs/vendor-behaviour.md).
-FAILOVER_BUSY = re.compile(r"\bfailover ip (?:\S+ )?is busy\b", re.I)
+# How many times a refused failover attach (or detach) waits out another operation of the IP (it reads
+# `busy`) before the refusal is raised.
+BUSY_WAITS = 3
+# A move's own waits (for another operation to end, for its detach, for its attach) share this many
+# task timeouts from its start, each at most one: the watcher's MOVE_BUDGET_SECONDS counts on it
+# (watcher/loop.py; its liveness probe restarts a watcher whose poll outlasts the budget).
+MOVE_TASK_TIMEOUTS = 2
 
 
 class DediboxClient(MarkerFiltering):
@@ -305,7 +306,9 @@ class DediboxClient(MarkerFiltering):
                 f"/dedibox/v1/zones/{zone}/servers/{server_id}/partitioning/{int(system.id)}",
                 subject=box_id,
             )
-            body["partitions"] = list((plan or {}).get("partitions") or [])
+            # The answer's partitions are the SDK's Partition, which has a `type` the install's
+            # InstallPartition does not: each is sent with InstallPartition's fields only.
+            body["partitions"] = install_partitions(plan)
         followed = Reinstall(vendor=Vendor.DEDIBOX, box_id=box_id, started_running=True)
         record = self._install_record(zone, server_id, box_id)
         if record is not None and install_state_of(str(record.get("status") or "")) is InstallState.RUNNING:
@@ -489,49 +492,67 @@ class DediboxClient(MarkerFiltering):
 
     def move_failover(self, ip: str, box_id: str) -> None:
         """Attach `ip` to `box_id` and wait until the IP reads ready on it; a no-op when it is
-        already there. A refusal while the IP is on another server is answered with detach, then
-        attach; if that attach fails, the IP is put back where it was."""
+        already there. A refused attach is settled by the IP's state read right after it (its
+        wording is undocumented and not looked at): `busy` is waited out and the attach sent again
+        (at most BUSY_WAITS times); `ready` on `box_id` is done; `ready` on another server is
+        detach, then attach, putting the IP back where it was if that attach fails; anything else
+        raises the refusal. The move's waits share MOVE_TASK_TIMEOUTS task timeouts (the put-back's
+        own wait aside)."""
         parse_box_id(box_id)
         fip_zone, fip = self._find_failover(ip)
         if self._target_of(fip_zone, fip) == box_id:
             return
         fip_id = int(fip["id"])
+        deadline = self._clock() + MOVE_TASK_TIMEOUTS * self._task_timeout
 
         def there(current: Mapping[str, Any]) -> bool:
             return self._target_of(fip_zone, current) == box_id
 
-        try:
-            self._attach(fip_zone, fip_id, ip, box_id)
-        except VendorError as refused:
-            if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
-                raise
-            current = self._fip(fip_zone, fip_id, ip)
-            elsewhere = self._target_of(fip_zone, current)
-            if elsewhere is None or elsewhere == box_id:
-                raise
-            if ATTACHED_ELSEWHERE.search(refused.message):
+        waits = 0
+        while True:
+            try:
+                self._attach(fip_zone, fip_id, ip, box_id)
+            except VendorError as refused:
+                if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
+                    raise
+                current = self._fip(fip_zone, fip_id, ip)
+                status = current.get("status")
+                where = self._target_of(fip_zone, current)
+                if status == "busy":
+                    if waits >= BUSY_WAITS:
+                        raise _noted(refused, f"the IP still reads busy after {BUSY_WAITS} waits") from None
+                    waits += 1
+                    log.info(
+                        "Dedibox attach of %s to %s refused while the IP is busy (on %s); "
+                        "waiting for it, then attaching again",
+                        ip,
+                        box_id,
+                        where or "no server",
+                    )
+                    if there(self._wait_fip(fip_zone, fip_id, ip, _settled, deadline)):
+                        return  # the other operation put it there
+                    continue
+                if status != "ready" or where is None:
+                    raise
+                if where == box_id:
+                    log.info("Dedibox attach of %s to %s refused, but the IP is there already", ip, box_id)
+                    return
                 log.info(
-                    "Dedibox attach of %s to %s refused while on %s; detaching first", ip, box_id, elsewhere
-                )
-            else:
-                # The API does not document its answer to an attach of an IP on another server, so an
-                # unknown refusal is answered the same way; if it had another cause (the server takes
-                # no more failover IPs), the attach below fails too and the IP is put back.
-                log.warning(
                     "Dedibox attach of %s to %s refused while on %s (%s); detaching first",
                     ip,
                     box_id,
-                    elsewhere,
+                    where,
                     refused.message,
                 )
-            self._detach(fip_zone, fip_id, ip)
-            try:
-                self._attach(fip_zone, fip_id, ip, box_id)
-                self._wait_fip(fip_zone, fip_id, ip, there)
-            except VendorError as failed:
-                raise self._put_back(fip_zone, fip_id, ip, elsewhere, failed) from None
+                self._detach(fip_zone, fip_id, ip, where, deadline)
+                try:
+                    self._attach(fip_zone, fip_id, ip, box_id)
+                    self._wait_fip(fip_zone, fip_id, ip, there, deadline)
+                except VendorError as failed:
+                    raise self._put_back(fip_zone, fip_id, ip, where, failed) from None
+                return
+            self._wait_fip(fip_zone, fip_id, ip, there, deadline)
             return
-        self._wait_fip(fip_zone, fip_id, ip, there)
 
     def _attach(self, fip_zone: str, fip_id: int, ip: str, box_id: str) -> None:
         """POST failover-ips/attach of the IP to `box_id`, sent again only after reading back that the
@@ -582,7 +603,12 @@ class DediboxClient(MarkerFiltering):
             return _noted(failed, f"{detached}; attaching it back failed too, so it may be unrouted: {error}")
         return _noted(failed, f"{detached} and was put back there")
 
-    def _detach(self, zone: str, fip_id: int, ip: str) -> None:
+    def _detach(self, zone: str, fip_id: int, ip: str, previous: str, deadline: float) -> None:
+        """Detach the IP from `previous` and wait until it reads ready on no server. A refused
+        detach is settled by the IP's state, as an attach's: `busy` is waited out (at most
+        BUSY_WAITS times), then the detach is sent again while the IP is still on `previous`, and
+        is done once it is on no server; anything else raises the refusal."""
+
         def detach() -> bool:
             self._call(
                 "POST",
@@ -597,24 +623,48 @@ class DediboxClient(MarkerFiltering):
             current = self._fip(zone, fip_id, ip)
             return True if not current.get("server_id") or current.get("status") == "busy" else None
 
-        verified_write(self._retry, detach, read_back, sleep=self._sleep)
-        self._wait_fip(zone, fip_id, ip, lambda current: not current.get("server_id"))
+        waits = 0
+        while True:
+            try:
+                verified_write(self._retry, detach, read_back, sleep=self._sleep)
+            except VendorError as refused:
+                if isinstance(refused, (TransientVendorError, AuthError, NotFoundError)):
+                    raise
+                current = self._fip(zone, fip_id, ip)
+                if current.get("status") == "busy" and waits < BUSY_WAITS:
+                    waits += 1
+                    log.info("Dedibox detach of %s refused while the IP is busy; waiting for it", ip)
+                    current = self._wait_fip(zone, fip_id, ip, _settled, deadline)
+                    if self._target_of(zone, current) == previous:
+                        continue
+                if current.get("status") == "ready" and not current.get("server_id"):
+                    return  # on no server: nothing left to detach
+                raise
+            break
+        self._wait_fip(zone, fip_id, ip, lambda current: not current.get("server_id"), deadline)
 
-    def _wait_fip(self, zone: str, fip_id: int, ip: str, arrived: Any) -> None:
-        """Until the IP is `ready` where `arrived` says. Ready elsewhere after having been `busy` is
-        an operation that ended without getting there: failed at once, not waited out to the timeout
-        (the watcher is blocked meanwhile and the IP stays on the box it is leaving)."""
+    def _wait_fip(
+        self, zone: str, fip_id: int, ip: str, arrived: Any, deadline: float | None = None
+    ) -> Mapping[str, Any]:
+        """Until the IP is `ready` where `arrived` says; returns that read. For at most the task
+        timeout, and not past `deadline` (by the client's clock; one read at least). Ready elsewhere
+        after having been `busy` is an operation that ended without getting there: failed at once,
+        not waited out to the timeout (the watcher is blocked meanwhile and the IP stays on the box it
+        is leaving)."""
         last: Mapping[str, Any] = {}
         seen_busy = False
+        timeout = self._task_timeout
+        if deadline is not None:
+            timeout = max(0.0, min(timeout, deadline - self._clock()))
 
-        def check() -> bool | None:
+        def check() -> Mapping[str, Any] | None:
             nonlocal last, seen_busy
             last = self._fip(zone, fip_id, ip)
             if last.get("status") != "ready":
                 seen_busy = seen_busy or last.get("status") == "busy"
                 return None
             if arrived(last):
-                return True
+                return last
             if seen_busy:
                 raise TaskFailedError(
                     vendor=VENDOR,
@@ -626,9 +676,9 @@ class DediboxClient(MarkerFiltering):
             return None
 
         try:
-            poll(
+            return poll(
                 check,
-                timeout=self._task_timeout,
+                timeout=timeout,
                 policy=self._poll,
                 what=f"failover IP {ip}",
                 sleep=self._sleep,
@@ -641,7 +691,7 @@ class DediboxClient(MarkerFiltering):
                 subject=ip,
                 message=(
                     f"failover IP still {last.get('status')!r} on "
-                    f"{self._target_of(zone, last)} after {self._task_timeout:.0f}s"
+                    f"{self._target_of(zone, last)} after {timeout:.0f}s"
                 ),
             ) from None
 
@@ -743,12 +793,14 @@ def _error_from(
         return AuthError(**fields)
     if status == 404:
         return NotFoundError(**fields)
-    if status in (400, 409) and FAILOVER_BUSY.search(fields["message"]):
-        # Another attach or detach of the IP runs: this one was refused, not carried out.
-        return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
     if status == 409:
         return ConflictError(**fields)
     return VendorError(**fields)
+
+
+def _settled(current: Mapping[str, Any]) -> bool:
+    """Any `ready` read: another operation of the IP, waited out wherever it ends."""
+    return True
 
 
 def _noted(error: VendorError, note: str) -> VendorError:

@@ -8,8 +8,10 @@ into a ValueError message. So the client speaks HTTP itself and hands the bodies
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from providers.errors import VendorInputError
@@ -24,11 +26,12 @@ from providers.vendor import (
 )
 
 if TYPE_CHECKING:
-    from scaleway.dedibox.v1 import marshalling
+    from scaleway.dedibox.v1 import marshalling, types
     from scaleway.dedibox.v1.types import OS, Server, ServerInstall
 else:
     # The failover provider's module (imported by the program) only needs parse_box_id from here.
     marshalling = lazy_module("scaleway.dedibox.v1.marshalling")
+    types = lazy_module("scaleway.dedibox.v1.types")
 
 _ZONE = re.compile(r"^[a-z]{2}-[a-z]{3}-[0-9]+$")
 _INSTALL_DONE = "installed"
@@ -61,6 +64,27 @@ def decode_os(body: Mapping[str, Any]) -> OS:
 
 def decode_install(body: Mapping[str, Any]) -> ServerInstall:
     return marshalling.unmarshal_ServerInstall(dict(body))
+
+
+def install_partitions(plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The `partitions` of POST .../install from GET .../partitioning/{os_id}'s answer.
+
+    That answer's partitions are the SDK's `Partition` (`type`, `file_system`, `raid_level`,
+    `capacity`, `connectors`, `mount_point`); the install takes `InstallPartition`, which has no
+    `type`. Each partition is decoded by the SDK and sent with exactly InstallPartition's fields,
+    whatever else the answer carries."""
+    decoded = marshalling.unmarshal_ServerDefaultPartitioning(dict(plan or {}))
+    names = [field.name for field in dataclasses.fields(types.InstallPartition)]
+    return [{name: _plain(getattr(partition, name)) for name in names} for partition in decoded.partitions]
+
+
+def _plain(value: Any) -> Any:
+    """A decoded value as JSON: the SDK's enums (defaults for absent fields) as their strings."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 def public_ipv4(server: Server) -> str | None:

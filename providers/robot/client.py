@@ -10,7 +10,8 @@ Writes and their repeats (docs/vendor-behaviour.md):
 - POST /reset/{n} is never repeated blindly: a lost answer is settled by reading back whether the
   armed rescue boot was consumed (the reset happened), or by the caller's own check (`verify`).
 - POST /failover/{ip} is sent again only after reading back that the IP is not routed to the box;
-  409 FAILOVER_ALREADY_ROUTED is success, FAILOVER_LOCKED (another switch runs) is waited out.
+  FAILOVER_ALREADY_ROUTED is success and FAILOVER_LOCKED (another switch runs) is waited out, each
+  known by its error code whatever the HTTP status it comes with (documented: 409).
 Robot limits most calls per hour (models.RATE_LIMITS); over budget a call raises RateLimitError,
 which names the budget and is not retried.
 """
@@ -77,6 +78,8 @@ log = logging.getLogger(__name__)
 
 VENDOR = "robot"
 RESET_KINDS = ("sw", "hw", "man", "power", "power_long")
+# POST /failover/{ip} to the server the IP is routed to already: success.
+ALREADY_ROUTED = "FAILOVER_ALREADY_ROUTED"
 
 
 class RobotClient(MarkerFiltering):
@@ -421,10 +424,12 @@ class RobotClient(MarkerFiltering):
 
         try:
             verified_write(self._retry, post, routed, sleep=self._sleep)
-        except ConflictError as error:
-            # Documented: FAILOVER_ALREADY_ROUTED when the IP already goes to that server.
-            if error.code != "FAILOVER_ALREADY_ROUTED":
+        except VendorError as error:
+            # Documented: FAILOVER_ALREADY_ROUTED (409) when the IP already goes to that server. The
+            # code says it, whatever the status it comes with.
+            if error.code != ALREADY_ROUTED:
                 raise
+            log.info("Robot failover %s: already routed to %s", address, server_ip)
 
     # --- transport --------------------------------------------------------------------------
 
@@ -510,6 +515,10 @@ def _error_from(call: str, response: requests.Response, subject: str | None, pas
     if code == "FAILOVER_LOCKED":
         # Another switch of this IP runs: ours was refused, not carried out; worth waiting for.
         return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
+    if code == ALREADY_ROUTED:
+        # A refusal that says where the IP is, on any status: neither retried nor read as a lost
+        # answer (a 5xx) or a refused credential (a 401/403); move_failover takes it as success.
+        return ConflictError(**fields)
     if status == 429:
         return TransientVendorError(retry_after=retry_after, maybe_applied=False, **fields)
     if status >= 500:

@@ -326,3 +326,61 @@ def test_scaleway_sdk_runs_unchanged(served: Served) -> None:
     assert e.value.status_code == 400
     api.attach_failover_i_ps(server_id=200103, fips_ids=[3002])
     assert api.get_failover_ip(ip_id=3002).status == "busy"
+
+
+def test_partitioning_answers_the_sdks_partition_with_its_type(served: Served) -> None:
+    """GET .../partitioning/{os_id} answers the SDK's Partition (ServerDefaultPartitioning), which
+    has a `type` the install's InstallPartition does not."""
+    import dataclasses
+
+    from scaleway.dedibox.v1 import marshalling
+    from scaleway.dedibox.v1.types import Partition
+
+    from vendorsim.dedibox import INSTALL_PARTITION_KEYS
+
+    r = dedibox(served, "GET", f"{Z}/servers/200101/partitioning/502")
+    partitions = r.json()["partitions"]
+    sdk_keys = {f.name.rstrip("_") for f in dataclasses.fields(Partition)}
+    assert [set(p) for p in partitions] == [sdk_keys] * 3
+    assert [p["type"] for p in partitions] == ["primary"] * 3
+    decoded = marshalling.unmarshal_ServerDefaultPartitioning(r.json()).partitions
+    assert [str(p.type_) for p in decoded] == ["primary"] * 3
+    assert set(INSTALL_PARTITION_KEYS) == sdk_keys - {"type"}
+
+
+def test_install_partition_keys_are_the_sdks_install_partition_fields() -> None:
+    import dataclasses
+
+    from scaleway.dedibox.v1.types import InstallPartition
+
+    from vendorsim.dedibox import INSTALL_PARTITION_KEYS
+
+    assert tuple(f.name for f in dataclasses.fields(InstallPartition)) == INSTALL_PARTITION_KEYS
+
+
+def test_install_refuses_a_partition_with_a_key_install_partition_lacks(served: Served) -> None:
+    layout = dedibox(served, "GET", f"{Z}/servers/200101/partitioning/502").json()["partitions"]
+    body = _install_body(served, os_id=502, user_login=None, user_password=None, root_password="root-pw-1")
+    r = dedibox(served, "POST", f"{Z}/servers/200101/install", {**body, "partitions": layout})
+    assert (r.status_code, r.json()) == (
+        400,
+        {
+            "details": [
+                {
+                    "argument_name": "partitions.0.type",
+                    "help_message": "unknown field 'type'; a partition takes file_system, raid_level, "
+                    "capacity, connectors, mount_point",
+                    "reason": "constraint",
+                }
+            ],
+            "message": "invalid argument(s)",
+            "type": "invalid_arguments",
+        },
+    )
+    r = dedibox(served, "POST", f"{Z}/servers/200101/install", {**body, "partitions": ["ext4"]})
+    assert (r.status_code, r.json()["details"][0]["argument_name"]) == (400, "partitions")
+    assert dedibox(served, "GET", f"{Z}/servers/200101/install").status_code == 404  # nothing started
+    stripped = [{k: v for k, v in p.items() if k != "type"} for p in layout]
+    r = dedibox(served, "POST", f"{Z}/servers/200101/install", {**body, "partitions": stripped})
+    assert r.status_code == 200, r.text
+    assert r.json()["partitions"] == stripped

@@ -35,6 +35,68 @@ def test_bad_credentials_are_401_unauthorized(served: Served) -> None:
     )
 
 
+WRONG = ("dev-robot-user", "wrong")
+UNAUTHORIZED = (401, {"error": {"status": 401, "code": "UNAUTHORIZED", "message": "Unauthorized"}})
+
+
+def _blocked(seconds: int) -> tuple[int, dict[str, object]]:
+    message = f"IP 127.0.0.1 is blocked after 3 failed login attempts; try again in {seconds} s"
+    return 403, {"error": {"status": 403, "code": "BLOCKED", "message": message}}
+
+
+def _answer(served: Served, auth: tuple[str, str] | None = None) -> tuple[int, object]:
+    r = robot(served, "GET", "/server", auth=auth)
+    return r.status_code, r.json()
+
+
+def test_three_failed_logins_block_the_ip_for_ten_minutes(served: Served) -> None:
+    """ "The IP from which you attempt to access will be blocked for 10 minutes after 3 failed login
+    attempts" (Robot's documentation): while blocked, right credentials are refused too (403
+    BLOCKED, vendorsim's choice: the answer is undocumented), and a try counts for nothing."""
+    assert [_answer(served, WRONG) for _ in range(3)] == [UNAUTHORIZED] * 3
+    assert _answer(served) == _blocked(600)
+    served.clock.advance(300)
+    assert _answer(served, WRONG) == _blocked(300)  # not counted, the block not extended
+    served.clock.advance(299.5)
+    assert _answer(served) == _blocked(1)
+    served.clock.advance(0.5)  # ten minutes after the third failure
+    status, servers = _answer(served)
+    assert status == 200 and len(servers) > 0  # type: ignore[arg-type]
+    # The count started over: one failure is a 401 again, not a block.
+    assert _answer(served, WRONG) == UNAUTHORIZED
+    assert _answer(served)[0] == 200
+
+
+def test_a_successful_login_starts_the_count_over(served: Served) -> None:
+    assert [_answer(served, WRONG) for _ in range(2)] == [UNAUTHORIZED] * 2
+    assert _answer(served)[0] == 200
+    assert [_answer(served, WRONG) for _ in range(2)] == [UNAUTHORIZED] * 2
+    assert _answer(served)[0] == 200
+    state = served.admin("GET", "state").json()["robot"]["logins"]
+    assert state == []
+
+
+def test_a_block_is_counted_in_the_state_and_cleared_by_the_admin_reset(served: Served) -> None:
+    for _ in range(3):
+        _answer(served, WRONG)
+    now = served.clock()
+    assert served.admin("GET", "state").json()["robot"]["logins"] == [
+        {"source": "127.0.0.1", "failures": 3, "blocked_until": now + 600}
+    ]
+    assert _answer(served)[0] == 403
+    assert served.admin("POST", "reset").status_code == 200
+    assert served.admin("GET", "state").json()["robot"]["logins"] == []
+    assert _answer(served)[0] == 200
+
+
+def test_a_blocked_ip_spends_no_request_budget(served: Served) -> None:
+    for _ in range(3):
+        _answer(served, WRONG)
+    for _ in range(5):
+        assert _answer(served)[0] == 403
+    assert "GET /server" not in served.admin("GET", "state").json()["robot"]["requests_this_hour"]
+
+
 def test_server_list_and_detail_are_wrapped(served: Served) -> None:
     servers = robot(served, "GET", "/server").json()
     assert [s["server"]["server_name"] for s in servers][:3] == [

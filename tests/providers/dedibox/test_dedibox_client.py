@@ -280,14 +280,26 @@ def serve_install_inputs(recorder) -> None:
     recorder.on(
         "GET", "/iam/v1alpha1/ssh-keys", {"total_count": 1, "ssh_keys": [{"id": "key-1", "public_key": KEY}]}
     )
+    # Shaped like the SDK's Partition: a `type` the install's InstallPartition does not take, and
+    # whatever else the API may add.
     parts = [
         {
+            "type": "primary",
             "file_system": "ext4",
             "raid_level": "raid1",
             "capacity": 1024,
             "connectors": ["sda", "sdb"],
             "mount_point": "/boot",
-        }
+        },
+        {
+            "type": "logical",
+            "file_system": "swap",
+            "raid_level": "no_raid",
+            "capacity": 2048,
+            "connectors": ["sda"],
+            "mount_point": None,
+            "label": "swap0",
+        },
     ]
     recorder.on("GET", f"{SERVERS}/104523/partitioning/412", {"partitions": parts})
 
@@ -327,6 +339,7 @@ def test_start_reinstall_posts_the_exact_install_body(recorder, client):
         "user_login": "tuist",
         "user_password": "s3cret-sudo",
         "root_password": "",
+        # Exactly InstallPartition's fields, in its order: no `type`, nothing else the answer had.
         "partitions": [
             {
                 "file_system": "ext4",
@@ -334,9 +347,50 @@ def test_start_reinstall_posts_the_exact_install_body(recorder, client):
                 "capacity": 1024,
                 "connectors": ["sda", "sdb"],
                 "mount_point": "/boot",
-            }
+            },
+            {
+                "file_system": "swap",
+                "raid_level": "no_raid",
+                "capacity": 2048,
+                "connectors": ["sda"],
+                "mount_point": None,
+            },
         ],
     }
+    assert post.body.decode().count('"type"') == 0
+
+
+def test_install_partitions_are_exactly_the_sdks_install_partition_fields():
+    import dataclasses
+
+    from scaleway.dedibox.v1.types import InstallPartition, Partition
+
+    from providers.dedibox.models import install_partitions
+
+    names = [f.name for f in dataclasses.fields(InstallPartition)]
+    assert "type_" in {f.name for f in dataclasses.fields(Partition)} and "type_" not in names
+    plan = {
+        "partitions": [
+            {
+                "type": "extended",
+                "file_system": "xfs",
+                "raid_level": "raid10",
+                "capacity": 7,
+                "connectors": ["nvme0n1", "nvme1n1"],
+                "mount_point": "/data",
+            }
+        ]
+    }
+    [sent] = install_partitions(plan)
+    assert list(sent) == names
+    assert sent == {
+        "file_system": "xfs",
+        "raid_level": "raid10",
+        "capacity": 7,
+        "connectors": ["nvme0n1", "nvme1n1"],
+        "mount_point": "/data",
+    }
+    assert install_partitions(None) == [] and install_partitions({"partitions": []}) == []
 
 
 def test_refused_install_while_one_runs_follows_the_running_one(recorder, client):
@@ -604,18 +658,6 @@ def posts(recorder) -> list[tuple[str, dict]]:
     return [(r.path.rsplit("/", 1)[1], r.json()) for r in recorder.requests if r.method == "POST"]
 
 
-def test_only_the_attached_elsewhere_refusal_matches_its_pattern():
-    from providers.dedibox.client import ATTACHED_ELSEWHERE as PATTERN
-    from providers.dedibox.client import FAILOVER_BUSY
-
-    assert PATTERN.search(ATTACHED_ELSEWHERE["message"])  # as vendorsim words it
-    assert PATTERN.search("failover ip is attached to server 104524: detach it first")
-    for other in (SERVER_FULL["message"], FIP_BUSY["message"], "failover ip 212.83.160.7 is locked"):
-        assert not PATTERN.search(other)
-    assert FAILOVER_BUSY.search(FIP_BUSY["message"])
-    assert not FAILOVER_BUSY.search(SERVER_FULL["message"])
-
-
 def test_an_attach_refused_while_the_ip_is_on_no_server_is_not_answered_with_a_detach(recorder, client):
     """A refusal while the IP is on no server (here the target takes no more failover IPs) has
     nothing to detach: the error is raised as it came, and nothing else is sent."""
@@ -632,29 +674,218 @@ def test_an_attach_refused_while_the_ip_is_on_no_server_is_not_answered_with_a_d
     assert recorder.calls() == [LIST_FIPS, f"POST {FIPS}/attach", f"GET {FIPS}/9001"]
 
 
-def test_an_attach_refused_while_the_ip_is_busy_is_retried_as_transient(recorder, client, sleeps):
-    """ "busy": another attach or detach of the IP runs; the refused attach was not carried out, so
-    it is sent again after the retry delay, never answered with a detach."""
+# A refusal whose text names nothing a client could match: what follows it comes from the IP's state.
+REFUSED = {"type": "invalid_request_error", "message": "request could not be processed"}
+
+
+def test_an_attach_refused_while_the_ip_is_busy_waits_for_it_then_attaches_again(recorder, client):
+    """Another attach or detach of the IP runs (it reads `busy` after the refusal): the move waits
+    until it reads `ready`, then sends the attach again; never a detach."""
     recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
-    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=FIP_BUSY), {})
-    recorder.on("GET", f"{FIPS}/9001", fip(104523, "busy"), fip(104523))
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=REFUSED), {})
+    recorder.on(
+        "GET",
+        f"{FIPS}/9001",
+        fip(104524, "busy"),  # after the refusal: another operation runs
+        fip(104524, "busy"),  # waited for...
+        fip(None),  # ...it was a detach, now over
+        fip(None, "busy"),  # our attach runs
+        fip(104523),
+    )
     client.move_failover("212.83.160.7", "fr-par-2/104523")
     assert recorder.calls() == [
         LIST_FIPS,
         f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+        f"GET {FIPS}/9001",
+        f"GET {FIPS}/9001",
         f"POST {FIPS}/attach",
         f"GET {FIPS}/9001",
         f"GET {FIPS}/9001",
     ]
     assert posts(recorder) == [("attach", {"server_id": 104523, "fips_ids": [9001]})] * 2
-    assert len(sleeps) == 2  # the retry delay, then one poll
 
-    recorder.requests.clear()
-    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=FIP_BUSY))
-    with pytest.raises(TransientVendorError, match=r"is busy$") as raised:
+
+def test_an_attach_refused_while_the_ip_is_busy_going_to_the_target_is_done_when_it_arrives(recorder, client):
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=REFUSED))
+    recorder.on("GET", f"{FIPS}/9001", fip(104524, "busy"), fip(104523))
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert recorder.calls() == [LIST_FIPS, f"POST {FIPS}/attach", f"GET {FIPS}/9001", f"GET {FIPS}/9001"]
+
+
+def test_an_ip_that_stays_busy_is_waited_for_a_bounded_number_of_times(recorder, client):
+    from providers.dedibox.client import BUSY_WAITS
+
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=REFUSED))
+    # Each refusal reads busy, each wait ends ready on the old server, and the attach is refused again.
+    recorder.on("GET", f"{FIPS}/9001", *[fip(104524, "busy"), fip(104524)] * BUSY_WAITS, fip(104524, "busy"))
+    with pytest.raises(VendorError) as raised:
         client.move_failover("212.83.160.7", "fr-par-2/104523")
-    assert raised.value.maybe_applied is False
-    assert recorder.calls() == [LIST_FIPS] + [f"POST {FIPS}/attach"] * 3  # max_attempts, no detach
+    assert type(raised.value) is VendorError
+    assert str(raised.value).endswith(
+        f"request could not be processed; the IP still reads busy after {BUSY_WAITS} waits"
+    )
+    assert posts(recorder) == [("attach", {"server_id": 104523, "fips_ids": [9001]})] * (BUSY_WAITS + 1)
+    assert "POST " + f"{FIPS}/detach" not in recorder.calls()
+
+
+def test_a_busy_refusal_is_not_retried_on_its_wording(recorder, client, sleeps):
+    """Even worded "busy", a 400 is no throttle: it is settled by the IP's state, not resent blindly."""
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(None)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=FIP_BUSY))
+    recorder.on("GET", f"{FIPS}/9001", fip(None))  # ready on no server: the refusal is raised
+    with pytest.raises(VendorError, match=r"is busy$") as raised:
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert not isinstance(raised.value, TransientVendorError)
+    assert recorder.calls() == [LIST_FIPS, f"POST {FIPS}/attach", f"GET {FIPS}/9001"]
+    assert sleeps == []
+
+
+def test_an_unrecognisable_refusal_while_the_ip_is_elsewhere_is_detach_then_attach(recorder, client):
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=REFUSED), {})
+    recorder.on("POST", f"{FIPS}/detach", {})
+    recorder.on(
+        "GET",
+        f"{FIPS}/9001",
+        fip(104524),  # after the refusal: ready on another server
+        fip(None, "busy"),  # detaching
+        fip(None),
+        fip(104523),
+    )
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert recorder.calls() == [
+        LIST_FIPS,
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/detach",
+        f"GET {FIPS}/9001",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+    ]
+    assert posts(recorder) == [
+        ("attach", {"server_id": 104523, "fips_ids": [9001]}),
+        ("detach", {"fips_ids": [9001]}),
+        ("attach", {"server_id": 104523, "fips_ids": [9001]}),
+    ]
+
+
+def test_an_attach_refused_with_the_ip_already_on_the_target_is_done(recorder, client):
+    """The listing showed it elsewhere; by the refusal it reads ready on the target (someone else's
+    move, or an attach that went through): nothing more is sent."""
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=REFUSED))
+    recorder.on("GET", f"{FIPS}/9001", fip(104523))
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert recorder.calls() == [LIST_FIPS, f"POST {FIPS}/attach", f"GET {FIPS}/9001"]
+
+
+@pytest.mark.parametrize("state", [fip(104524, "locked"), fip(104524, "unknown"), fip(None)])
+def test_an_attach_refused_in_any_other_state_is_raised_as_it_came(recorder, client, state):
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=REFUSED))
+    recorder.on("GET", f"{FIPS}/9001", state)
+    with pytest.raises(VendorError) as raised:
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert str(raised.value) == (
+        "dedibox: POST /dedibox/v1/zones/{zone}/failover-ips/attach [212.83.160.7] failed (HTTP 400 "
+        "invalid_request_error): request could not be processed"
+    )
+    assert recorder.calls() == [LIST_FIPS, f"POST {FIPS}/attach", f"GET {FIPS}/9001"]
+
+
+def test_a_detach_refused_while_the_ip_is_busy_waits_for_it_then_detaches_again(recorder, client):
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on("POST", f"{FIPS}/attach", recorder.reply(status=400, body=REFUSED), {})
+    recorder.on("POST", f"{FIPS}/detach", recorder.reply(status=400, body=REFUSED), {})
+    recorder.on(
+        "GET",
+        f"{FIPS}/9001",
+        fip(104524),  # after the attach's refusal: elsewhere
+        fip(104524, "busy"),  # after the detach's refusal: another operation runs
+        fip(104524),  # it ended with the IP still there
+        fip(None),  # detached
+        fip(104523),
+    )
+    client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert recorder.calls() == [
+        LIST_FIPS,
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/detach",
+        f"GET {FIPS}/9001",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/detach",
+        f"GET {FIPS}/9001",
+        f"POST {FIPS}/attach",
+        f"GET {FIPS}/9001",
+    ]
+
+
+class FakeClock:
+    """The client's clock, moved by its own sleeps: every poll of 1 s is 1 s."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def test_a_moves_waits_share_two_task_timeouts(recorder):
+    """Busy waits come on top of the detach's and the attach's: all of a move's waits share two task
+    timeouts from its start (the watcher's MOVE_BUDGET_SECONDS), each at most one."""
+    clock = FakeClock()
+    client = DediboxClient(
+        api_url=recorder.url,
+        secret_key=SECRET,
+        project_id=PROJECT,
+        zones=[ZONE],
+        retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05),
+        poll=PollPolicy(first=1, max_interval=1),
+        task_timeout=10,
+        sleep=clock.sleep,
+        clock=clock,
+    )
+    recorder.on("GET", FIPS, {"total_count": 1, "failover_ips": [fip(104524)]})
+    recorder.on(
+        "POST",
+        f"{FIPS}/attach",
+        recorder.reply(status=400, body=REFUSED),
+        recorder.reply(status=400, body=REFUSED),
+        {},
+    )
+    recorder.on("POST", f"{FIPS}/detach", {})
+    recorder.on(
+        "GET",
+        f"{FIPS}/9001",
+        fip(104524, "busy"),  # t=0, after the first refusal
+        *[fip(104524, "busy")] * 9,  # t=0..8: another operation runs
+        fip(104524),  # t=9: over, the IP still on 104524
+        fip(104524),  # t=9, after the second refusal: ready elsewhere
+        *[fip(104524, "busy")] * 3,  # t=9..11: detaching
+        fip(None),  # t=12: detached
+        fip(None, "busy"),  # t=12..: the attach runs past the move's deadline (t=20)
+    )
+    with pytest.raises(TaskTimeoutError) as raised:
+        client.move_failover("212.83.160.7", "fr-par-2/104523")
+    assert str(raised.value).endswith(
+        "failover IP still 'busy' on None after 8s; it had been detached from fr-par-2/104524 for the "
+        "move; it now reads busy on no server: not put back"
+    )
+    assert clock.t == 20  # not 12 + 10
+    assert posts(recorder) == [
+        ("attach", {"server_id": 104523, "fips_ids": [9001]}),
+        ("attach", {"server_id": 104523, "fips_ids": [9001]}),
+        ("detach", {"fips_ids": [9001]}),
+        ("attach", {"server_id": 104523, "fips_ids": [9001]}),
+    ]
 
 
 def test_an_attach_after_the_detach_refused_puts_the_ip_back_where_it_was(recorder, client):

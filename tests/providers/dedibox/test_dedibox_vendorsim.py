@@ -158,7 +158,32 @@ def test_custom_partitioning_is_read_from_the_partitioning_route_and_sent(vendor
     )
     [install] = writes(vendorsim, "/install")
     assert install["body"]["os_id"] == 502
-    assert [p["mount_point"] for p in install["body"]["partitions"]] == ["/boot/efi", None, "/"]
+    # The partitioning answer's Partitions carry a `type`, which vendorsim's install refuses: the body
+    # has InstallPartition's fields only.
+    assert install["status"] == 200
+    assert install["body"]["partitions"] == [
+        {
+            "file_system": "efi",
+            "raid_level": "no_raid",
+            "capacity": 536870912,
+            "connectors": ["sda"],
+            "mount_point": "/boot/efi",
+        },
+        {
+            "file_system": "swap",
+            "raid_level": "no_raid",
+            "capacity": 4294967296,
+            "connectors": ["sda"],
+            "mount_point": None,
+        },
+        {
+            "file_system": "ext4",
+            "raid_level": "no_raid",
+            "capacity": 0,
+            "connectors": ["sda"],
+            "mount_point": "/",
+        },
+    ]
     assert install["body"]["root_password"] == "<redacted>"
     client.wait_reinstall(ticket, timeout=10)
 
@@ -249,3 +274,124 @@ def test_a_stale_installed_read_just_after_the_post_is_not_this_installs(vendors
     client.wait_reinstall(ticket, timeout=10)
     record = client._install_record("fr-par-2", 200102, BOX)
     assert record is not None and (record["hostname"], record["status"]) == ("kura-eu-1", "installed")
+
+
+FIPS = "/dedibox/dedibox/v1/zones/fr-par-2/failover-ips"
+PROJECT = "b781bdf3-6efc-4c4a-a11d-f57edf663188"
+LISTED = [f"GET /dedibox/dedibox/v1/zones/{z}/failover-ips" for z in ("fr-par-1", "fr-par-2")]
+
+
+def fip_calls(sim, since: int = 0) -> list[str]:
+    """The failover-IP requests since call `since`, as `METHOD path status`, the listing without its
+    query and each run of identical reads of the IP (a wait's polls, as many as the wall clock gave)
+    as one."""
+    seen: list[str] = []
+    for call in sim.admin("GET", f"/calls?since={since}")["entries"]:
+        if "/failover-ips" not in call["path"]:
+            continue
+        line = f"{call['method']} {call['path'].split('?')[0]} {call['status']}"
+        if not (seen and seen[-1] == line and line.startswith("GET ")):
+            seen.append(line)
+    return seen
+
+
+def calls_so_far(sim) -> int:
+    return len(sim.admin("GET", "/calls")["entries"])
+
+
+def test_attach_refused_while_the_ip_is_busy_waits_for_it_then_attaches_again(vendorsim):
+    """Another detach of the IP runs when the move starts: vendorsim refuses the attach (400 "failover
+    ip ... is busy"), the client reads `busy`, waits until `ready`, and attaches again."""
+    import requests
+
+    # Long enough that the detach still runs when the client's attach arrives on a loaded machine.
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 1.5})
+    detached = requests.post(
+        f"{vendorsim.url}{FIPS}/detach",
+        json={"fips_ids": [3001]},
+        headers={"X-Auth-Token": SECRET},
+        timeout=5,
+    )
+    assert detached.status_code == 200, detached.text
+    since = calls_so_far(vendorsim)
+    client = make_client(vendorsim)
+    client.move_failover("198.51.100.20", BOX)
+    assert client.failover_target("198.51.100.20") == BOX
+    assert fip_calls(vendorsim, since)[:-2] == [
+        *(f"{listed} 200" for listed in LISTED),
+        f"POST {FIPS}/attach 400",
+        f"GET {FIPS}/3001 200",  # busy, then ready on no server
+        f"POST {FIPS}/attach 200",
+        f"GET {FIPS}/3001 200",  # busy, then ready on the box
+    ]
+    paths = [w["path"].rsplit("/", 1)[-1] for w in vendorsim.admin("GET", "/audit?since=0")["entries"]]
+    assert paths == ["detach", "attach", "attach"]  # the refused attach is audited too
+
+
+def test_attach_refused_while_the_ip_is_elsewhere_is_detach_then_attach(vendorsim):
+    vendorsim.admin("POST", "/behaviour", json={"dedibox.attach_when_attached": "reject"})
+    client = make_client(vendorsim)
+    client.move_failover("198.51.100.20", BOX)
+    assert client.failover_target("198.51.100.20") == BOX
+    assert fip_calls(vendorsim) == [
+        *(f"{listed} 200" for listed in LISTED),
+        f"POST {FIPS}/attach 400",
+        f"GET {FIPS}/3001 200",  # ready on fr-par-2/200101
+        f"POST {FIPS}/detach 200",
+        f"GET {FIPS}/3001 200",  # busy, then ready on no server
+        f"POST {FIPS}/attach 200",
+        f"GET {FIPS}/3001 200",  # busy, then ready on the box
+        *(f"{listed} 200" for listed in LISTED),  # failover_target
+    ]
+
+
+def test_a_refusal_whose_text_says_nothing_is_settled_by_the_ips_state(vendorsim):
+    """An injected 400 ("injected fault": no wording the client knows) while the IP is ready on
+    another server: detach, then attach. The same refusal while it is on no server is raised."""
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "dedibox",
+            "route": f"{FIPS}/attach",
+            "method": "POST",
+            "error_rate": 1.0,
+            "count": 1,
+            "status": 400,
+        },
+    )
+    client = make_client(vendorsim)
+    client.move_failover("198.51.100.20", BOX)
+    assert client.failover_target("198.51.100.20") == BOX
+    assert fip_calls(vendorsim)[:-2] == [
+        *(f"{listed} 200" for listed in LISTED),
+        f"POST {FIPS}/attach 400",
+        f"GET {FIPS}/3001 200",
+        f"POST {FIPS}/detach 200",
+        f"GET {FIPS}/3001 200",
+        f"POST {FIPS}/attach 200",
+        f"GET {FIPS}/3001 200",
+    ]
+
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "dedibox",
+            "route": f"{FIPS}/attach",
+            "method": "POST",
+            "error_rate": 1.0,
+            "count": 1,
+            "status": 400,
+        },
+    )
+    since = calls_so_far(vendorsim)
+    with pytest.raises(
+        VendorError, match=r"\(HTTP 400 invalid_request_error\): injected fault \(request id [0-9a-f-]+\)$"
+    ):
+        client.move_failover("198.51.100.21", BOX)  # on no server
+    assert fip_calls(vendorsim, since) == [
+        *(f"{listed} 200" for listed in LISTED),
+        f"POST {FIPS}/attach 400",
+        f"GET {FIPS}/3002 200",
+    ]

@@ -15,6 +15,7 @@ from providers.errors import (
     RateLimitError,
     TaskAlreadyExistsError,
     TransientVendorError,
+    VendorError,
     VendorInputError,
 )
 from providers.retry import PollPolicy, RetryPolicy
@@ -398,6 +399,41 @@ def test_move_already_routed_is_success_and_noop(recorder, client):
     with pytest.raises(TransientVendorError, match=r"HTTP 409 FAILOVER_LOCKED\): switch in progress"):
         client.move_failover("78.46.1.9", "321")
     assert recorder.calls().count("POST /failover/78.46.1.9") == 1 + 3
+
+
+@pytest.mark.parametrize("status", [400, 403, 409, 500])
+def test_already_routed_is_known_by_its_code_on_any_status(recorder, client, sleeps, status):
+    """Robot documents FAILOVER_ALREADY_ROUTED as a 409; the code, not the status, says the IP goes
+    to that server already. A recorded 400 (or a 403, 500) carrying it is success: not retried, not
+    read as a refused credential or a lost answer."""
+    recorder.on("GET", "/server/321", server())
+    recorder.on(
+        "GET", "/failover/78.46.1.9", {"failover": {"ip": "78.46.1.9", "active_server_ip": "136.243.1.22"}}
+    )
+    recorder.on(
+        "POST",
+        "/failover/78.46.1.9",
+        recorder.reply(
+            status=status,
+            body=robot_error(status, "FAILOVER_ALREADY_ROUTED", "The failover ip is already routed"),
+        ),
+    )
+    client.move_failover("78.46.1.9", "321")
+    assert recorder.calls() == ["GET /server/321", "GET /failover/78.46.1.9", "POST /failover/78.46.1.9"]
+    assert recorder.last("POST", "/failover/78.46.1.9").form() == [("active_server_ip", "136.243.1.21")]
+    assert sleeps == []
+
+
+def test_other_refusals_of_a_switch_are_still_raised(recorder, client):
+    recorder.on("GET", "/server/321", server())
+    recorder.on("GET", "/failover/78.46.1.9", {"failover": {"ip": "78.46.1.9", "active_server_ip": None}})
+    recorder.on(
+        "POST",
+        "/failover/78.46.1.9",
+        recorder.reply(status=400, body=robot_error(400, "INVALID_INPUT", "invalid input")),
+    )
+    with pytest.raises(VendorError, match=r"HTTP 400 INVALID_INPUT\): invalid input$"):
+        client.move_failover("78.46.1.9", "321")
 
 
 def test_failover_route_whose_answer_is_lost_is_read_back(recorder, client):
