@@ -302,7 +302,8 @@ class Caller:
 
         `idempotent` defaults to the method's nature: every Scaleway POST this program sends creates
         something (an install, a reinstall, a key, an attachment), the other methods read or set a
-        whole value."""
+        whole value. The one DELETE (an attachment, `ProjectClient._detach`) says it is not: sent
+        twice, the second is a 404, so a lost answer is settled by reading back instead."""
         secrets = (self._secret, *hidden)
         if idempotent is None:
             idempotent = not call.startswith("POST ")
@@ -342,10 +343,18 @@ def key_material(public_key: str) -> list[str]:
     return public_key.split()[:2]
 
 
+# Not a Scaleway status: the attachment is gone (the server's list no longer shows it).
+DETACHED = "detached"
+# Scaleway's statuses in which an attachment may be taken away; in the others (attaching, detaching,
+# locked, unknown) a DELETE is refused or pointless, and the caller waits.
+DETACHABLE = frozenset({"attached", "error"})
+
+
 @dataclass(frozen=True)
 class Attachment:
     """A server's attachment to a Private Network. `vlan` is the 802.1Q tag the box brings its
-    interface up with (None until Scaleway assigned it); `ready` once attached with a VLAN."""
+    interface up with (None until Scaleway assigned it); `ready` once attached with a VLAN; `gone`
+    once detached (status DETACHED)."""
 
     private_network_id: str
     status: str
@@ -354,6 +363,10 @@ class Attachment:
     @property
     def ready(self) -> bool:
         return self.status == "attached" and bool(self.vlan)
+
+    @property
+    def gone(self) -> bool:
+        return self.status == DETACHED
 
 
 class ProjectClient(MarkerFiltering):
@@ -541,10 +554,10 @@ class ProjectClient(MarkerFiltering):
             log.info("%s %s of %s already runs; following it", self.WHAT, what, box_id)
             return ticket
 
-    def _attach(
-        self, pn_api: Any, *, zone: str, server_id: str, private_network_id: str, box_id: str, path: str
-    ) -> Attachment:
-        """The server's attachment to the Private Network, made if missing (POST once, then read)."""
+    def _attachments(
+        self, pn_api: Any, *, zone: str, server_id: str, box_id: str, path: str
+    ) -> list[Attachment]:
+        """Every Private Network attachment of the server, whatever its status."""
         attached = self._caller.call(
             f"GET {path}/zones/{{zone}}/server-private-networks",
             lambda: pn_api.list_server_private_networks_all(
@@ -552,9 +565,16 @@ class ProjectClient(MarkerFiltering):
             ),
             subject=box_id,
         )
-        for a in attached:
+        return [Attachment(str(a.private_network_id), str(a.status), a.vlan or None) for a in attached]
+
+    def _attach(
+        self, pn_api: Any, *, zone: str, server_id: str, private_network_id: str, box_id: str, path: str
+    ) -> Attachment:
+        """The server's attachment to the Private Network, made if missing (POST once, then read)."""
+        where = {"zone": zone, "server_id": server_id, "box_id": box_id, "path": path}
+        for a in self._attachments(pn_api, **where):
             if a.private_network_id == private_network_id:
-                return Attachment(private_network_id, str(a.status), a.vlan or None)
+                return a
         created = self._caller.call(
             f"POST {path}/zones/{{zone}}/servers/{{server_id}}/private-networks",
             lambda: pn_api.add_server_private_network(
@@ -564,8 +584,55 @@ class ProjectClient(MarkerFiltering):
         )
         return Attachment(private_network_id, str(created.status), created.vlan or None)
 
+    def _detach(
+        self, pn_api: Any, *, zone: str, server_id: str, private_network_id: str, box_id: str, path: str
+    ) -> Attachment:
+        """The server's attachment to the Private Network taken away, idempotently: the attachment as
+        it is now (`gone` once the server's list no longer shows it; call again until then).
+
+        DELETE only while the attachment reads attached (or error): one still attaching is waited
+        for, one detaching already is not sent another. A lost answer is settled by reading the list
+        back (a second DELETE of a detached attachment would be a 404), as is a 404 or 409 answer
+        (another run detached it meanwhile)."""
+        where = {"zone": zone, "server_id": server_id, "box_id": box_id, "path": path}
+
+        def current() -> Attachment:
+            for a in self._attachments(pn_api, **where):
+                if a.private_network_id == private_network_id:
+                    return a
+            return Attachment(private_network_id, DETACHED, None)
+
+        now = current()
+        if now.status not in DETACHABLE:
+            return now
+
+        def send() -> Attachment:
+            self._caller.call(
+                f"DELETE {path}/zones/{{zone}}/servers/{{server_id}}/private-networks/{{private_network_id}}",
+                lambda: pn_api.delete_server_private_network(
+                    zone=zone, server_id=server_id, private_network_id=private_network_id
+                ),
+                subject=box_id,
+                idempotent=False,
+            )
+            return Attachment(private_network_id, "detaching", now.vlan)
+
+        def read_back() -> Attachment | None:
+            seen = current()
+            return None if seen.status in DETACHABLE else seen
+
+        try:
+            return self._caller.verified(send, read_back)
+        except (NotFoundError, ConflictError):
+            seen = read_back()
+            if seen is None:
+                raise
+            return seen
+
 
 __all__ = [
+    "DETACHABLE",
+    "DETACHED",
     "PAGE_SIZE",
     "Attachment",
     "Caller",

@@ -15,7 +15,12 @@ reinstalled: the OS's login user (`ubuntu`), the IAM keys named in `ssh_key_ids`
 one was given, and cloud-init's passwordless sudo for the user, as on every Ubuntu cloud image.
 Private Networks need the server's Private Network option enabled first (POST .../options/{id},
 `option_status_enabling` then `option_status_enable`); an attachment runs `attaching` -> `attached`
-and gets its VLAN when attached.
+and carries its VLAN from the start (each of a server's attachments gets the next VLAN of that server,
+from 1000, never one an earlier attachment had). DELETE .../servers/{id}/private-networks/{pn id}
+answers 204 with no body, as Scaleway's does (terraform-provider-scaleway's recorded
+interactions, baremetal testdata server-add-another-private-network), and the attachment lists as
+`detaching` until --task-seconds later it is gone; a network the server is not attached to is 404
+`not_found`, an attachment still `attaching` or already `detaching` is 409 `transient_state`.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from werkzeug.routing import Map, Rule
 
 from providers.vendor import MARKER_LIMITS, Vendor
 from vendorsim import dedibox
-from vendorsim.core import Call, Sim, VendorError, iso, public
+from vendorsim.core import Call, Reply, Sim, VendorError, iso, public
 from vendorsim.dedibox import (
     TOTAL_COUNT_HEADER,
     bad_method,
@@ -79,6 +84,7 @@ INSTALL_PHASES = ["to_install", "installing", "completed"]
 INSTALL_RUNNING = frozenset(INSTALL_PHASES[:-1])
 OPTION_PHASES = ["option_status_enabling", "option_status_enable"]
 ATTACH_PHASES = ["attaching", "attached"]
+DETACH_PHASES = ["detaching", "detached"]  # the last one is never shown: the attachment is gone
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
 SERVERS = "scaleway_em_server"
 # Scaleway publishes no tag limit: vendorsim enforces the one the client assumes (one table for both).
@@ -357,7 +363,7 @@ def _attachment_view(a: dict[str, Any]) -> dict[str, Any]:
         "vlan": a["vlan"],
         "status": a["status"],
         "created_at": a["created"],
-        "updated_at": a["created"],
+        "updated_at": a.get("updated", a["created"]),
     }
 
 
@@ -387,6 +393,8 @@ def settle(sim: Sim) -> None:
         if a["status"] == "attaching" and sim.phase(a["created_at"], ATTACH_PHASES)[1]:
             a["status"] = "attached"
             sim.store.put(ATTACHMENTS, a["id"], a)
+        elif a["status"] == "detaching" and sim.phase(a["detaching_at"], DETACH_PHASES)[1]:
+            sim.store.delete(ATTACHMENTS, a["id"])
 
 
 def _install_box(sim: Sim, server: dict[str, Any], install: dict[str, Any]) -> None:
@@ -655,14 +663,36 @@ def add_attachment(sim: Sim, call: Call, zone: str, server_id: str) -> Any:
         "server_id": server_id,
         "private_network_id": pn.id,
         "zone": zone,
-        # VLAN tags are per server: the first attachment gets 1000, the next 1001, ...
-        "vlan": 1000 + len(mine),
+        # VLAN tags are per server: the first attachment gets 1000, the next 1001, ... (a detached
+        # attachment's VLAN is not handed out again).
+        "vlan": sim.store.next_id(f"{ATTACHMENTS}_vlan:{server_id}", 1000),
         "status": "attaching",
         "created_at": now,
         "created": iso(now),
     }
     sim.store.put(ATTACHMENTS, attachment["id"], attachment)
     return _attachment_view(attachment)
+
+
+def delete_attachment(sim: Sim, call: Call, zone: str, server_id: str, private_network_id: str) -> Any:
+    """BaremetalV1PrivateNetworkAPI.delete_server_private_network: 204, no body; the attachment reads
+    `detaching` until it is gone (settle)."""
+    server = _server(sim, zone, server_id)
+    call.box = server["box"]
+    found = [
+        a
+        for a in sim.store.all(ATTACHMENTS)
+        if a["server_id"] == server_id and a["private_network_id"] == private_network_id
+    ]
+    if not found:
+        raise not_found("baremetal_private_network", private_network_id)
+    (attachment,) = found
+    if attachment["status"] in ("attaching", "detaching"):
+        raise transient_state("baremetal_private_network", attachment["id"], attachment["status"])
+    now = sim.clock()
+    attachment.update(status="detaching", detaching_at=now, updated=iso(now))
+    sim.store.put(ATTACHMENTS, attachment["id"], attachment)
+    return Reply(None, 204)
 
 
 _Z = "/baremetal/v1/zones/<zone>"
@@ -675,6 +705,11 @@ ROUTES = Map(
         Rule(f"{_Z}/servers/<server_id>/install", methods=["POST"], endpoint=install),
         Rule(f"{_Z}/servers/<server_id>/options/<option_id>", methods=["POST"], endpoint=add_option),
         Rule(f"{_Z}/servers/<server_id>/private-networks", methods=["POST"], endpoint=add_attachment),
+        Rule(
+            f"{_Z}/servers/<server_id>/private-networks/<private_network_id>",
+            methods=["DELETE"],
+            endpoint=delete_attachment,
+        ),
         Rule(f"{_Z}/server-private-networks", methods=["GET"], endpoint=list_attachments),
         Rule(f"{_Z}/os", methods=["GET"], endpoint=list_os),
         Rule(f"{_Z}/os/<os_id>", methods=["GET"], endpoint=get_os),

@@ -36,7 +36,6 @@ from providers.machine.release import (
     install_resume_state,
     leave_refusal,
     release_refusal,
-    release_table,
     resume_state,
 )
 from providers.machine.robot_install import INSTALL_STATES
@@ -60,6 +59,7 @@ from providers.machine.spec import (
     resource_id,
 )
 from providers.machine.states import (
+    OLD_PRIVATE_NETWORK,
     PIN,
     REGISTERED,
     adopt_start,
@@ -67,6 +67,7 @@ from providers.machine.states import (
     join_start,
     leave_table,
     rejoin_table,
+    release_flow,
 )
 from providers.ssh.robot_install import ArtifactPins
 from providers.ssh.runner import SshTarget
@@ -369,7 +370,7 @@ class ClaimProvider(_Stateless):
         )
         if spec.api_server and progress.phase != Phase.RELEASING:
             progress = self._leave_first(spec, vendor, box_id, record, progress)
-        table = release_table(vendor)
+        table = release_flow(vendor)
         start = resume_state(
             table, progress.phase == Phase.RELEASING, progress.state, progress.facts, progress.error_type
         )
@@ -539,7 +540,16 @@ class MachineProvider(_Stateless):
             self._progress(record, spec), facts={PIN: str(olds.get("host_key_fingerprint") or "")}
         )
         was_leaving = progress.phase == Phase.LEAVING
-        run = self._machine_run(spec, news)
+        # The Private Network the box is moved off (another one, or none): the server leaves it at
+        # Scaleway first, then the box's pn0 is replaced (the new network's VLAN) or removed.
+        old_network = olds.get("private_network")
+        detach = (
+            spec.vendor is Vendor.SCALEWAY_EM
+            and isinstance(old_network, str)
+            and bool(old_network)
+            and old_network != spec.private_network
+        )
+        run = self._machine_run(spec, news, **({OLD_PRIVATE_NETWORK: old_network} if detach else {}))
         if was_leaving:
             run.log(
                 f"{spec.resource_name}: its leave stopped at {progress.state} and it is wanted again: "
@@ -548,8 +558,10 @@ class MachineProvider(_Stateless):
         else:
             run.log(f"{spec.resource_name}: {', '.join(changed)} changed: joining again")
         network = bool(spec.private_network)
-        table = rejoin_table(spec.vendor, network)
-        done = Runner(table, run, record, progress, Phase.ADOPTING).start(join_start(spec.vendor, network))
+        table = rejoin_table(spec.vendor, network, detach)
+        done = Runner(table, run, record, progress, Phase.ADOPTING).start(
+            join_start(spec.vendor, network, detach)
+        )
         if was_leaving:
             self._uncordon(spec, run)
         record.save(replace(done, phase=Phase.READY, state="READY"))

@@ -56,8 +56,10 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "installimage": 2700,
     "reboot": 300,
     "wait_new_host_key": 1800,
+    "pn_detaching": 600,  # an update off a Private Network: Scaleway detaching the old attachment
     "pn_attaching": 600,  # enabling Elastic Metal's Private Network option, then the attachment
     "pn_vlan": 120,
+    "pn_down": 120,  # an update to no Private Network: pn0 and its netplan file removed
     "joining": 300,  # the anchor's 5 min cap on the self-join
     "mac_bootstrap": 300,  # the agent's download, launchd and pf: the self-join's cap
     "node_ready": 300,  # the kubelet's TLS bootstrap, registration and first Ready status
@@ -66,6 +68,7 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "deleting_node": 60,
     "deleting_local_pvcs": 120,
     "release_marking": 120,
+    "release_pn_detaching": 600,  # Elastic Metal: every Private Network attachment detached
     "release_reinstall": 300,
     "release_wait_install": 5400,
     "release_clearing": 120,
@@ -155,7 +158,9 @@ MACHINE_INPUTS: dict[str, InputRule] = {
         Change.REJOIN, "the kubelet's clusterDomain: pods' resolv.conf search it; the kubelet restarts"
     ),
     "private_network": InputRule(
-        Change.REJOIN, "Elastic Metal: the box is attached to the network and brings its VLAN up as pn0"
+        Change.REJOIN,
+        "Elastic Metal: the box leaves the old network (detached, then pn0 replaced or removed), is "
+        "attached to the new one and brings its VLAN up as pn0",
     ),
     "node_agent": InputRule(
         Change.REJOIN, "Apple silicon: the bootstrap installs the pinned agent and restarts its launchd job"

@@ -4,9 +4,13 @@ adopt   (AdoptedMachine create)   Robot: RESCUE_BOOT .. WAIT_NEW_HOST_KEY, then 
                                   with a Private Network: PN_ATTACHING, PN_VLAN, then JOINING; Apple
                                   silicon: MAC_BOOTSTRAP instead of JOINING (never the Linux
                                   self-join); others: JOINING; then NODE_READY
-rejoin  (AdoptedMachine update)   the same without the Robot install, with the pinned host key
+rejoin  (AdoptedMachine update)   the same without the Robot install, with the pinned host key; an
+                                  Elastic Metal box whose private_network changed from A first leaves
+                                  A (PN_DETACHING), then joins the new one (PN_ATTACHING, PN_VLAN) or,
+                                  with none, takes pn0 down (PN_DOWN), then JOINING
 leave   (AdoptedMachine delete)   CORDONING, DRAINING, DELETING_NODE, DELETING_LOCAL_PVCS (with a cluster)
-release (MachineClaim delete)     providers/machine/release.py
+release (MachineClaim delete)     providers/machine/release.py; Elastic Metal also RELEASE_PN_DETACHING
+                                  after RELEASE_MARKING (`release_flow`)
 
 The table itself: `markdown_table()`, printed in docs/machines.md.
 
@@ -15,6 +19,9 @@ Each row's handler does one step and returns Continue / Complete / Error / Faile
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 from providers import kube
 from providers.machine.fsm import DONE, FAILED, Complete, Continue, Failed, Result, Row, Run
@@ -28,13 +35,21 @@ from providers.ssh.macos import (
     macos_bootstrap_secrets,
     render_macos_bootstrap_script,
 )
-from providers.ssh.privnet import PrivateNetworkParams, pn_vlan_secrets, render_pn_vlan_script
+from providers.ssh.privnet import (
+    PrivateNetworkParams,
+    pn_vlan_secrets,
+    render_pn_down_script,
+    render_pn_vlan_script,
+)
 from providers.ssh.runner import run_script
 from providers.ssh.selfjoin import NodeTaint, SelfJoinParams, render_self_join_script, self_join_secrets
 
 PIN = "pin"  # the host key the join saw (and pinned), a fact of the record and the host_key_fingerprint
 REGISTERED = "node_registered"
 PN_VLAN = "pn_vlan"  # the 802.1Q tag of the box's Private Network attachment (Elastic Metal)
+# The run's `extra` key naming the Private Network an update moves the box off (the machine's old
+# `private_network` input): PN_DETACHING detaches the server from it.
+OLD_PRIVATE_NETWORK = "old_private_network"
 
 
 def _spec(run: Run) -> MachineSpec:
@@ -106,24 +121,83 @@ def pn_attaching(run: Run) -> Result:
 
 
 def pn_vlan(run: Run) -> Result:
-    """Bring the attachment's VLAN up on the box as pn0 (scripts/pn-vlan.sh), over SSH."""
-    spec, settings = _spec(run), run.get("settings")
+    """Bring the attachment's VLAN up on the box as pn0 (scripts/pn-vlan.sh), over SSH. A pn0 of
+    another VLAN (the box moved from another network) is deleted and made anew by the script."""
     vlan = run.facts.get(PN_VLAN, "")
     if not vlan.isdigit():
         return Failed("NoVlanRecorded", f"no Private Network VLAN of {run.box_label} is recorded")
+    return _pn_script(run, render_pn_vlan_script(PrivateNetworkParams(vlan=int(vlan))), "pn_vlan", {})
+
+
+def pn_detaching(run: Run) -> Result:
+    """Take the server off the Private Network the update moves it from, until Scaleway no longer
+    lists the attachment: its VLAN would otherwise stay the box's, on a network the fleet left."""
+    spec, settings = _spec(run), run.get("settings")
+    old = str(run.get(OLD_PRIVATE_NETWORK))
+    attachment = settings.vendor_client(spec.vendor).detach_private_network(spec.box_id, old)
+    waiting = _detach_waiting(run, [attachment])
+    if waiting is not None:
+        return waiting
+    run.log(f"{run.machine}: {run.box_label} left Private Network {old}")
+    return Complete({PN_VLAN: ""})  # the old attachment's VLAN is no longer the box's
+
+
+def pn_down(run: Run) -> Result:
+    """The box without a Private Network: pn0 and its netplan file removed (scripts/pn-vlan.sh,
+    PN_STATE=down), over SSH."""
+    return _pn_script(run, render_pn_down_script(), "pn_down", {PN_VLAN: ""})
+
+
+def _pn_script(run: Run, script: str, budget: str, facts: dict[str, str]) -> Result:
+    spec, settings = _spec(run), run.get("settings")
     target = run.get("target")
     result = run_script(
         target,
-        render_pn_vlan_script(PrivateNetworkParams(vlan=int(vlan))),
+        script,
         private_key=settings.fleet_private_key,
         env_secrets=pn_vlan_secrets(sudo_password=settings.sudo_password if target.user != "root" else None),
         expected_host_key=run.facts.get(PIN) or None,
         handshake_timeout=spec.timeout("ssh_handshake"),
-        step_timeout=run.step_timeout(spec.timeout("pn_vlan")),
+        step_timeout=run.step_timeout(spec.timeout(budget)),
         retries=1,
-        step="pn-vlan",
+        step=budget.replace("_", "-"),
     )
-    return Complete({PIN: result.host_key_fingerprint})
+    return Complete({PIN: result.host_key_fingerprint, **facts})
+
+
+def _detach_waiting(run: Run, attachments: list[Any]) -> Result | None:
+    """None when every attachment is gone; else how to go on: wait for those on their way (attaching,
+    detaching), fail on one Scaleway has locked."""
+    left = [a for a in attachments if not a.gone]
+    locked = [a for a in left if a.status == "locked"]
+    if locked:
+        return Failed(
+            "PrivateNetworkLocked",
+            f"the attachment of {run.box_label} to Private Network {locked[0].private_network_id} is "
+            "locked at Scaleway and cannot be detached",
+        )
+    if left:
+        what = ", ".join(f"{a.private_network_id} ({a.status})" for a in left)
+        return Continue(run.poll_delay("detach"), f"the Private Network attachment to go: {what}")
+    return None
+
+
+def release_pn_detaching(run: Run) -> Result:
+    """Release, Elastic Metal: the server taken off every Private Network it is attached to before it
+    is wiped and returned to the pool. The reinstall wipes pn0 but Scaleway keeps the attachment: a
+    pool box would stay on the fleet's network (its VLAN one netplan file away from it)."""
+    client = run.get("client")
+    attachments = [
+        client.detach_private_network(run.box_id, a.private_network_id)
+        for a in client.private_networks(run.box_id)
+    ]
+    waiting = _detach_waiting(run, attachments)
+    if waiting is not None:
+        return waiting
+    if attachments:
+        names = ", ".join(a.private_network_id for a in attachments)
+        run.log(f"{run.machine}: {run.box_label} left Private Network(s) {names}")
+    return Complete()
 
 
 # --- Apple silicon: the macOS bootstrap -------------------------------------------------------------------
@@ -238,7 +312,9 @@ def deleting_local_pvcs(run: Run) -> Result:
 # --- tables -----------------------------------------------------------------------------------------------
 
 
-def _join_rows(vendor: Vendor = Vendor.OVH, private_network: bool = False) -> dict[str, Row]:
+def _join_rows(
+    vendor: Vendor = Vendor.OVH, private_network: bool = False, detach: bool = False
+) -> dict[str, Row]:
     # Connection trouble is retried in place; a script that ran and failed is not (it prints why).
     # A Node that is not Ready within its budget fails the create naming what it waited for (a retried
     # create resumes the wait; the box's kubelet log says why).
@@ -261,13 +337,25 @@ def _join_rows(vendor: Vendor = Vendor.OVH, private_network: bool = False) -> di
             "PN_VLAN": Row("PN_VLAN", pn_vlan, "pn_vlan", "JOINING", "PN_VLAN", FAILED),
             **rows,
         }
+    elif detach:
+        rows = {"PN_DOWN": Row("PN_DOWN", pn_down, "pn_down", "JOINING", "PN_DOWN", FAILED), **rows}
+    if detach:
+        # An update off another network: the server leaves it at Scaleway before anything else.
+        then = "PN_ATTACHING" if private_network else "PN_DOWN"
+        rows = {
+            "PN_DETACHING": Row("PN_DETACHING", pn_detaching, "pn_detaching", then, "PN_DETACHING", FAILED),
+            **rows,
+        }
     return {**rows, "NODE_READY": ready}
 
 
-def join_start(vendor: Vendor, private_network: bool = False) -> str:
-    """The first state of the join (adopt after any install, and rejoin)."""
+def join_start(vendor: Vendor, private_network: bool = False, detach: bool = False) -> str:
+    """The first state of the join (adopt after any install, and rejoin). `detach`: an update moves
+    the box off the Private Network it was on (OLD_PRIVATE_NETWORK in the run's extra)."""
     if vendor is Vendor.APPLESILICON:
         return "MAC_BOOTSTRAP"
+    if detach:
+        return "PN_DETACHING"
     return "PN_ATTACHING" if private_network else "JOINING"
 
 
@@ -282,8 +370,32 @@ def adopt_start(vendor: Vendor, private_network: bool = False) -> str:
     return "RESCUE_BOOT" if vendor is Vendor.ROBOT else join_start(vendor, private_network)
 
 
-def rejoin_table(vendor: Vendor = Vendor.OVH, private_network: bool = False) -> dict[str, Row]:
-    return _join_rows(vendor, private_network)
+def rejoin_table(
+    vendor: Vendor = Vendor.OVH, private_network: bool = False, detach: bool = False
+) -> dict[str, Row]:
+    return _join_rows(vendor, private_network, detach)
+
+
+def release_flow(vendor: Vendor) -> dict[str, Row]:
+    """The release table (providers/machine/release.py) and, on Elastic Metal, RELEASE_PN_DETACHING
+    between the marking and the reinstall: the box leaves every Private Network before it is wiped."""
+    table = release_table(vendor)
+    if vendor is not Vendor.SCALEWAY_EM:
+        return table
+    marking = table["RELEASE_MARKING"]
+    detaching = Row(
+        "RELEASE_PN_DETACHING",
+        release_pn_detaching,
+        "release_pn_detaching",
+        marking.on_success,
+        "RELEASE_PN_DETACHING",
+    )
+    rest = {state: row for state, row in table.items() if state != "RELEASE_MARKING"}
+    return {
+        "RELEASE_MARKING": replace(marking, on_success=detaching.state),
+        detaching.state: detaching,
+        **rest,
+    }
 
 
 def leave_table() -> dict[str, Row]:
@@ -304,22 +416,29 @@ def table_rows() -> list[tuple[str, str, Row]]:
     rows: list[tuple[str, str, Row]] = []
     joins = _join_rows()
     em = _join_rows(Vendor.SCALEWAY_EM, private_network=True)
+    moved = _join_rows(Vendor.SCALEWAY_EM, private_network=True, detach=True)
+    dropped = _join_rows(Vendor.SCALEWAY_EM, private_network=False, detach=True)
     mac = _join_rows(Vendor.APPLESILICON)
     rows += [("adopt", "robot", r) for r in adopt_table(Vendor.ROBOT).values() if r.state not in joins]
+    rows += [("rejoin", "scaleway_em, private_network changed", moved["PN_DETACHING"])]
     rows += [
         ("adopt, rejoin", "scaleway_em with a private_network", r)
         for r in em.values()
         if r.state not in joins
+    ]
+    rows += [
+        ("rejoin", "scaleway_em, private_network removed", r) for r in dropped.values() if r.state not in em
     ]
     rows += [("adopt, rejoin", "linux (all but applesilicon)", joins["JOINING"])]
     rows += [("adopt, rejoin", "applesilicon", mac["MAC_BOOTSTRAP"])]
     rows += [("adopt, rejoin", "all", joins["NODE_READY"])]
     rows += [("leave", "all, with a registered Node", r) for r in leave_table().values()]
     for vendors, vendor in (
-        ("ovh, dedibox, scaleway_em, applesilicon", Vendor.OVH),
+        ("ovh, dedibox, applesilicon", Vendor.OVH),
+        ("scaleway_em", Vendor.SCALEWAY_EM),
         ("robot", Vendor.ROBOT),
     ):
-        table = release_table(vendor)
+        table = release_flow(vendor)
         order = ["RELEASE_MARKING", *(s for s in table if s not in ("RELEASE_MARKING", "RELEASE_CLEARING"))]
         rows += [("release", vendors, table[state]) for state in [*order, "RELEASE_CLEARING"]]
     return rows

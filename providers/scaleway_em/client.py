@@ -215,6 +215,32 @@ class ElasticMetalClient(ProjectClient):
             path="/baremetal/v1",
         )
 
+    def detach_private_network(self, box_id: str, private_network_id: str) -> Attachment:
+        """Take the server off a Private Network, idempotently; call again until `gone`.
+
+        The DELETE is sent only while the server's list shows the attachment attached (or in
+        error), so a server not (or no longer) attached costs one read; the attachment then reads
+        `detaching` until Scaleway removes it. The Private Network option stays: it is the server's
+        (billed with it), and the next attachment needs it."""
+        zone, server_id = parse_box_id(box_id)
+        if not private_network_id:
+            raise VendorInputError(f"Elastic Metal private network for {box_id}: the id is empty")
+        return self._detach(
+            self._pn,
+            zone=zone,
+            server_id=server_id,
+            private_network_id=private_network_id,
+            box_id=box_id,
+            path="/baremetal/v1",
+        )
+
+    def private_networks(self, box_id: str) -> list[Attachment]:
+        """Every Private Network attachment of the server, whatever its status (one read)."""
+        zone, server_id = parse_box_id(box_id)
+        return self._attachments(
+            self._pn, zone=zone, server_id=server_id, box_id=box_id, path="/baremetal/v1"
+        )
+
     # --- catalogue -------------------------------------------------------------------------------
 
     def offer_of(self, box_id: str) -> Offer:

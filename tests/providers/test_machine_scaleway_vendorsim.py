@@ -1,20 +1,24 @@
 """ClaimProvider and MachineProvider on Scaleway Elastic Metal and Apple silicon, against a vendorsim
 subprocess: the SDK's real HTTP to the simulated APIs, real OpenSSH boxes (a Linux one for Elastic
-Metal, a Mac one answering as macOS for Apple silicon). Adopt, then release by reinstall, with the
-audit showing the exact writes: never a delete, never a decoy."""
+Metal, a Mac one answering as macOS for Apple silicon). Adopt, move an Elastic Metal box from one
+Private Network to another and off it, then release by reinstall, with the audit showing the exact
+writes: never a server delete (only an attachment's), never a decoy."""
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from providers.claims import claim_token
 from providers.machine.errors import MachineStepError
 from providers.machine.record import ProcessClaimRecord
+from tests.providers import test_machine_support as support
 from tests.providers.test_machine_support import (
     PRIVATE_NETWORK,
     PROJECT,
@@ -36,9 +40,25 @@ DECOYS = [f"e1000000-0000-4000-8000-00000000000{n}" for n in (4, 5, 6, 7)] + [
 ]
 
 
+# A second Private Network in the dev fleet's region, for the move: the dev inventory has one per region.
+OTHER_NETWORK = "9e700000-0000-4000-8000-000000000003"
+
+
 @pytest.fixture(scope="module")
 def sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    yield from running_sim(tmp_path_factory.mktemp("scaleway-machine-sim"))
+    tmp = tmp_path_factory.mktemp("scaleway-machine-sim")
+    doc = yaml.safe_load(support.DEV_INVENTORY.read_text())
+    doc["scaleway_em"]["private_networks"].append(
+        {"id": OTHER_NETWORK, "name": "tuist-scw-fr-par-kura", "region": "fr-par"}
+    )
+    inventory = tmp / "inventory.dev.yaml"
+    inventory.write_text(yaml.safe_dump(doc))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(support, "DEV_INVENTORY", inventory)  # start_sim reads it once, at start
+        sims = running_sim(tmp)
+        sim = next(sims)
+    yield sim
+    sims.close()  # stops it
 
 
 @pytest.fixture
@@ -60,6 +80,15 @@ def agent_pin(sim: Sim, *, registers_node: bool = False) -> dict[str, Any]:
 
 def writes(sim: Sim, since: int) -> list[tuple[str, str]]:
     return [(e["method"], e["path"]) for e in sim.audit(since) if e["method"] != "GET"]
+
+
+def attachments(sim: Sim, server: str) -> list[tuple[str, str, int]]:
+    """The server's Private Network attachments at the simulated Scaleway: (network, status, VLAN)."""
+    return [
+        (a["private_network_id"], a["status"], a["vlan"])
+        for a in sim.state()["scaleway_em"]["private_networks"]
+        if a["server_id"] == server
+    ]
 
 
 def decoy_writes(sim: Sim, since: int) -> list[tuple[str, str]]:
@@ -122,17 +151,116 @@ def test_an_elastic_metal_box_is_claimed_by_tag_joined_with_its_vlan_and_release
     )
     assert registered.status_code == 200, registered.text
     released_since = sim.last_audit_id()
+    caplog.clear()
     sim.destroy(claim, machine)
     assert claims_in_state(sim.state())[EM_DEV_1] == "tuist-kura-scw-dev"
     assert writes(sim, released_since) == [
         ("PATCH", path),  # releasing
+        ("DELETE", f"{path}/private-networks/{PRIVATE_NETWORK}"),  # off the fleet's network
         ("POST", "/scaleway/iam/v1alpha1/ssh-keys"),  # the fleet key, for the install
         ("POST", f"{path}/install"),
         ("PATCH", path),  # claim cleared
     ]
-    assert not [w for w in writes(sim, since) if w[0] == "DELETE"]
+    assert states(caplog) == [
+        "RELEASE_MARKING",
+        "RELEASE_PN_DETACHING",
+        "RELEASE_REINSTALL",
+        "RELEASE_WAIT_INSTALL",
+        "RELEASE_CLEARING",
+    ]
+    # Back in the pool on no network: Scaleway keeps an attachment through a reinstall.
+    assert attachments(sim, server) == []
+    assert ("DELETE", path) not in writes(sim, since)  # the server itself: never
     assert decoy_writes(sim, since) == []
     assert ProcessClaimRecord().get("scaleway_em", EM_DEV_1) is None
+
+
+PN_FILE = "/etc/netplan/60-tuist-private-network.yaml"
+
+
+def pn_script_as_root(calls: list[str]) -> list[str]:
+    """The commands pn-vlan.sh ran through sudo: the box's calls up to the self-join's own first
+    `sudo -n true`, mktemp's random names as <tmp>."""
+    end = calls.index("sudo -n true", 1)
+    return [re.sub(r"/tmp/tmp\.\w+", "<tmp>", c) for c in calls[:end] if c.startswith("sudo ")]
+
+
+def test_an_elastic_metal_box_moved_to_another_network_then_to_none_leaves_each_one(
+    sim: Sim, caplog: pytest.LogCaptureFixture
+) -> None:
+    """private_network A -> B -> none through the provider's update: the server is detached from the
+    old network at Scaleway before anything else, and the box's pn0 is replaced (the new VLAN), then
+    removed; vendorsim's netplan, as the real one, would keep the old pn0 on its own."""
+    caplog.set_level(logging.INFO)
+    claim, machine = sim.adopt("kura-scw", 0, machine={"private_network": PRIVATE_NETWORK})
+    server = "e1000000-0000-4000-8000-000000000001"
+    path = f"/scaleway/baremetal/v1/zones/fr-par-2/servers/{server}"
+    box = f"em-{server}"
+    root = sim.box_root(box)
+    netplan = root / "etc/netplan/60-tuist-private-network.yaml"
+    links = root / "var/lib/sim/ip/links"
+    assert attachments(sim, server) == [(PRIVATE_NETWORK, "attached", 1000)]
+    assert links.read_text() == "pn0 vlan 1000 enp1s0\n"
+
+    # A -> B: A detached (its attachment gone), B attached with the server's next VLAN, pn0 made anew.
+    since, calls = sim.last_audit_id(), len(sim.calls(box))
+    caplog.clear()
+    moved = (
+        sim.machines()
+        .update(f"scaleway_em:{EM_DEV_1}", machine, {**machine, "private_network": OTHER_NETWORK})
+        .outs
+    )
+    assert moved is not None
+    assert states(caplog) == ["PN_DETACHING", "PN_ATTACHING", "PN_VLAN", "JOINING", "NODE_READY"]
+    assert writes(sim, since) == [
+        ("DELETE", f"{path}/private-networks/{PRIVATE_NETWORK}"),
+        ("POST", f"{path}/private-networks"),
+    ]
+    assert [e["body"] for e in sim.audit(since) if e["method"] == "POST"] == [
+        {"private_network_id": OTHER_NETWORK}
+    ]
+    assert attachments(sim, server) == [(OTHER_NETWORK, "attached", 1001)]
+    assert "    pn0:\n      id: 1001\n      link: enp1s0\n" in netplan.read_text()
+    assert links.read_text() == "pn0 vlan 1001 enp1s0\n"
+    # What the script ran as root: pn0, still VLAN 1000, deleted before netplan made it again.
+    assert pn_script_as_root(sim.calls(box)[calls:]) == [
+        "sudo -n true",
+        f"sudo -n cmp -s <tmp> {PN_FILE}",
+        "sudo -n mkdir -p /etc/netplan",
+        f"sudo -n install -m 0600 <tmp> {PN_FILE}",
+        "sudo -n ip link delete pn0",
+        "sudo -n netplan apply",
+    ]
+    assert moved["private_network"] == OTHER_NETWORK
+
+    # B -> none: B detached, pn0 and its netplan file removed.
+    since, calls = sim.last_audit_id(), len(sim.calls(box))
+    caplog.clear()
+    dropped = sim.machines().update(f"scaleway_em:{EM_DEV_1}", moved, {**moved, "private_network": None}).outs
+    assert dropped is not None
+    assert states(caplog) == ["PN_DETACHING", "PN_DOWN", "JOINING", "NODE_READY"]
+    assert writes(sim, since) == [("DELETE", f"{path}/private-networks/{OTHER_NETWORK}")]
+    assert attachments(sim, server) == []
+    assert not netplan.exists()
+    assert links.read_text() == ""
+    assert pn_script_as_root(sim.calls(box)[calls:]) == [
+        "sudo -n true",
+        f"sudo -n test -e {PN_FILE}",
+        f"sudo -n rm -f {PN_FILE}",
+        "sudo -n ip link delete pn0",
+        "sudo -n netplan apply",
+    ]
+
+    # Released with no network: nothing to detach, no DELETE at all.
+    released_since = sim.last_audit_id()
+    sim.destroy(claim, dropped)
+    assert writes(sim, released_since) == [
+        ("PATCH", path),
+        ("POST", "/scaleway/iam/v1alpha1/ssh-keys"),
+        ("POST", f"{path}/install"),
+        ("PATCH", path),
+    ]
+    assert decoy_writes(sim, 0) == []
 
 
 # --- Apple silicon ---------------------------------------------------------------------------------------

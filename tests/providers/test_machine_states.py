@@ -13,7 +13,7 @@ import datetime as dt
 import itertools
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -42,7 +42,7 @@ from providers.machine.fsm import (
 from providers.machine.record import Holder, Phase, ProcessClaimRecord, Progress
 from providers.machine.release import release_table, resume_state
 from providers.machine.spec import DEFAULT_TIMEOUTS, Timeouts, Vendor
-from providers.machine.states import adopt_table, leave_table, rejoin_table
+from providers.machine.states import adopt_table, leave_table, rejoin_table, release_flow
 from providers.ssh.runner import HostKeyMismatchError, RemoteCommandError, SshConnectError, SshTarget
 from providers.vendor import Claim, InstallState, Reinstall, RescueInfo
 
@@ -484,9 +484,14 @@ TABLES = {
     "adopt applesilicon": adopt_table(Vendor.APPLESILICON),
     "rejoin": rejoin_table(),
     "rejoin applesilicon": rejoin_table(Vendor.APPLESILICON),
+    "rejoin scaleway_em onto another private network": rejoin_table(
+        Vendor.SCALEWAY_EM, private_network=True, detach=True
+    ),
+    "rejoin scaleway_em off its private network": rejoin_table(Vendor.SCALEWAY_EM, detach=True),
     "leave": leave_table(),
     "release ovh": release_table(Vendor.OVH),
     "release robot": release_table(Vendor.ROBOT),
+    "release scaleway_em": release_flow(Vendor.SCALEWAY_EM),
 }
 
 
@@ -929,11 +934,88 @@ def test_the_join_starts_where_each_kind_needs() -> None:
     )
 
 
+def _chain(table: dict[str, Row], state: str) -> list[str]:
+    """The states a flow runs through from `state` when every one succeeds."""
+    states = []
+    while state != DONE:
+        states.append(state)
+        state = table[state].on_success
+    return states
+
+
+def test_a_rejoin_off_a_private_network_detaches_it_first_and_an_adoption_does_not() -> None:
+    from providers.machine.states import adopt_start, join_start
+
+    moved = rejoin_table(Vendor.SCALEWAY_EM, private_network=True, detach=True)
+    dropped = rejoin_table(Vendor.SCALEWAY_EM, private_network=False, detach=True)
+    assert join_start(Vendor.SCALEWAY_EM, True, detach=True) == "PN_DETACHING"
+    assert join_start(Vendor.SCALEWAY_EM, False, detach=True) == "PN_DETACHING"
+    assert _chain(moved, "PN_DETACHING") == [
+        "PN_DETACHING",
+        "PN_ATTACHING",
+        "PN_VLAN",
+        "JOINING",
+        "NODE_READY",
+    ]
+    assert _chain(dropped, "PN_DETACHING") == ["PN_DETACHING", "PN_DOWN", "JOINING", "NODE_READY"]
+    assert (moved["PN_DETACHING"].budget, dropped["PN_DOWN"].budget) == ("pn_detaching", "pn_down")
+    assert (DEFAULT_TIMEOUTS["pn_detaching"], DEFAULT_TIMEOUTS["pn_down"]) == (600, 120)
+    # The same network (or none before): the join as before, no detach.
+    assert _chain(rejoin_table(Vendor.SCALEWAY_EM, True), join_start(Vendor.SCALEWAY_EM, True)) == [
+        "PN_ATTACHING",
+        "PN_VLAN",
+        "JOINING",
+        "NODE_READY",
+    ]
+    # An adoption never detaches anything.
+    adopt = adopt_table(Vendor.SCALEWAY_EM, private_network=True)
+    assert _chain(adopt, adopt_start(Vendor.SCALEWAY_EM, True)) == [
+        "PN_ATTACHING",
+        "PN_VLAN",
+        "JOINING",
+        "NODE_READY",
+    ]
+
+
+def test_an_elastic_metal_release_detaches_before_it_reinstalls() -> None:
+    em = release_flow(Vendor.SCALEWAY_EM)
+    assert _chain(em, "RELEASE_MARKING") == [
+        "RELEASE_MARKING",
+        "RELEASE_PN_DETACHING",
+        "RELEASE_REINSTALL",
+        "RELEASE_WAIT_INSTALL",
+        "RELEASE_CLEARING",
+    ]
+    assert (em["RELEASE_PN_DETACHING"].budget, DEFAULT_TIMEOUTS["release_pn_detaching"]) == (
+        "release_pn_detaching",
+        600,
+    )
+    # Every other vendor's release is release.py's table as it is.
+    for vendor in (Vendor.OVH, Vendor.DEDIBOX, Vendor.APPLESILICON, Vendor.ROBOT):
+        assert release_flow(vendor) == release_table(vendor)
+    # A release stopped there resumes there.
+    assert resume_state(em, True, "RELEASE_PN_DETACHING", {}, "VendorUnavailable") == "RELEASE_PN_DETACHING"
+
+
+def test_every_state_of_the_docs_table_has_a_budget_of_its_own() -> None:
+    from providers.machine.states import table_rows
+
+    budgets: dict[str, set[str]] = {}
+    for _flow, _vendors, row in table_rows():
+        budgets.setdefault(row.budget, set()).add(row.state)
+    assert {budget: states for budget, states in budgets.items() if len(states) > 1} == {}
+    states = {row.state for _, _, row in table_rows()}
+    assert {"PN_DETACHING", "PN_DOWN", "RELEASE_PN_DETACHING"} <= states
+
+
 @dataclass
 class FakeScaleway:
-    """An Elastic Metal / Apple silicon client: attachments answered in turn, one Mac login."""
+    """An Elastic Metal / Apple silicon client: attachments, detachments and the server's list of
+    attachments answered in turn, one Mac login."""
 
     attachments: list[Any] = field(default_factory=list)
+    detachments: list[str] = field(default_factory=list)
+    listings: list[list[tuple[str, str]]] = field(default_factory=list)
     user: str = "m1"
     calls: list[str] = field(default_factory=list)
 
@@ -943,6 +1025,18 @@ class FakeScaleway:
         self.calls.append(f"attach {box_id} {network}")
         status, vlan = self.attachments.pop(0)
         return Attachment(network, status, vlan)
+
+    def detach_private_network(self, box_id: str, network: str) -> Any:
+        from providers.scaleway_sdk import Attachment
+
+        self.calls.append(f"detach {box_id} {network}")
+        return Attachment(network, self.detachments.pop(0), None)
+
+    def private_networks(self, box_id: str) -> Any:
+        from providers.scaleway_sdk import Attachment
+
+        self.calls.append(f"networks {box_id}")
+        return [Attachment(network, status, 1000) for network, status in self.listings.pop(0)]
 
     def login(self, box_id: str) -> Any:
         from providers.applesilicon.models import MacLogin
@@ -1031,6 +1125,107 @@ def test_a_failed_attachment_fails_the_join(world: World, scripts: list[tuple[st
     )
     result = pn_attaching(world.run)
     assert isinstance(result, Failed) and result.error_type == "PrivateNetworkError"
+
+
+PN_A = "9e700000-0000-4000-8000-000000000001"
+PN_B = "9e700000-0000-4000-8000-000000000003"
+EM_BOX = "fr-par-2/e1000000-0000-4000-8000-000000000001"
+
+
+def _em_world(world: World, client: FakeScaleway, network: str | None) -> None:
+    world.run.extra.update(
+        settings=ScalewaySettings(client),
+        spec=_machine(
+            "scaleway_em", box_id=EM_BOX, provider_id=f"scaleway://{EM_BOX}", private_network=network
+        ),
+        target=SshTarget("127.0.0.1", 22, "ubuntu"),
+        old_private_network=PN_A,
+    )
+    # The box's record still holds the old attachment's VLAN.
+    world.progress = replace(world.progress, facts={"pn_vlan": "1000"})
+
+
+def test_a_move_detaches_the_old_network_until_gone_then_brings_the_new_vlan_up(
+    world: World, scripts: list[tuple[str, dict[str, Any]]]
+) -> None:
+    from providers.scaleway_sdk import DETACHED
+
+    client = FakeScaleway(
+        detachments=["detaching", "detaching", DETACHED],
+        attachments=[("attaching", 1001), ("attached", 1001)],
+    )
+    _em_world(world, client, PN_B)
+    table = rejoin_table(Vendor.SCALEWAY_EM, private_network=True, detach=True)
+    rows = {k: table[k] for k in ("PN_DETACHING", "PN_ATTACHING", "PN_VLAN")}
+    rows["PN_VLAN"] = replace(table["PN_VLAN"], on_success=DONE)
+    done = start(world, rows, "PN_DETACHING")
+
+    assert client.calls == [f"detach {EM_BOX} {PN_A}"] * 3 + [f"attach {EM_BOX} {PN_B}"] * 2
+    # Polled short first (Run.poll_delay), then the attachment at the poll interval.
+    assert world.clock.sleeps == [0.5, 0.75, 3]
+    assert done.facts["pn_vlan"] == "1001"
+    ((script, kwargs),) = scripts
+    assert "PN_VLAN=1001\nPN_INTERFACE=pn0\n" in script
+    assert kwargs["step"] == "pn-vlan"
+    assert [state for phase, state in world.saved if phase == Phase.ADOPTING][:3] == [
+        "PN_DETACHING",
+        "PN_ATTACHING",
+        "PN_VLAN",
+    ]
+    assert any(f"left Private Network {PN_A}" in line for line in world.lines)
+
+
+def test_a_removal_detaches_the_network_then_takes_pn0_down(
+    world: World, scripts: list[tuple[str, dict[str, Any]]]
+) -> None:
+    from providers.scaleway_sdk import DETACHED
+
+    client = FakeScaleway(detachments=[DETACHED])
+    _em_world(world, client, None)
+    table = rejoin_table(Vendor.SCALEWAY_EM, private_network=False, detach=True)
+    rows = {"PN_DETACHING": table["PN_DETACHING"], "PN_DOWN": replace(table["PN_DOWN"], on_success=DONE)}
+    done = start(world, rows, "PN_DETACHING")
+
+    assert client.calls == [f"detach {EM_BOX} {PN_A}"]
+    assert world.clock.sleeps == []
+    assert done.facts["pn_vlan"] == ""  # no VLAN is the box's any more
+    ((script, kwargs),) = scripts
+    assert script.startswith(
+        "# parameters, rendered by providers/ssh/privnet.py\nPN_STATE=down\nPN_INTERFACE=pn0\n"
+    )
+    assert (kwargs["step"], kwargs["env_secrets"]) == ("pn-down", {"SUDO_PASSWORD": SECRET})
+    assert kwargs["step_timeout"] == DEFAULT_TIMEOUTS["pn_down"]
+
+
+def test_an_attachment_scaleway_locked_fails_the_detach(world: World) -> None:
+    from providers.machine.states import pn_detaching
+
+    _em_world(world, FakeScaleway(detachments=["locked"]), None)
+    result = pn_detaching(world.run)
+    assert isinstance(result, Failed) and result.error_type == "PrivateNetworkLocked"
+    assert PN_A in result.message
+
+
+def test_the_release_detaches_every_private_network_of_the_box(world: World) -> None:
+    from providers.machine.states import release_pn_detaching
+
+    client = FakeScaleway(
+        listings=[[(PN_A, "attached"), (PN_B, "detaching")], []],
+        detachments=["detaching", "detaching"],
+    )
+    world.run.extra.update(client=client)
+    world.run.timeout = Timeouts({"poll_interval": 3})
+    row = release_flow(Vendor.SCALEWAY_EM)["RELEASE_PN_DETACHING"]
+    Runner(
+        {row.state: replace(row, on_success=DONE)}, world.run, world.record, world.progress, Phase.RELEASING
+    ).start(row.state)
+    assert client.calls == ["networks ns1", "detach ns1 " + PN_A, "detach ns1 " + PN_B, "networks ns1"]
+    assert world.clock.sleeps == [0.5]
+    # A box on no network: one read, nothing written.
+    nothing = FakeScaleway(listings=[[]])
+    world.run.extra.update(client=nothing)
+    assert release_pn_detaching(world.run) == Complete()
+    assert nothing.calls == ["networks ns1"]
 
 
 def test_a_registering_mac_gets_a_bootstrap_token_and_scaleways_sudo_password_on_stdin(

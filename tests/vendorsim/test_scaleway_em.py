@@ -366,6 +366,73 @@ def test_private_network_must_exist_in_the_servers_region(served: Served) -> Non
     assert scw(served, "POST", f"{Z}/servers/{DEV3}/options/{PN_OPTION}", {}).status_code == 404
 
 
+def test_a_private_network_is_detached_with_a_204_then_gone(served: Served) -> None:
+    """DELETE .../servers/{id}/private-networks/{pn}: 204 with no body, as Scaleway answers it
+    (terraform-provider-scaleway's recorded interactions); the attachment lists as `detaching`, then
+    is gone; audited as every write, with the box it touched."""
+    attach = f"{Z}/servers/{DEV2}/private-networks"
+    assert scw(served, "POST", attach, {"private_network_id": PN_PAR}).status_code == 200
+    served.clock.advance(10)
+    since = served.admin("GET", "audit").json()["entries"][-1]["id"]
+
+    r = scw(served, "DELETE", f"{attach}/{PN_PAR}")
+    assert (r.status_code, r.content) == (204, b"")
+    listed = scw(served, "GET", f"{Z}/server-private-networks", params={"server_id": DEV2}).json()
+    assert [(a["private_network_id"], a["status"], a["vlan"]) for a in listed["server_private_networks"]] == [
+        (PN_PAR, "detaching", 1000)
+    ]
+    # While it detaches, another DELETE is refused as Scaleway refuses writes to a resource in a
+    # transient state.
+    again = scw(served, "DELETE", f"{attach}/{PN_PAR}")
+    assert (again.status_code, again.json()["type"], again.json()["current_state"]) == (
+        409,
+        "transient_state",
+        "detaching",
+    )
+    served.clock.advance(10)
+    pn = BaremetalV1PrivateNetworkAPI(sdk_client(served))
+    assert pn.list_server_private_networks_all(server_id=DEV2) == []
+    # Gone: a DELETE now is Scaleway's 404.
+    gone = scw(served, "DELETE", f"{attach}/{PN_PAR}")
+    assert (gone.status_code, gone.json()) == (
+        404,
+        {
+            "message": "resource is not found",
+            "resource": "baremetal_private_network",
+            "resource_id": PN_PAR,
+            "type": "not_found",
+        },
+    )
+    entries = served.admin("GET", f"audit?since={since}").json()["entries"]
+    assert [(e["method"], e["path"], e["status"], e["box"]) for e in entries] == [
+        ("DELETE", f"/scaleway{attach}/{PN_PAR}", status, f"em-{DEV2}") for status in (204, 409, 404)
+    ]
+    # Attached again, the server's next VLAN: never one an earlier attachment had.
+    assert scw(served, "POST", attach, {"private_network_id": PN_PAR}).json()["vlan"] == 1001
+
+
+def test_the_sdk_detaches_and_an_attaching_attachment_is_not_detached(served: Served) -> None:
+    pn = BaremetalV1PrivateNetworkAPI(sdk_client(served))
+    pn.add_server_private_network(server_id=DEV2, private_network_id=PN_PAR)
+    # Still attaching: 409 transient_state, the attachment as it was.
+    with pytest.raises(ScalewayException) as refused:
+        pn.delete_server_private_network(server_id=DEV2, private_network_id=PN_PAR)
+    assert (refused.value.status_code, refused.value.response.json()["current_state"]) == (409, "attaching")
+    served.clock.advance(10)
+    assert pn.delete_server_private_network(server_id=DEV2, private_network_id=PN_PAR) is None
+    assert [a.status for a in pn.list_server_private_networks_all(server_id=DEV2)] == ["detaching"]
+
+
+def test_detaching_what_is_not_there_is_404(served: Served) -> None:
+    # A network the server is not on: Scaleway's standard not_found, naming it.
+    r = scw(served, "DELETE", f"{Z}/servers/{DEV1}/private-networks/{PN_PAR}")
+    assert (r.status_code, r.json()["type"], r.json()["resource_id"]) == (404, "not_found", PN_PAR)
+    # An unknown server: Elastic Metal's bare 404, as for any route of it.
+    unknown = DEV1.replace("e1000000", "e1000009")
+    r = scw(served, "DELETE", f"{Z}/servers/{unknown}/private-networks/{PN_PAR}")
+    assert (r.status_code, r.json()) == (404, {"message": "Not Found"})
+
+
 # --- delete: served faithfully, never called by the program -------------------------------------------
 
 

@@ -23,6 +23,7 @@ from providers.retry import HttpTimeouts, PollPolicy, RetryPolicy
 from providers.scaleway_em.client import ElasticMetalClient
 from providers.scaleway_em.models import provider_id
 from providers.vendor import Box, Claim, InstallState, Reinstall
+from tests.providers.conftest import RecordingServer
 
 SECRET = "3b0e2f4c-55d6-4c3a-9b1e-7d2f6a8c9e01"
 ACCESS = "SCWDEVSIMULATOR00001"
@@ -556,6 +557,150 @@ def test_attach_posts_once_then_reads_the_vlan(recorder, client) -> None:
     second = client.attach_private_network(BOX, PN)
     assert (second.status, second.vlan, second.ready) == ("attached", 2730, True)
     assert recorder.calls().count(f"POST {SERVER}/private-networks") == 1
+
+
+LISTING = "/baremetal/v1/zones/fr-par-2/server-private-networks"
+DETACH = f"{SERVER}/private-networks/{PN}"
+OTHER_PN = "0f0ac501-6037-4d2f-9042-69985486c21a"
+
+
+def attachments(*entries: tuple[str, str, int]) -> dict[str, Any]:
+    """The server's attachments as Scaleway lists them: (private network, status, vlan) each."""
+    return {
+        "total_count": len(entries),
+        "server_private_networks": [
+            {
+                "created_at": "2025-12-09T16:06:26.769814Z",
+                "id": f"2847d06d-9fdc-4300-8b10-0180981fc8{i:02d}",
+                "ipam_ip_ids": [],
+                "private_network_id": pn,
+                "project_id": PROJECT,
+                "server_id": SID,
+                "status": status,
+                "updated_at": "2025-12-09T16:06:26.769814Z",
+                "vlan": vlan,
+            }
+            for i, (pn, status, vlan) in enumerate(entries)
+        ],
+    }
+
+
+def routes(recorder) -> list[str]:
+    return [f"{r.method} {r.path}" for r in recorder.requests]
+
+
+# Scaleway answers the DELETE 204 with no body (terraform-provider-scaleway's recorded interactions).
+GONE = RecordingServer.reply(status=204, raw=b"")
+
+
+def test_detach_deletes_an_attached_network_once_then_reads_it_going(recorder, client) -> None:
+    recorder.on(
+        "GET",
+        LISTING,
+        attachments((PN, "attached", 2730), (OTHER_PN, "attached", 1782)),
+        attachments((PN, "detaching", 2730), (OTHER_PN, "attached", 1782)),
+        attachments((OTHER_PN, "attached", 1782)),
+    )
+    recorder.on("DELETE", DETACH, GONE)
+    first = client.detach_private_network(BOX, PN)
+    assert (first.status, first.vlan, first.gone) == ("detaching", 2730, False)
+    assert routes(recorder) == [f"GET {LISTING}", f"DELETE {DETACH}"]
+    assert recorder.last("GET", LISTING).query == {
+        "page": ["1"],
+        "page_size": ["100"],
+        "project_id": [PROJECT],
+        "server_id": [SID],
+    }
+    assert recorder.last("DELETE", DETACH).body == b"{}"  # as the SDK sends every request without one
+    second = client.detach_private_network(BOX, PN)
+    assert (second.status, second.gone) == ("detaching", False)
+    third = client.detach_private_network(BOX, PN)
+    assert (third.status, third.gone) == ("detached", True)
+    # The other network is not touched; one DELETE in all.
+    assert routes(recorder) == [f"GET {LISTING}", f"DELETE {DETACH}", f"GET {LISTING}", f"GET {LISTING}"]
+
+
+def test_detach_from_a_network_the_server_is_not_on_writes_nothing(recorder, client) -> None:
+    recorder.on("GET", LISTING, attachments((OTHER_PN, "attached", 1782)))
+    assert client.detach_private_network(BOX, PN).gone
+    assert routes(recorder) == [f"GET {LISTING}"]
+
+
+@pytest.mark.parametrize("status", ["attaching", "detaching", "locked"])
+def test_detach_sends_no_delete_while_the_attachment_is_not_attached(recorder, client, status) -> None:
+    recorder.on("GET", LISTING, attachments((PN, status, 2730)))
+    assert client.detach_private_network(BOX, PN).status == status
+    assert routes(recorder) == [f"GET {LISTING}"]
+
+
+def test_an_attachment_in_error_is_detached(recorder, client) -> None:
+    recorder.on("GET", LISTING, attachments((PN, "error", 2730)))
+    recorder.on("DELETE", DETACH, GONE)
+    assert client.detach_private_network(BOX, PN).status == "detaching"
+    assert routes(recorder) == [f"GET {LISTING}", f"DELETE {DETACH}"]
+
+
+def test_a_lost_detach_answer_is_read_back_and_never_sent_twice(recorder, client, sleeps) -> None:
+    # The DELETE was carried out, but its answer was a 502: the list shows the attachment detaching.
+    recorder.on("GET", LISTING, attachments((PN, "attached", 2730)), attachments((PN, "detaching", 2730)))
+    recorder.on("DELETE", DETACH, recorder.reply(raw=b"<html>Bad Gateway</html>", status=502))
+    assert client.detach_private_network(BOX, PN).status == "detaching"
+    assert routes(recorder) == [f"GET {LISTING}", f"DELETE {DETACH}", f"GET {LISTING}"]
+
+
+def test_a_lost_detach_answer_read_back_as_gone_is_done(recorder, client, sleeps) -> None:
+    recorder.on("GET", LISTING, attachments((PN, "attached", 2730)), attachments())
+    recorder.on("DELETE", DETACH, recorder.reply(raw=b"<html>Bad Gateway</html>", status=502))
+    assert client.detach_private_network(BOX, PN).gone
+    assert recorder.calls().count(f"DELETE {DETACH}") == 1
+
+
+def test_a_lost_detach_answer_that_took_nothing_is_sent_again(recorder, client, sleeps) -> None:
+    # The read-back shows the attachment still attached, twice (verified_write reads again after a
+    # pause before it sends anything again): the 502 came before Scaleway acted.
+    recorder.on("GET", LISTING, attachments((PN, "attached", 2730)))
+    recorder.on("DELETE", DETACH, recorder.reply(raw=b"<html>Bad Gateway</html>", status=502), GONE)
+    assert client.detach_private_network(BOX, PN).status == "detaching"
+    assert routes(recorder) == [
+        f"GET {LISTING}",
+        f"DELETE {DETACH}",
+        f"GET {LISTING}",
+        f"GET {LISTING}",
+        f"DELETE {DETACH}",
+    ]
+    assert len(sleeps) == 1
+
+
+def test_a_404_to_the_delete_is_read_back(recorder, client) -> None:
+    # Another run detached it between the list and the DELETE: Scaleway's 404, then the list says so.
+    not_found = {
+        "message": "resource is not found",
+        "resource": "baremetal_private_network",
+        "resource_id": PN,
+        "type": "not_found",
+    }
+    recorder.on("GET", LISTING, attachments((PN, "attached", 2730)), attachments())
+    recorder.on("DELETE", DETACH, recorder.reply(not_found, status=404))
+    assert client.detach_private_network(BOX, PN).gone
+
+
+def test_a_404_with_the_attachment_still_attached_surfaces(recorder, client) -> None:
+    recorder.on("GET", LISTING, attachments((PN, "attached", 2730)))
+    recorder.on("DELETE", DETACH, recorder.reply({"message": "Not Found"}, status=404))
+    with pytest.raises(NotFoundError):
+        client.detach_private_network(BOX, PN)
+
+
+def test_private_networks_lists_every_attachment(recorder, client) -> None:
+    recorder.on("GET", LISTING, attachments((PN, "attached", 2730), (OTHER_PN, "detaching", 1782)))
+    found = client.private_networks(BOX)
+    assert [(a.private_network_id, a.status, a.vlan) for a in found] == [
+        (PN, "attached", 2730),
+        (OTHER_PN, "detaching", 1782),
+    ]
+    assert routes(recorder) == [f"GET {LISTING}"]
+    with pytest.raises(VendorInputError):
+        client.detach_private_network(BOX, "")
 
 
 # --- errors and retries ---------------------------------------------------------------------------------

@@ -158,6 +158,39 @@ def test_private_network_attachment_converges(vendorsim) -> None:
     assert client.attach_private_network(DEV1, PN).vlan == 1000
 
 
+def test_a_detach_whose_answer_is_lost_is_read_back_not_sent_twice(vendorsim) -> None:
+    """Attached, then detached through the client with the DELETE's answer lost: the list shows the
+    attachment detaching, so no second DELETE (which would be a 404); polled until it is gone, after
+    which a detach costs one read."""
+    client = make_client(vendorsim)
+    wait_for(lambda: client.attach_private_network(DEV1, PN).ready)
+    since = vendorsim.admin("GET", "/audit?since=0")["entries"][-1]["id"]
+    vendorsim.admin(
+        "POST",
+        "/faults",
+        json={
+            "vendor": "scaleway_em",
+            "route": "/scaleway/baremetal/v1/zones/*/servers/*/private-networks/*",
+            "method": "DELETE",
+            "error_rate": 1,
+            "count": 1,
+            "status": 502,
+            "answer": "lost",
+        },
+    )
+    assert client.detach_private_network(DEV1, PN).status == "detaching"
+    wait_for(lambda: client.detach_private_network(DEV1, PN).gone)
+    assert client.private_networks(DEV1) == []
+    server = "/scaleway/baremetal/v1/zones/fr-par-2/servers/e1000000-0000-4000-8000-000000000001"
+    entries = vendorsim.admin("GET", f"/audit?since={since}")["entries"]
+    assert [(e["method"], e["path"], e["status"]) for e in entries] == [
+        ("DELETE", f"{server}/private-networks/{PN}", 204)
+    ]
+    # Attached again, the server gets a VLAN of its own again, not the one it left.
+    wait_for(lambda: client.attach_private_network(DEV1, PN).ready)
+    assert client.attach_private_network(DEV1, PN).vlan == 1001
+
+
 def test_a_wrong_key_is_an_auth_error(vendorsim) -> None:
     with pytest.raises(AuthError):
         make_client(vendorsim, secret="00000000-0000-4000-8000-000000000000").list_boxes()
