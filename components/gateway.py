@@ -134,6 +134,10 @@ def controller_args(region: Region, namespace: str) -> list[str]:
     if region.gateway is GatewayMode.HOST_NETWORK:
         # The ClusterIP is unreachable from outside; publish the box's own address.
         args.append("--report-node-internal-ip-address=true")
+        # On the host's network the health port (/healthz and /metrics, whose series name every
+        # customer host) would answer on the box's public address: loopback only, where the kubelet
+        # probes it (HEALTHZ_HOST).
+        args.append(f"--healthz-host={HEALTHZ_HOST}")
     else:
         args.append(f"--publish-service={namespace}/{name}")
     return args
@@ -182,9 +186,15 @@ def _namespace_rules(region: Region) -> list[k8s.rbac.v1.PolicyRuleArgs]:
     ]
 
 
-def _healthz_probe() -> k8s.core.v1.ProbeArgs:
+HEALTHZ_HOST = "127.0.0.1"
+
+
+def _healthz_probe(host_network: bool) -> k8s.core.v1.ProbeArgs:
+    # The kubelet probes from the host's network namespace: a hostNetwork gateway's loopback is its.
     return k8s.core.v1.ProbeArgs(
-        http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+        http_get=k8s.core.v1.HTTPGetActionArgs(
+            path="/healthz", port="metrics", host=HEALTHZ_HOST if host_network else None
+        ),
         initial_delay_seconds=10,
         period_seconds=10,
         timeout_seconds=1,
@@ -374,8 +384,8 @@ class Gateway(pulumi.ComponentResource):
                                         name="metrics", container_port=10254, protocol="TCP"
                                     ),
                                 ],
-                                liveness_probe=_healthz_probe(),
-                                readiness_probe=_healthz_probe(),
+                                liveness_probe=_healthz_probe(host_network),
+                                readiness_probe=_healthz_probe(host_network),
                                 # Serve on while the wildcard moves off the box: the reconciler drops
                                 # a terminating pod at its next pass, but clients hold the old answer
                                 # for a TTL. ingress-nginx stops accepting at SIGTERM, which comes after.

@@ -102,7 +102,19 @@ def test_hostnetwork_args_report_node_internal_ip(region: Region, fleet: Fleet) 
         "--configmap=$(POD_NAMESPACE)/kura-gateway-us-east",
         "--watch-namespace=$(POD_NAMESPACE)",
         "--report-node-internal-ip-address=true",
+        # /healthz and /metrics (every customer host a series) on loopback, not the public address.
+        "--healthz-host=127.0.0.1",
     ]
+
+
+def test_a_private_regions_gateway_keeps_its_health_port_on_the_pod(region: Region, fleet: Fleet) -> None:
+    # Off the host's network the pod has its own address, which the kubelet probes.
+    node_port = region.model_copy(
+        update={"gateway": GatewayMode.NODE_PORT, "private": True, "client_cidrs": ["172.16.0.0/22"]}
+    )
+    [c] = pod_spec(render(node_port, fleet))["containers"]
+    assert not any(a.startswith("--healthz-host") for a in c["args"])
+    assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
 
 def test_load_balancer_args_publish_the_service(region: Region, fleet: Fleet) -> None:
@@ -221,7 +233,8 @@ def test_a_parked_fleet_gets_a_gateway_with_no_replica(region: Region, fleet: Fl
 def test_image_probes_ports_and_resources_match_the_anchor(region: Region, fleet: Fleet) -> None:
     [c] = pod_spec(render(region, fleet))["containers"]
     probe = {
-        "httpGet": {"path": "/healthz", "port": "metrics"},
+        # The kubelet probes a hostNetwork pod from the host: its loopback, where the port is bound.
+        "httpGet": {"path": "/healthz", "port": "metrics", "host": "127.0.0.1"},
         "initialDelaySeconds": 10,
         "periodSeconds": 10,
         "timeoutSeconds": 1,
