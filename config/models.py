@@ -671,8 +671,8 @@ class Cluster(Strict):
     render_dir: str | None = None
     runners_namespace: DnsLabel = "tuist-runners"
     runners_controller_image: str = Field(min_length=1)
-    # The Tuist server the runners-controller asks for dispatch and desired replicas (seed 003);
-    # its token is the stack secret tuistServerToken. Required once a runner pool exists.
+    # The Tuist server the runners-controller asks for dispatch and desired replicas (seed 003); it
+    # authenticates with its ServiceAccount token (TokenReview). Required once a runner pool exists.
     tuist_server_url: str | None = None
     # What every kubelet gets as clusterDNS and clusterDomain (the self-join writes them); the
     # defaults match kubeadm's and scripts/cluster.sh's service CIDR 10.96.0.0/16.

@@ -101,9 +101,10 @@ class Reinstall:
         return self
 
     def unseen_done(self, state: InstallState, identity: str) -> bool:
-        """A `done` that is still the previous install's: this one was never seen running and the
-        box's install reads as it did before the POST."""
-        return state is InstallState.DONE and not self.started_running and identity == self.baseline
+        """An end (`done`, or `failed`) that is still the previous install's: this one was never seen
+        running and the box's install reads as it did before the POST."""
+        ended = state in (InstallState.DONE, InstallState.FAILED)
+        return ended and not self.started_running and identity == self.baseline
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,10 @@ log = logging.getLogger("watcher")
 KUBE_TIMEOUT = (5, 30)
 # What one poll may take besides a move: the two lists and the vendor's route read, each bounded.
 POLL_BUDGET_SECONDS = 120.0
-# What one move may take: a Dedibox move detaches, then attaches, each waited for up to the clients'
-# task timeout (providers.clients.ClientTiming.task_timeout, 600 s; a test holds them together).
-MOVE_BUDGET_SECONDS = 2 * 600.0 + 60.0
+# What one move may take: a Dedibox move's waits (detach, attach) share two of the clients' task
+# timeouts (providers.clients.ClientTiming.task_timeout, 600 s), and a failed attach's put-back waits
+# up to one more (a test holds them together).
+MOVE_BUDGET_SECONDS = 3 * 600.0 + 60.0
 # How long the vendor is left alone after it refused the credential (AuthError): longer than Robot's
 # block of the source IP after 3 failed logins (10 minutes, robot.your-server.de/doc/webservice), so
 # one watcher with a bad credential does not keep the egress IP every stack shares blocked.

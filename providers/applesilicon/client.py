@@ -161,7 +161,7 @@ class AppleSiliconClient(ProjectClient):
         return ticket
 
     def _progress(self, box_id: str) -> tuple[InstallState, str]:
-        """(reinstall state, what identifies the Mac's last install): its image and updated_at.
+        """(reinstall state, what identifies the Mac's last install: its image, _install_identity).
         Raises TransientVendorError while the Mac is in a transient status other than
         `reinstalling` (models.NOT_READY): no reinstall can start from it, nor is one running."""
         server = self._server(box_id)
@@ -189,9 +189,9 @@ class AppleSiliconClient(ProjectClient):
         """From the server status (models.install_state_of): `reinstalling` runs, `ready` is done.
         start_reinstall returns a ticket only once the reinstall was accepted (the POST answered
         2xx) or seen running (`reinstalling` before the POST, on a read-back or after a 409), never
-        for a Mac that was rebooting or otherwise busy. A `ready` read before the reinstall was seen
-        running that still shows the Mac as before the POST (same image, same updated_at: a read
-        just after it) is PENDING: the previous install's, not this one's."""
+        for a Mac that was rebooting or otherwise busy. A `ready` (or `error`) read before the
+        reinstall was seen running that still shows the Mac's image as before the POST (a read just
+        after it) is PENDING: the previous install's, not this one's."""
         server = self._server(box_id)
         state = install_state_of(server)
         if reinstall is not None and reinstall.unseen_done(state, _install_identity(server)):
@@ -249,6 +249,7 @@ class AppleSiliconClient(ProjectClient):
 
 
 def _install_identity(server: Server) -> str:
-    """What tells the Mac's last install from the next: its image and updated_at."""
-    os_id = server.os.id if server.os is not None else ""
-    return f"{os_id} {server.updated_at}"
+    """What tells the Mac's last install from the next: its image. Not updated_at, which a read half
+    caught up with the POST may show moved while the Mac still reads `ready`: a reinstall of the
+    same image counts once seen `reinstalling` instead."""
+    return server.os.id if server.os is not None else ""

@@ -178,6 +178,14 @@ def install_resume_state(state: str, error_type: str | None) -> str:
     return state
 
 
+def _unseen(raw: str | None) -> bool:
+    """The recorded ticket names a reinstall never seen running (Reinstall.started_running)."""
+    try:
+        return raw is not None and not Reinstall.from_record(json.loads(raw)).started_running
+    except (ValueError, TypeError, VendorInputError):
+        return False
+
+
 def resume_state(
     table: Mapping[str, Row],
     releasing: bool,
@@ -188,9 +196,15 @@ def resume_state(
     """Where a release starts: where the last one stopped (`releasing` and a state of the table), else
     at the beginning. A wait with no ticket recorded (a record of a release that died before it
     recorded one) starts at RELEASE_REINSTALL, which finds the running install and its ticket; so
-    does a wait that ended on a failed or timed-out install, whose ticket would only fail again."""
+    does a wait that ended on a failed or timed-out install, whose ticket would only fail again, and
+    one whose reinstall was never seen running: the install may have run and ended while nobody
+    looked, its record then reading exactly as before the POST (a second release of the box sends the
+    same parameters), and such a wait could never tell. RELEASE_REINSTALL follows the install if it
+    still runs, else sends another to a box that is being wiped anyway."""
     if not releasing or state not in table:
         return "RELEASE_MARKING"
-    if state == "RELEASE_WAIT_INSTALL" and (not facts.get(REINSTALL) or error_type in REINSTALL_AGAIN):
+    if state == "RELEASE_WAIT_INSTALL" and (
+        not facts.get(REINSTALL) or error_type in REINSTALL_AGAIN or _unseen(facts.get(REINSTALL))
+    ):
         return "RELEASE_REINSTALL"
     return install_resume_state(state, error_type)

@@ -155,15 +155,14 @@ class ElasticMetalClient(ProjectClient):
         return ticket
 
     def _progress(self, box_id: str) -> tuple[InstallState, str]:
-        """(install state, what identifies the server's last install): the install record has no id,
-        so its parameters, its status and the server's updated_at tell a new one from the last."""
+        """(install state, what identifies the server's last install: _install_identity)."""
         server = self._server(box_id)
         return install_state_of(server), _install_identity(server)
 
     def install_state(self, box_id: str, reinstall: Reinstall | None = None) -> InstallState:
         """From `server.install.status` (models.install_state_of). With a ticket whose install was
-        not seen running yet, a `completed` that still reads as before the POST (the same install
-        record and updated_at: a read just after it) is PENDING: the previous install's."""
+        not seen running yet, an end (`completed`, `error`) that still reads as before the POST (the
+        same install record: a read just after it) is PENDING: the previous install's."""
         server = self._server(box_id)
         state = install_state_of(server)
         if reinstall is not None and reinstall.unseen_done(state, _install_identity(server)):
@@ -267,11 +266,10 @@ class ElasticMetalClient(ProjectClient):
 
 def _install_identity(server: Server) -> str:
     """What tells the server's last install from the next: the install record has no id, so its
-    parameters, its status and the server's updated_at."""
+    parameters and status. Not the server's updated_at: a read half caught up with the POST (its
+    updated_at moved, its install not yet) would pass the previous install's `completed` for this
+    one's; an install with the same parameters counts once seen running instead."""
     install = server.install
-    digest = (
-        ""
-        if install is None
-        else repr([install.os_id, install.hostname, list(install.ssh_key_ids or []), str(install.status)])
-    )
-    return f"{digest} {server.updated_at}"
+    if install is None:
+        return ""
+    return repr([install.os_id, install.hostname, list(install.ssh_key_ids or []), str(install.status)])

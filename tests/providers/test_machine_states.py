@@ -910,6 +910,13 @@ def test_where_a_release_resumes() -> None:
     assert resume_state(table, True, "RELEASE_WAIT_INSTALL", ticket, "Timeout") == "RELEASE_REINSTALL"
     # A wait cut short any other way (the process died) follows its own ticket.
     assert resume_state(table, True, "RELEASE_WAIT_INSTALL", ticket, None) == "RELEASE_WAIT_INSTALL"
+    # ... unless its reinstall was never seen running: it may have run and ended unseen, its record
+    # then reading as before the POST; RELEASE_REINSTALL follows it if it runs, else sends another.
+    unseen = Reinstall(vendor=Vendor.DEDIBOX, box_id="ns1", started_running=False, baseline="b")
+    sent = {"reinstall": json.dumps(unseen.to_record())}
+    assert resume_state(table, True, "RELEASE_WAIT_INSTALL", sent, None) == "RELEASE_REINSTALL"
+    seen = {"reinstall": json.dumps(unseen.after(InstallState.RUNNING).to_record())}
+    assert resume_state(table, True, "RELEASE_WAIT_INSTALL", seen, None) == "RELEASE_WAIT_INSTALL"
 
 
 # --- Elastic Metal's Private Network and the Mac's bootstrap ----------------------------------------------

@@ -231,6 +231,8 @@ def test_a_done_counts_for_a_sent_reinstall_only_once_seen_or_changed() -> None:
     # The install record moved on: this install's.
     assert sent.unseen_done(InstallState.DONE, "after") is False
     assert sent.unseen_done(InstallState.RUNNING, "before") is False
+    # A stale `failed` (the previous install ended in error) is the previous install's too.
+    assert sent.unseen_done(InstallState.FAILED, "before") is True
     seen = sent.after(InstallState.RUNNING)
     assert seen == Reinstall(
         vendor=Vendor.DEDIBOX, box_id="fr-par-2/1", started_running=True, baseline="before"
