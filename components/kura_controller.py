@@ -13,6 +13,21 @@ Seed 000 and 001 name what the controller is told, and nothing else is added her
 - `TUIST_KURA_AVAILABLE_REGIONS` and `TUIST_KURA_PEER_FAILOVER_IPS` (only ordered IPs: a parked
   one stays out, as the seed parks it in values until ordered).
 Every setting is in the pod template, so changing one rolls the controller.
+
+The KuraInstance CustomResourceDefinition (kurainstances.kura.tuist.dev, v1alpha1) is installed here
+too: the controller's KuraInstance informer starts with the manager, and without the kind it never
+syncs and the manager exits at start. Its schema is deliberately permissive. The Tuist server writes
+every KuraInstance (one per account) and owns and validates their fields; kura-controller reads them.
+This program only needs the kind to exist with its status subresource (the controller writes status
+through it), so the schema requires the four fields nothing works without (accountHandle, tenantID,
+region, image: non-empty strings) and keeps every other field of spec and status as written
+(`x-kubernetes-preserve-unknown-fields`) rather than pruning what a newer server adds. Deleting the
+CRD deletes every KuraInstance, i.e. every account's cache, so it is retained when it leaves the
+program and protected in production, as the Kura namespace is.
+
+One owner only: on a cluster where the Tuist Helm chart also ships this CRD (its crds/ directory),
+install the chart with `helm install --skip-crds`. Two owners would fight over the schema, each
+apply rewriting the other's.
 """
 
 from __future__ import annotations
@@ -40,12 +55,14 @@ __all__ = [
     "CONTROLLER_LEASE_NAME",
     "CONTROLLER_NAME",
     "EGRESS_BANDWIDTH_ANNOTATION",
+    "KURA_INSTANCE_CRD_NAME",
     "KuraController",
     "KuraControllerArgs",
     "RegionPlacement",
     "controller_cluster_rules",
     "controller_env",
     "controller_rules",
+    "kura_instance_crd_manifest",
     "region_exposed",
 ]
 
@@ -54,6 +71,12 @@ CONTROLLER_NAME = "kura-controller"
 # pod's own namespace.
 CONTROLLER_LEASE_NAME = "kura-controller.kura.tuist.dev"
 KURA_GROUP = "kura.tuist.dev"
+KURA_VERSION = "v1alpha1"
+KURA_INSTANCE_KIND = "KuraInstance"
+KURA_INSTANCE_PLURAL = "kurainstances"
+KURA_INSTANCE_CRD_NAME = f"{KURA_INSTANCE_PLURAL}.{KURA_GROUP}"
+# The spec fields without which an instance means nothing (the module doc: the rest is the server's).
+KURA_INSTANCE_REQUIRED = ("accountHandle", "tenantID", "region", "image")
 EGRESS_BANDWIDTH_ANNOTATION = "kubernetes.io/egress-bandwidth"
 LABELS = {
     "app.kubernetes.io/name": CONTROLLER_NAME,
@@ -138,6 +161,72 @@ def controller_env(
         "TUIST_KURA_AVAILABLE_REGIONS": ",".join(exposed),
         "TUIST_KURA_PEER_FAILOVER_IPS": ",".join(f"{region}={ip}" for region, ip in routed),
         "TUIST_KURA_REGIONS": json.dumps(regions, sort_keys=True, separators=(",", ":")),
+    }
+
+
+def kura_instance_crd_manifest() -> dict[str, Any]:
+    """The KuraInstance CRD, in the apiserver's (camelCase) shape: the names upstream's controller
+    and the Tuist server use, and a structural schema of our own that only requires what it must
+    (see the module doc)."""
+    spec = {
+        "type": "object",
+        "description": "Written by the Tuist server, which owns and validates its fields.",
+        "required": list(KURA_INSTANCE_REQUIRED),
+        "properties": {field: {"type": "string", "minLength": 1} for field in KURA_INSTANCE_REQUIRED},
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    status = {
+        "type": "object",
+        "description": "Written by kura-controller, through the status subresource.",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    columns = [
+        {"name": "Region", "type": "string", "jsonPath": ".spec.region"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": KURA_INSTANCE_CRD_NAME,
+            "labels": {"app.kubernetes.io/part-of": "kura", "app.kubernetes.io/managed-by": MANAGED_BY},
+        },
+        "spec": {
+            "group": KURA_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KURA_INSTANCE_KIND,
+                "listKind": f"{KURA_INSTANCE_KIND}List",
+                "plural": KURA_INSTANCE_PLURAL,
+                "singular": KURA_INSTANCE_KIND.lower(),
+                "shortNames": ["kura"],
+            },
+            "versions": [
+                {
+                    "name": KURA_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "One account's Kura cache in one region.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
     }
 
 
@@ -238,9 +327,10 @@ class KuraControllerArgs:
 
 
 class KuraController(pulumi.ComponentResource):
-    """Namespace `kura`, ServiceAccount, Role + ClusterRole (nodes read, volumes' reclaim policy)
-    and the Deployment."""
+    """The KuraInstance CRD, namespace `kura`, ServiceAccount, Role + ClusterRole (nodes read,
+    volumes' reclaim policy) and the Deployment."""
 
+    crd: k8s.apiextensions.v1.CustomResourceDefinition
     namespace: k8s.core.v1.Namespace
     failover_namespace: k8s.core.v1.Namespace
 
@@ -248,6 +338,17 @@ class KuraController(pulumi.ComponentResource):
         super().__init__("tuist:kura_controller:KuraController", name, None, opts)
         kura, ns = args.kura, args.kura.namespace
         meta = k8s.meta.v1.ObjectMetaArgs
+        production = args.environment is Environment.PRODUCTION
+        crd = kura_instance_crd_manifest()
+        self.crd = k8s.apiextensions.v1.CustomResourceDefinition(
+            f"{name}-kurainstance-crd",
+            metadata=crd["metadata"],
+            spec=crd["spec"],
+            # Deleting a CRD deletes every object of its kind: every account's KuraInstance, and with
+            # it every account's cache. The resource going from the program (a rename, the last region
+            # removed) leaves it in the cluster; in production removing it is an explicit unprotect.
+            opts=child_options(self, opts, retain_on_delete=True, protect=production),
+        )
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
             metadata=meta(
@@ -257,7 +358,7 @@ class KuraController(pulumi.ComponentResource):
             # Every account's instances and their volume claims live in it, created by kura-controller:
             # deleting it (a renamed namespace, the last region removed) wipes every region's cache.
             # In production that takes an explicit `pulumi state unprotect`, as a machine's release does.
-            opts=child_options(self, opts, protect=args.environment is Environment.PRODUCTION),
+            opts=child_options(self, opts, protect=production),
         )
         # The failover watchers' own namespace (components/failover_watcher.py): their vendor
         # credentials stay out of the Kura namespace, whose gateways read every Secret.
@@ -355,6 +456,7 @@ class KuraController(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child_options(self, opts, depends_on=[self.namespace, self.role_binding]),
+            # Its KuraInstance informer must sync at start: the kind exists before the manager runs.
+            opts=child_options(self, opts, depends_on=[self.crd, self.namespace, self.role_binding]),
         )
-        self.register_outputs({"namespace": ns, "deployment": CONTROLLER_NAME})
+        self.register_outputs({"namespace": ns, "deployment": CONTROLLER_NAME, "crd": KURA_INSTANCE_CRD_NAME})

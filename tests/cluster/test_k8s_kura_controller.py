@@ -1,13 +1,18 @@
 """kura-controller on the real control plane: its objects are accepted as rendered, a change of one
 of the seeds' knobs rolls it (the deployment controller starts a new ReplicaSet whose pods carry the
-new value), and its RBAC allows what it does and nothing near it."""
+new value), and its RBAC allows what it does and nothing near it. The KuraInstance CRD it renders is
+Established and behaves as the server and the controller need: the server's fields kept, the four
+required ones enforced, status only through its subresource, `kubectl get kura`."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from components.kura_controller import KuraController, KuraControllerArgs, RegionPlacement
 from config.models import Cluster, Environment, FailoverIP, Fleet, Hardware, Kura, Region, Vendor
@@ -155,3 +160,124 @@ def test_its_rbac_allows_what_it_does_and_nothing_near_it(kube_cluster: KubeClus
             resource,
         )
     kube_cluster.delete_namespace(ns)
+
+
+# --- the KuraInstance CRD -------------------------------------------------------------------------
+
+GROUP, VERSION, PLURAL = "kura.tuist.dev", "v1alpha1", "kurainstances"
+REQUIRED = {
+    "accountHandle": "acme",
+    "tenantID": "acme",
+    "region": "ca-east",
+    "image": "ghcr.io/tuist/kura:0.10.5",
+}
+
+
+@pytest.fixture
+def instances(kube_cluster: KubeCluster, kura: Kura) -> Iterator[str]:
+    """The Kura namespace and the KuraInstance CRD as rendered (applied, Established); the
+    namespace, and the instances in it, go afterwards. The CRD stays for the session: other tests
+    apply it by the same name, and a CRD's deletion takes a while."""
+    apply(kube_cluster, manifests(kura), kinds=["Namespace", "CustomResourceDefinition"])
+    try:
+        yield kura.namespace
+    finally:
+        kube_cluster.delete_namespace(kura.namespace)
+
+
+def kura_instance(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "KuraInstance",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def custom(cluster: KubeCluster) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(cluster.api)
+
+
+def test_the_crd_is_established_and_an_instance_keeps_the_servers_other_fields(
+    kube_cluster: KubeCluster, instances: str
+) -> None:
+    crd = k8s.ApiextensionsV1Api(kube_cluster.api).read_custom_resource_definition(
+        "kurainstances.kura.tuist.dev"
+    )
+    conditions = {c.type: c.status for c in crd.status.conditions}
+    assert (conditions["Established"], conditions["NamesAccepted"]) == ("True", "True")
+    assert crd.status.accepted_names.short_names == ["kura"]
+
+    # Fields our schema does not name (the server's) survive: nothing is pruned.
+    extras = {
+        "publicHost": "acme.ca-east.staging.kura.tuist.dev",
+        "replicas": 2,
+        "nodeSelector": {"node.cluster.x-k8s.io/pool": "kura-ovh"},
+        "meshPeerHostNetwork": True,
+    }
+    body = kura_instance("acme-ca-east", **REQUIRED, **extras)
+    custom(kube_cluster).create_namespaced_custom_object(GROUP, VERSION, instances, PLURAL, body)
+    read = custom(kube_cluster).get_namespaced_custom_object(
+        GROUP, VERSION, instances, PLURAL, "acme-ca-east"
+    )
+    assert read["spec"] == {**REQUIRED, **extras}
+
+
+@pytest.mark.parametrize("field", ["image", "accountHandle"])
+def test_an_instance_without_a_required_field_is_refused(
+    kube_cluster: KubeCluster, instances: str, field: str
+) -> None:
+    spec = {k: v for k, v in REQUIRED.items() if k != field}
+    with pytest.raises(ApiException) as refused:
+        custom(kube_cluster).create_namespaced_custom_object(
+            GROUP, VERSION, instances, PLURAL, kura_instance("acme-ca-east", **spec, publicHost="x")
+        )
+    assert refused.value.status == 422
+    answer = json.loads(refused.value.body)
+    assert answer["reason"] == "Invalid"
+    assert [(c["reason"], c["field"]) for c in answer["details"]["causes"]] == [
+        ("FieldValueRequired", f"spec.{field}")
+    ]
+    # Nor an empty one.
+    with pytest.raises(ApiException) as empty:
+        custom(kube_cluster).create_namespaced_custom_object(
+            GROUP, VERSION, instances, PLURAL, kura_instance("acme-ca-east", **{**REQUIRED, field: ""})
+        )
+    assert json.loads(empty.value.body)["details"]["causes"][0]["field"] == f"spec.{field}"
+    assert (
+        custom(kube_cluster).list_namespaced_custom_object(GROUP, VERSION, instances, PLURAL)["items"] == []
+    )
+
+
+def test_status_moves_only_through_its_subresource_and_kubectl_lists_it_by_short_name(
+    kube_cluster: KubeCluster, instances: str
+) -> None:
+    api = custom(kube_cluster)
+    name = "acme-ca-east"
+    created = api.create_namespaced_custom_object(
+        GROUP, VERSION, instances, PLURAL, kura_instance(name, **REQUIRED, replicas=2)
+    )
+    generation = created["metadata"]["generation"]
+
+    # What kura-controller does: status through the subresource (a spec change riding along is dropped).
+    status = {"phase": "Ready", "readyReplicas": 2, "observedGeneration": generation, "primary": "acme-0"}
+    sent = {**created, "spec": {**created["spec"], "image": "ghcr.io/tuist/kura:9.9.9"}, "status": status}
+    api.replace_namespaced_custom_object_status(GROUP, VERSION, instances, PLURAL, name, sent)
+    read = api.get_namespaced_custom_object(GROUP, VERSION, instances, PLURAL, name)
+    assert read["status"] == status
+    assert read["spec"] == {**REQUIRED, "replicas": 2}
+    assert read["metadata"]["generation"] == generation
+
+    # And the other way: status written on the main resource is dropped.
+    api.replace_namespaced_custom_object(
+        GROUP, VERSION, instances, PLURAL, name, {**read, "status": {"phase": "Failed"}}
+    )
+    assert api.get_namespaced_custom_object(GROUP, VERSION, instances, PLURAL, name)["status"] == status
+
+    listed = kube_cluster.kubectl(
+        "get", "kura", "-n", instances, "--no-headers", "-o", "custom-columns=N:.metadata.name"
+    )
+    assert listed.stdout.split() == [name]
+    table = kube_cluster.kubectl("get", "kura", "-n", instances).stdout.splitlines()
+    assert table[0].split() == ["NAME", "REGION", "PHASE", "READY", "AGE"]
+    assert table[1].split()[:4] == [name, "ca-east", "Ready", "2"]

@@ -1,6 +1,7 @@
 """KuraController under Pulumi mocks: the seeds' settings as the Deployment's environment, nothing
 more; least-privilege RBAC; a knob change is a pod-template change (the real rollout is proven in
-tests/cluster/test_k8s_kura_controller.py)."""
+tests/cluster/test_k8s_kura_controller.py); the KuraInstance CRD the controller's informer needs,
+kept when it leaves the program and before the controller starts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from components.kura_controller import KuraController, KuraControllerArgs, RegionPlacement, controller_env
 from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
 from demux.routes import RouteSettings
-from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
+from tests.support.k8s_schema import ManifestError, ManifestRecorder, collect_manifests, validate_manifest
+
+CRD_NAME = "kurainstances.kura.tuist.dev"
 
 
 def placements(region: Region, fleet: Fleet, fip: FailoverIP | None) -> list[RegionPlacement]:
@@ -267,3 +270,138 @@ def test_the_kura_namespace_is_protected_in_production(
     assert bool(options["kura-controller-namespace"].protect) is (environment is Environment.PRODUCTION)
     # The watchers and their credentials: nothing to lose.
     assert not options["kura-controller-failover-namespace"].protect
+
+
+# --- the KuraInstance CRD -------------------------------------------------------------------------
+
+
+def test_the_kurainstance_crd_is_the_kind_the_server_writes_with_a_permissive_schema(
+    recorded: ManifestRecorder,
+) -> None:
+    # The names are upstream's (the Tuist server writes these, kura-controller watches them); the
+    # schema is ours: the four fields nothing works without, and every other field kept as written.
+    preserve = {"x-kubernetes-preserve-unknown-fields": True}
+    assert recorded.find("CustomResourceDefinition", CRD_NAME) == {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/part-of": "kura", "app.kubernetes.io/managed-by": "tuist-infra"},
+        },
+        "spec": {
+            "group": "kura.tuist.dev",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "KuraInstance",
+                "listKind": "KuraInstanceList",
+                "plural": "kurainstances",
+                "singular": "kurainstance",
+                "shortNames": ["kura"],
+            },
+            "versions": [
+                {
+                    "name": "v1alpha1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Region", "type": "string", "jsonPath": ".spec.region"},
+                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                        {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "One account's Kura cache in one region.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": {
+                                    "type": "object",
+                                    "description": (
+                                        "Written by the Tuist server, which owns and validates its fields."
+                                    ),
+                                    "required": ["accountHandle", "tenantID", "region", "image"],
+                                    "properties": {
+                                        "accountHandle": {"type": "string", "minLength": 1},
+                                        "tenantID": {"type": "string", "minLength": 1},
+                                        "region": {"type": "string", "minLength": 1},
+                                        "image": {"type": "string", "minLength": 1},
+                                    },
+                                    **preserve,
+                                },
+                                "status": {
+                                    "type": "object",
+                                    "description": (
+                                        "Written by kura-controller, through the status subresource."
+                                    ),
+                                    **preserve,
+                                },
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def instance(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kura.tuist.dev/v1alpha1",
+        "kind": "KuraInstance",
+        "metadata": {"name": "acme-us-east", "namespace": "kura"},
+        "spec": spec,
+    }
+
+
+REQUIRED = {"accountHandle": "acme", "tenantID": "acme", "region": "us-east", "image": "ghcr.io/tuist/kura:1"}
+
+
+def test_an_instance_validates_with_the_servers_other_fields_and_not_without_a_required_one(
+    recorded: ManifestRecorder,
+) -> None:
+    crd = recorded.find("CustomResourceDefinition", CRD_NAME)
+    validate_manifest(instance(**REQUIRED, publicHost="acme.us-east.kura.tuist.dev", replicas=2), crds=[crd])
+    for field in REQUIRED:
+        without = {k: v for k, v in REQUIRED.items() if k != field}
+        with pytest.raises(ManifestError, match=f"'{field}' is a required property"):
+            validate_manifest(instance(**without), crds=[crd])
+        with pytest.raises(ManifestError, match=f"spec.{field}"):
+            validate_manifest(instance(**{**REQUIRED, field: ""}), crds=[crd])
+
+
+def build_controller(
+    environment: Environment, region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> tuple[ManifestRecorder, KuraController]:
+    args = KuraControllerArgs(
+        placements=placements(region, fleet, None), kura=kura, environment=environment, cluster=cluster
+    )
+    built: list[KuraController] = []
+    recorded = collect_manifests(lambda: built.append(KuraController("kura-controller", args)))
+    return recorded, built[0]
+
+
+@pytest.mark.parametrize("environment", list(Environment))
+def test_the_crd_is_retained_when_it_leaves_the_program_and_protected_in_production(
+    environment: Environment, region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    # Deleting the CRD deletes every KuraInstance: every account's cache, in every region.
+    recorded, _ = build_controller(environment, region, fleet, kura, cluster)
+    options = recorded.options["kura-controller-kurainstance-crd"]
+    assert options.retain_on_delete is True
+    assert bool(options.protect) is (environment is Environment.PRODUCTION)
+
+
+def test_the_controller_starts_only_after_the_crd_exists(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    # Its KuraInstance informer must sync at start, or the manager exits.
+    recorded, component = build_controller(Environment.STAGING, region, fleet, kura, cluster)
+    depends_on = recorded.options["kura-controller-deployment"].depends_on
+    assert isinstance(depends_on, list)
+    assert any(d is component.crd for d in depends_on)
+    assert [m["metadata"]["name"] for m in recorded.of_kind("CustomResourceDefinition")] == [CRD_NAME]
