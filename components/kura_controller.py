@@ -49,6 +49,7 @@ from components.k8s import (
     pool_toleration_dicts,
 )
 from config.models import Cluster, Environment, FailoverIP, Fleet, Kura, Region
+from providers.crd import CrdNames, crd_spec, object_schema
 from providers.machine.spec import EGRESS_MBPS_RESOURCE
 
 __all__ = [
@@ -186,6 +187,8 @@ def kura_instance_crd_manifest() -> dict[str, Any]:
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
+    names = CrdNames(KURA_GROUP, KURA_VERSION, KURA_INSTANCE_KIND, KURA_INSTANCE_PLURAL, ["kura"])
+    schema = object_schema(spec, status, "One account's Kura cache in one region.")
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -193,40 +196,7 @@ def kura_instance_crd_manifest() -> dict[str, Any]:
             "name": KURA_INSTANCE_CRD_NAME,
             "labels": {"app.kubernetes.io/part-of": "kura", "app.kubernetes.io/managed-by": MANAGED_BY},
         },
-        "spec": {
-            "group": KURA_GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": KURA_INSTANCE_KIND,
-                "listKind": f"{KURA_INSTANCE_KIND}List",
-                "plural": KURA_INSTANCE_PLURAL,
-                "singular": KURA_INSTANCE_KIND.lower(),
-                "shortNames": ["kura"],
-            },
-            "versions": [
-                {
-                    "name": KURA_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "One account's Kura cache in one region.",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": status,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
+        "spec": crd_spec(names, schema, columns),
     }
 
 

@@ -27,6 +27,7 @@ from components.runner_pool import (
 )
 from config.models import Cluster, Fleet
 from config.models import RunnerPool as RunnerPoolConfig
+from providers.crd import CrdNames, crd_spec, object_schema
 
 RUNNER_POOL_PLURAL = "runnerpools"
 RUNNER_POOL_CRD_NAME = f"{RUNNER_POOL_PLURAL}.{RUNNER_POOL_GROUP}"
@@ -160,47 +161,19 @@ def runner_pool_openapi_schema() -> dict[str, Any]:
             "imageRolledAt": {"type": "string", "format": "date-time"},
         },
     }
-    return {
-        "type": "object",
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
-        },
-    }
+    return object_schema(spec, status)
 
 
 def runner_pool_crd_spec() -> dict[str, Any]:
     """CustomResourceDefinition spec, in the apiserver's (camelCase) shape."""
-    return {
-        "group": RUNNER_POOL_GROUP,
-        "scope": "Namespaced",
-        "names": {
-            "kind": RUNNER_POOL_KIND,
-            "listKind": f"{RUNNER_POOL_KIND}List",
-            "plural": RUNNER_POOL_PLURAL,
-            "singular": RUNNER_POOL_KIND.lower(),
-            "shortNames": ["rpool"],
-        },
-        "versions": [
-            {
-                "name": RUNNER_POOL_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "OS", "type": "string", "jsonPath": ".spec.os"},
-                    {"name": "Fleet", "type": "string", "jsonPath": ".spec.fleetSelector"},
-                    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
-                    {"name": "Observed", "type": "integer", "jsonPath": ".status.observedReplicas"},
-                ],
-                "schema": {"openAPIV3Schema": runner_pool_openapi_schema()},
-            }
-        ],
-    }
+    names = CrdNames(RUNNER_POOL_GROUP, RUNNER_POOL_VERSION, RUNNER_POOL_KIND, RUNNER_POOL_PLURAL, ["rpool"])
+    columns = [
+        {"name": "OS", "type": "string", "jsonPath": ".spec.os"},
+        {"name": "Fleet", "type": "string", "jsonPath": ".spec.fleetSelector"},
+        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+        {"name": "Observed", "type": "integer", "jsonPath": ".status.observedReplicas"},
+    ]
+    return crd_spec(names, runner_pool_openapi_schema(), columns)
 
 
 # --- runners-controller -------------------------------------------------------------

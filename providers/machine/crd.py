@@ -18,6 +18,7 @@ from providers.constants import (
     CLAIM_VERSION,
     MANAGED_BY,
 )
+from providers.crd import CrdNames, crd_spec, object_schema
 from providers.vendor import Vendor
 
 
@@ -87,42 +88,12 @@ def claim_crd_manifest() -> dict[str, Any]:
         {"name": "Errors", "type": "integer", "jsonPath": ".status.errorCount"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
+    names = CrdNames(CLAIM_GROUP, CLAIM_VERSION, CLAIM_KIND, CLAIM_PLURAL, ["mclaim"], scope="Cluster")
+    assert names.crd_name == CLAIM_CRD_NAME
+    schema = object_schema(spec, status, "A bare-metal box held by one tuist-infra machine slot.")
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": CLAIM_CRD_NAME, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
-        "spec": {
-            "group": CLAIM_GROUP,
-            "scope": "Cluster",
-            "names": {
-                "kind": CLAIM_KIND,
-                "listKind": f"{CLAIM_KIND}List",
-                "plural": CLAIM_PLURAL,
-                "singular": CLAIM_KIND.lower(),
-                "shortNames": ["mclaim"],
-            },
-            "versions": [
-                {
-                    "name": CLAIM_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "A bare-metal box held by one tuist-infra machine slot.",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": status,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
+        "spec": crd_spec(names, schema, columns),
     }
