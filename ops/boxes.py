@@ -83,13 +83,15 @@ def refuse_if_node(ref: BoxRef, box: Box, nodes: Nodes, doing: str) -> None:
     """One line and no write for a box that is still a Node of the stack's cluster, and for any box
     while the cluster does not answer (whether it is a Node cannot be told). The Node is looked up by
     the vendor's own id of the box (`box.id`, as get_box read it), not the id as typed: Robot answers
-    for `02345607` with server 2345607, and its Node names `hrobot://2345607`."""
+    for `02345607` with server 2345607, and its Node names `hrobot://2345607`. Ids compare whatever
+    their case (Nodes.of): the OVH client keeps a service name as it was given, a providerID may write
+    it otherwise."""
     if not (nodes.known or nodes.status == "no cluster"):
         raise OpsError(
             f"refusing to {doing} {ref}: cannot tell whether it is still a Node (cluster {nodes.status}); "
             "rerun once the cluster answers"
         )
-    node = nodes.by_box.get((box.vendor, box.id))
+    node = nodes.of(box)
     if node is not None:
         raise OpsError(
             f"refusing to {doing} {ref}: it is still Node {node.name}; drain and delete it first "
@@ -115,6 +117,12 @@ class Probe:
     def sudo_ok(self) -> bool:
         return self.facts.get("sudo") in ("nopasswd", "password")
 
+    @property
+    def sudo_refused(self) -> bool:
+        """The check ran and sudo refused the fleet sudo password. A check that failed (a box without
+        bash, say) or printed no `sudo=` line tells nothing about sudo: neither this nor sudo_ok."""
+        return self.facts.get("sudo") == "refused"
+
 
 def probe(stack: Stack, box: Box, fleet: Fleet, *, retries: int = 1, retry_delay: float = 5.0) -> Probe:
     if not box.public_ipv4:
@@ -138,7 +146,9 @@ def probe(stack: Stack, box: Box, fleet: Fleet, *, retries: int = 1, retry_delay
     except SshAuthError:
         return Probe(True, False, problem=f"{target} refuses the fleet key")
     except RemoteCommandError as error:
-        return Probe(True, True, problem=f"the check failed on {target} (exit {error.exit_status})")
+        said = [line.strip() for line in stack.scrub(error.output_tail).splitlines() if line.strip()]
+        last = f": {said[-1]}" if said else ""
+        return Probe(True, True, problem=f"the check failed on {target} (exit {error.exit_status}{last})")
     except SshError as error:
         return Probe(False, False, problem=stack.scrub(str(error)).splitlines()[0])
     facts = dict(
@@ -207,8 +217,15 @@ def plan_prep(stack: Stack, ref: BoxRef, fleet_name: str | None, *, force_reinst
         reasons.append("the vendor reports no OS installed")
     elif before.reachable and not before.key_accepted:
         reasons.append("the box does not accept the fleet key")
-    elif before.key_accepted and not before.sudo_ok:
+    elif before.sudo_refused:
         reasons.append(f"{fleet.ssh_user} cannot sudo with the fleet sudo password")
+    elif before.key_accepted and not before.sudo_ok and not force_reinstall:
+        # The key logs in but the check told nothing about sudo: a wipe is not planned on a guess.
+        why = before.problem or "the check printed no sudo= line"
+        raise OpsError(
+            f"{ref}: {why}, so whether {fleet.ssh_user} can sudo with the fleet sudo password is unknown; "
+            "fix what stops the check and rerun, or reinstall the box with --reinstall"
+        )
     elif not before.reachable and not force_reinstall:
         raise OpsError(
             f"{ref}: unreachable over SSH ({before.problem}); check the box at {ref.vendor.value} "
@@ -295,6 +312,11 @@ def run_prep(stack: Stack, plan: PrepPlan, console: Console, say: Say) -> Probe:
     after = probe(stack, box, fleet, retries=3, retry_delay=2.0)
     if not after.key_accepted:
         raise OpsError(f"{ref}: after prep the fleet key still does not log in: {after.problem}")
+    if not after.sudo_ok and not after.sudo_refused:
+        raise OpsError(
+            f"{ref}: after prep {after.problem or 'the check printed no sudo= line'}, so whether "
+            f"{fleet.ssh_user} can sudo with the fleet sudo password is unknown"
+        )
     if not after.sudo_ok:
         raise OpsError(
             f"{ref}: {fleet.ssh_user} cannot sudo with the fleet sudo password; the self-join would fail "
@@ -431,6 +453,9 @@ class UnclaimPlan:
     fleet: Fleet | None
     reinstall: bool
     record: Progress | None  # the cluster's MachineClaim record of the box, which names this claim
+    # Why the plan needed --force (the state holds the claim's token, or no stack is known for it);
+    # None: it did not, and a rerun (the resume hint) goes without it.
+    forced_past: str | None = None
 
 
 def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nodes: Nodes) -> UnclaimPlan:
@@ -458,7 +483,6 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
     foreign = foreign_marker(stack, box)
     if foreign:
         raise OpsError(f"refusing to unclaim {ref}: it belongs to another environment ({foreign})")
-    refuse_if_node(ref, box, nodes, "unclaim")
     # Robot's reinstall is the rescue system and installimage the machine provider drives over SSH,
     # not a vendor call; OVH, Dedibox, Elastic Metal and Apple silicon reinstall through their APIs
     # (their adoption installs nothing: a box put back unwiped would stay so).
@@ -472,22 +496,40 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
         raise OpsError(
             f"{ref}: carries no fleet marker of stack {stack.name}: cannot tell which fleet's OS and login"
         )
-    if reinstall and fleet is not None and stack.cfg.environment is Environment.PRODUCTION:
-        # The switches a production release needs (providers/machine/release.py): a reinstall wipes it.
-        missing = [f"fleets[name={fleet.name}].allow_release: true"] * (not fleet.allow_release)
-        missing += ["allow_production_release: true"] * (not stack.cfg.allow_production_release)
+    if stack.cfg.environment is Environment.PRODUCTION:
+        # The switches a production release needs (providers/machine/release.py), whether it wipes the
+        # box (a reinstall) or puts it back unwiped (--no-reinstall: the next adoption gets the previous
+        # holder's data). A box carrying no fleet marker of the stack (--no-reinstall only: a reinstall
+        # needs the fleet) has no fleet switch to ask for.
+        missing = []
+        if fleet is not None and not fleet.allow_release:
+            missing.append(f"fleets[name={fleet.name}].allow_release: true")
+        if not stack.cfg.allow_production_release:
+            missing.append("allow_production_release: true")
+        of_fleet = f" (fleet {fleet.name})" if fleet is not None else ""
+        if reinstall:
+            doing = f"reinstall production box {ref}{of_fleet}"
+        else:
+            doing = f"put production box {ref}{of_fleet} back in the pool unwiped (--no-reinstall)"
         if missing:
             raise OpsError(
-                f"refusing to reinstall production box {ref} (fleet {fleet.name}): set "
-                f"{' and '.join(missing)} in Pulumi.{stack.name}.yaml first, as a release needs"
+                f"refusing to {doing}: set {' and '.join(missing)} in Pulumi.{stack.name}.yaml first, "
+                "as a release needs"
             )
+    # After what the config alone decides: the switches are the first thing to set in production.
+    refuse_if_node(ref, box, nodes, "unclaim")
     record = _record_of(stack, ref, box, nodes)
     if record is not None and record.holder.token != box.claim.token:
         raise OpsError(
             f"refusing to unclaim {ref}: the cluster's MachineClaim {record.name} names holder "
             f"{record.holder}, not the box's claim {box.claim.token}; find out which is right first"
         )
-    return UnclaimPlan(ref, box, box.claim, fleet, reinstall, record)
+    forced_past = None
+    if in_state:
+        forced_past = f"its holder is in stack {stack.name}'s state ({in_state[0].short_urn})"
+    elif holder.stack is None:
+        forced_past = f"its claim token {box.claim.token} names no slot of this project's stacks"
+    return UnclaimPlan(ref, box, box.claim, fleet, reinstall, record, forced_past)
 
 
 def describe_unclaim(stack: Stack, plan: UnclaimPlan) -> list[str]:
@@ -506,9 +548,14 @@ def describe_unclaim(stack: Stack, plan: UnclaimPlan) -> list[str]:
 
 def run_unclaim(stack: Stack, plan: UnclaimPlan, console: Console, say: Say) -> None:
     """Each step is resumable: the releasing claim is what a rerun sees (so it continues here), the
-    reinstall follows an install already running, and clearing writes the whole marker value."""
+    reinstall follows an install already running, and clearing writes the whole marker value.
+
+    The resume hint repeats what the plan needed: --force only when it needed --force. Otherwise a
+    rerun goes without it, so that it still refuses a claim a `pulumi up` has meanwhile put back in
+    the stack's state."""
     ref, client = plan.ref, stack.client(plan.ref.vendor)
-    resume = f"rerun `tuist-ops unclaim -s {stack.name} {ref} --force` to finish"
+    flags = " --no-reinstall" * (not plan.reinstall) + " --force" * (plan.forced_past is not None)
+    resume = f"rerun `tuist-ops unclaim -s {stack.name} {ref}{flags}` to finish"
     try:
         client.set_claim(plan.box.id, Claim(plan.claim.token, releasing=True))
         say(f"{ref}: claim {plan.claim.token} marked releasing")

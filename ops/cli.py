@@ -422,6 +422,8 @@ def failover_move(
         plan = failover_ops.plan_move(stack, region, box, force=force)
         r = plan.route
         note = f" (not eligible: {plan.forced_past}; --force)" if plan.forced_past else ""
+        if plan.unchecked:
+            note += f" (eligibility not checked: {plan.unchecked}; --force)"
         if r.routed_to == plan.target:
             _say(err)(f"region {region}: {r.address} already routes to {plan.target}; nothing to do")
             return

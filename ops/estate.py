@@ -46,9 +46,17 @@ class BoxRef:
         return f"{self.vendor.value}:{self.box_id}"
 
 
+def box_ref(vendor: Vendor, box_id: str) -> BoxRef:
+    """The box as the CLI names it. An OVH id is a service name, a DNS name, which OVH writes in lower
+    case: `ovh:NS1007.IP-...` as typed would reach the vendor client as it is, which keeps it as the
+    box's id (`Box.id`), and the Node guard would not find the Node (`ovh://<dc>/ns1007.ip-...`)."""
+    return BoxRef(vendor, box_id.lower() if vendor is Vendor.OVH else box_id)
+
+
 def parse_box(stack: Stack, text: str, fleet: Fleet | None = None) -> BoxRef:
     """`[<vendor>:]<box id>`; without a vendor, the fleet's, else the one vendor of the stack whose id
-    shape it has (OVH service names, Dedibox <zone>/<id>, Robot server numbers)."""
+    shape it has (OVH service names, Dedibox <zone>/<id>, Robot server numbers). OVH ids are lower-cased
+    (box_ref)."""
     vendor_text, sep, box_id = text.partition(":")
     if sep and vendor_text in {v.value for v in Vendor}:
         vendor = Vendor(vendor_text)
@@ -56,11 +64,11 @@ def parse_box(stack: Stack, text: str, fleet: Fleet | None = None) -> BoxRef:
             raise OpsError(
                 f"{text}: stack {stack.name} has no {vendor.value} account (vendors.{vendor.value})"
             )
-        return BoxRef(vendor, box_id)
+        return box_ref(vendor, box_id)
     if fleet is not None:
-        return BoxRef(fleet.vendor, text)
+        return box_ref(fleet.vendor, text)
     shapes = {
-        Vendor.OVH: re.compile(r"^[a-z0-9][a-z0-9.-]*\.[a-z]+$"),
+        Vendor.OVH: re.compile(r"^[a-z0-9][a-z0-9.-]*\.[a-z]+$", re.IGNORECASE),
         Vendor.DEDIBOX: re.compile(r"^[a-z]{2}-[a-z]{3}-[0-9]/[0-9]+$"),
         Vendor.ROBOT: re.compile(r"^[0-9]+$"),
     }
@@ -70,7 +78,7 @@ def parse_box(stack: Stack, text: str, fleet: Fleet | None = None) -> BoxRef:
         raise OpsError(
             f"{text}: cannot tell the vendor from the id; write <vendor>:{text} (one of {vendors})"
         )
-    return BoxRef(matches[0], text)
+    return box_ref(matches[0], text)
 
 
 def get_box(stack: Stack, ref: BoxRef) -> Box:
@@ -128,7 +136,11 @@ class NodeInfo:
 
 
 class Nodes:
-    """The stack's cluster's Nodes by box. `status`: "ok", "no cluster" or "unreachable: <why>"."""
+    """The stack's cluster's Nodes by box. `status`: "ok", "no cluster" or "unreachable: <why>".
+
+    Keyed by (vendor, box id in lower case) and looked up with `of`: a box id that reaches here in
+    another case than its Node's providerID (an OVH service name typed in capitals) still finds its
+    Node; the Node guard (ops/boxes.py refuse_if_node) must never miss one."""
 
     def __init__(self, stack: Stack) -> None:
         self.by_box: dict[tuple[Vendor, str], NodeInfo] = {}
@@ -140,6 +152,10 @@ class Nodes:
             self.status = f"unreachable: {stack.scrub(str(error))}"
             return
         if api is None:
+            if stack.cfg.cluster.api_server:
+                # A cluster without the secret to read it: whether a box is a Node cannot be told,
+                # which the Node guard refuses on; never "no cluster", which it lets through.
+                self.status = "unreachable: no kubeconfig in the stack's secrets"
             return
         from kubernetes import client as k8s
 
@@ -160,9 +176,13 @@ class Nodes:
                 continue
             conditions = node.status.conditions if node.status else None
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions or [])
-            self.by_box[(vendor, box_id)] = NodeInfo(
+            self.by_box[(vendor, box_id.lower())] = NodeInfo(
                 node.metadata.name, ready, bool(node.spec and node.spec.unschedulable)
             )
+
+    def of(self, box: Box) -> NodeInfo | None:
+        """The box's Node, by the vendor's own id of the box, whatever its case."""
+        return self.by_box.get((box.vendor, box.id.lower()))
 
     @property
     def known(self) -> bool:
@@ -212,7 +232,7 @@ def inventory(stack: Stack, vendors: Iterable[Vendor] | None = None) -> tuple[li
 def row_of(stack: Stack, box: Box, nodes: Nodes) -> Row:
     holder: Holder | None = stack.holder(box.claim.token) if box.claim else None
     fleet = marker_of(box, stack.cfg.fleets)
-    node = nodes.by_box.get((box.vendor, box.id))
+    node = nodes.of(box)
     if node is not None:
         ready = "yes" if node.ready else "no"
     elif nodes.known or nodes.status == "no cluster":

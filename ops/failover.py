@@ -4,7 +4,8 @@ manual move through the program's own mover.
 Eligibility is the watcher's (watcher/decision.py `ineligibility`: Node Ready, not terminating, not
 cordoned, a vendor box id in its providerID, a Ready peer-demux pod of the region on it), read from
 the stack's cluster with the watcher's own listers. Without a reachable cluster it falls back to the
-deploy-time rule (providers/failover.py: a box the fleet adopted, per the stack's state) and says so.
+deploy-time rule (providers/failover.py: a box the fleet adopted, per the stack's state) and says so;
+a move then needs --force when the stack has a cluster (whether the box may carry the IP is unchecked).
 The move is `providers.failover.route` with the one target as the only candidate: the code path the
 FailoverIP resource takes at deploy time, over the same vendor client the watcher's mover builds.
 """
@@ -42,9 +43,13 @@ class RegionRoute:
     source: str = ""  # "cluster" or "state (cluster: <status>)"
     candidates: list[Candidate] = field(default_factory=list)
     problem: str | None = None
+    # The stack's cluster as this read found it ("ok", "none", "unreachable: <why>"); not in the JSON.
+    cluster: str = field(default="", repr=False)
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        del doc["cluster"]
+        return doc
 
 
 def _regions(stack: Stack) -> list[tuple[Region, FailoverIP]]:
@@ -95,6 +100,7 @@ def status(stack: Stack, only: str | None = None) -> list[RegionRoute]:
                     out.candidates.append(Candidate(node.box_id or "?", node.name, why is None, why))
                     if why is None and node.box_id:
                         eligible[node.box_id] = node.name
+        out.cluster = kube_status
         if api is None:
             out.source = f"state (cluster {kube_status}: eligibility is the deploy-time rule)"
             adopted = sorted(s.box_id for s in stack.slots() if s.fleet == fleet.name)
@@ -125,6 +131,8 @@ def _kube(stack: Stack) -> tuple[Any | None, str]:
         api = stack.kube_api()
     except Exception as error:
         return None, f"unreachable: {stack.scrub(type(error).__name__)}"
+    if api is None and stack.cfg.cluster.api_server:
+        return None, "unreachable: no kubeconfig in the stack's secrets"
     return (api, "ok") if api is not None else (None, "none")
 
 
@@ -133,6 +141,8 @@ class MovePlan:
     route: RegionRoute
     target: str
     forced_past: str | None  # why the target is not eligible, when --force moves it anyway
+    # Why eligibility was not checked (the stack's cluster did not answer), when --force moves it anyway.
+    unchecked: str | None = None
 
 
 def plan_move(stack: Stack, region: str, box: str, *, force: bool) -> MovePlan:
@@ -149,12 +159,23 @@ def plan_move(stack: Stack, region: str, box: str, *, force: bool) -> MovePlan:
             f"refusing to move {current.address} to {box}: it is not a box of fleet {current.fleet} "
             f"(its boxes: {boxes})"
         )
+    # The deploy-time rule (a box the fleet adopted) says nothing of a Node that is NotReady, cordoned or
+    # has no Ready peer-demux pod: a stack with a cluster moves on the watcher's rule, or with --force.
+    unchecked = None
+    if stack.cfg.cluster.api_server and current.source != "cluster":
+        unchecked = f"the cluster did not answer ({current.cluster})"
+        if not force:
+            raise OpsError(
+                f"refusing to move {current.address} to {box}: {unchecked}, so whether {box} may carry it "
+                f"(Node Ready, not cordoned, a Ready peer-demux pod of region {current.region}) could not "
+                "be checked; rerun once the cluster answers, or --force moves it anyway"
+            )
     if not candidate.eligible and not force:
         raise OpsError(
             f"refusing to move {current.address} to {box}: not eligible ({candidate.why_not}); "
             "--force moves it anyway"
         )
-    return MovePlan(current, box, None if candidate.eligible else candidate.why_not)
+    return MovePlan(current, box, None if candidate.eligible else candidate.why_not, unchecked)
 
 
 def run_move(stack: Stack, plan: MovePlan) -> str:

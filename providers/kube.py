@@ -109,8 +109,33 @@ def api_client(kubeconfig: str, *, timeout: tuple[float, float] = REQUEST_TIMEOU
         client = k8s_config.new_client_from_config_dict(doc, client_configuration=configuration)
     except Exception as error:  # the library raises ConfigException and plain errors alike
         raise KubeconfigError(f"the kubeconfig secret is unusable ({type(error).__name__})") from None
+    return _bounded(client, timeout)
+
+
+def loop_retries() -> urllib3_retry.Retry:
+    """The retries of a long-running loop's client (the failover watcher, the public DNS reconciler):
+    a connection that was never made is tried once more (its request never reached the API server);
+    a read that timed out, an answer cut off, any other error and a 429's or 503's Retry-After are
+    not, so a call takes at most two connect timeouts and one read timeout. The loop's next pass (or
+    renewal) is its retry. urllib3's default retries a timed-out GET or PUT three times: four read
+    timeouts per call."""
+    return urllib3_retry.Retry(
+        total=1, connect=1, read=0, other=0, respect_retry_after_header=False, backoff_factor=0
+    )
+
+
+def in_cluster_api_client(*, timeout: tuple[float, float]) -> k8s.ApiClient:
+    """`api_client`'s sibling for a process running in a pod: the pod's ServiceAccount, with
+    `loop_retries`; each call that names no `_request_timeout` gets `timeout` (connect, read)."""
+    configuration = k8s.Configuration()
+    k8s_config.load_incluster_config(client_configuration=configuration)
+    configuration.retries = loop_retries()
+    return _bounded(k8s.ApiClient(configuration), timeout)
+
+
+def _bounded(client: k8s.ApiClient, timeout: tuple[float, float]) -> k8s.ApiClient:
     # The library's default is no timeout at all: a half-open connection to an API server would hang
-    # a `pulumi up` for good.
+    # a `pulumi up` (or a loop) for good.
     request = client.request
 
     def bounded(method: str, url: str, *args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:

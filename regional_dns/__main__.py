@@ -11,8 +11,17 @@ import logging
 import signal
 import sys
 import threading
+from typing import Any
 
-from regional_dns.reconciler import KubeView, RegionalDns, Settings
+from regional_dns.reconciler import KUBE_TIMEOUT, KubeView, RegionalDns, Settings
+
+
+def kube_api() -> Any:
+    """The pod's client to its cluster: a timed-out call is not sent again
+    (providers.kube.loop_retries), so a pass keeps within PASS_BUDGET_SECONDS."""
+    from providers.kube import in_cluster_api_client
+
+    return in_cluster_api_client(timeout=KUBE_TIMEOUT)
 
 
 def main() -> None:
@@ -21,10 +30,10 @@ def main() -> None:
         settings = Settings.from_env()
     except ValueError as exc:
         raise SystemExit(f"regional_dns: {exc}") from None
-    from kubernetes import client, config
+    from kubernetes import client
 
-    config.load_incluster_config()
-    view = KubeView(settings, client.CoreV1Api(), client.AppsV1Api(), client.CustomObjectsApi())
+    api = kube_api()
+    view = KubeView(settings, client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api))
     reconciler = RegionalDns(settings, view)
     stop = threading.Event()
     # Each write is one apply: stopping between passes leaves nothing half-written.

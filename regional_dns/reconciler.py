@@ -6,7 +6,9 @@ The program creates the DNSEndpoint and never sends its spec (components/dns.py)
 `spec.endpoints` through server-side apply under its own field manager, so a `pulumi up` and the
 reconciler never undo each other. Any failed read, a missing gateway Deployment included, keeps the
 records as they are: only a successful observation changes them, and one that finds no healthy
-gateway withdraws the wildcard (anchor 4.4).
+gateway withdraws the wildcard (anchor 4.4). A read in which every Node of the pool has Ready
+`Unknown` keeps them too: the control plane has lost every kubelet at once (an apiserver restart, a
+firewall mistake), which says nothing of the boxes, whose gateways still serve.
 
 Kubernetes is reached through `ClusterView` (`KubeView` is the kubernetes-client one), so the loop
 is tested against a local API server and against a recorded one alike.
@@ -28,12 +30,14 @@ from regional_dns.records import (
     NodeView,
     PodView,
     healthy_targets,
+    kubelets_unheard,
     wildcard_endpoints,
 )
 from watcher.heartbeat import write_heartbeat
 from watcher.loop import condition_true, pod_view
 
 __all__ = [
+    "CALL_SECONDS",
     "DNSENDPOINT_GROUP",
     "DNSENDPOINT_VERSION",
     "FIELD_MANAGER",
@@ -56,8 +60,11 @@ DNSENDPOINT_GROUP = "externaldns.k8s.io"
 DNSENDPOINT_VERSION = "v1alpha1"
 # (connect, read) seconds of each call: the client's default waits on a half-open connection forever.
 KUBE_TIMEOUT = (5, 30)
-# What one pass may take: four reads and a write, each bounded by KUBE_TIMEOUT.
-PASS_BUDGET_SECONDS = 180.0
+# The longest one call takes on the reconciler's client (regional_dns.__main__), which tries a
+# connection that was never made once more and nothing else (providers.kube.loop_retries): 5 + 5 + 30 s.
+CALL_SECONDS = 2 * KUBE_TIMEOUT[0] + KUBE_TIMEOUT[1]
+# What one pass may take: four reads and a write, CALL_SECONDS each (200 s), and 20 s to spare.
+PASS_BUDGET_SECONDS = 5 * CALL_SECONDS + 20.0
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,11 @@ class Settings:
 def node_view(node: Any) -> NodeView:
     """A kubernetes V1Node as the decision sees it."""
     status = node.status
+    conditions = status.conditions if status else None
     return NodeView(
         name=node.metadata.name,
-        ready=condition_true(status.conditions if status else None, "Ready"),
+        ready=condition_true(conditions, "Ready"),
+        ready_unknown=any(c.type == "Ready" and c.status == "Unknown" for c in conditions or []),
         terminating=node.metadata.deletion_timestamp is not None,
         unschedulable=bool(node.spec and node.spec.unschedulable),
         addresses=tuple(NodeAddress(a.type, a.address) for a in (status.addresses if status else None) or []),
@@ -208,13 +217,16 @@ class KubeView:
 class Outcome(StrEnum):
     WRITTEN = "written"  # the DNSEndpoint now holds `endpoints`
     UNCHANGED = "unchanged"  # it already held them
-    KEPT = "kept"  # a read or the write failed: the DNSEndpoint is as it was
+    # A read or the write failed, or every Node of the pool reads Ready Unknown: the DNSEndpoint is as
+    # it was.
+    KEPT = "kept"
 
 
 @dataclass(frozen=True)
 class Pass:
     outcome: Outcome
-    endpoints: list[dict[str, Any]] | None  # what the region should publish; None when a read failed
+    # What the region should publish; None when a read failed or told nothing (every Node Unknown).
+    endpoints: list[dict[str, Any]] | None
 
 
 class RegionalDns:
@@ -233,6 +245,18 @@ class RegionalDns:
         except Exception as exc:
             # Not evidence that any box died: the records stay as they are until a read succeeds.
             log.warning("region %s: read failed, keeping the public records as they are: %s", s.region, exc)
+            return Pass(Outcome.KEPT, None)
+        if kubelets_unheard(nodes):
+            # The node lifecycle controller marks a Node Unknown when its kubelet goes unheard, and the
+            # pods on it not Ready: gateways that still serve would all read unfit, and withdrawing
+            # the wildcard (NXDOMAIN, cached by resolvers) would be the outage.
+            log.warning(
+                "region %s: every Node of pool %s reads Ready Unknown (the control plane hears no "
+                "kubelet: %s), keeping the public records as they are",
+                s.region,
+                s.node_pool,
+                ", ".join(sorted(n.name for n in nodes)),
+            )
             return Pass(Outcome.KEPT, None)
         healthy = healthy_targets(nodes, pods)
         endpoints = wildcard_endpoints(s.host, healthy.targets)

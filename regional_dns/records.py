@@ -11,7 +11,8 @@ other unroutable addresses never become a record. IPv4 only: external-dns manage
 (components/external_dns.py, `--managed-record-types=A`).
 
 No healthy box gives no wildcard at all (an empty endpoint list): the plane is withdrawn rather
-than pointed at boxes that do not answer.
+than pointed at boxes that do not answer. A pool whose every Node has Ready `Unknown` is not judged
+at all (`kubelets_unheard`): the control plane has lost its kubelets, not the boxes their gateways.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "NodeView",
     "PodView",
     "healthy_targets",
+    "kubelets_unheard",
     "node_targets",
     "publishable",
     "wildcard_endpoints",
@@ -70,6 +72,9 @@ class NodeView:
     terminating: bool = False
     unschedulable: bool = False
     addresses: tuple[NodeAddress, ...] = ()
+    # Its Ready condition reads Unknown: the node controller has heard nothing from its kubelet for the
+    # grace period (NodeStatusUnknown). Not ready all the same; `kubelets_unheard` looks at the pool.
+    ready_unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,14 @@ def _pod_unfit(pod: PodView, nodes: dict[str, NodeView]) -> str | None:
     if not pod.ready:
         return "not Ready"
     return _node_unfit(nodes.get(pod.node_name))
+
+
+def kubelets_unheard(nodes: Iterable[NodeView]) -> bool:
+    """Whether the pool has Nodes and every one reads Ready Unknown: the control plane lost all its
+    kubelets at once (an apiserver restart, a firewall mistake), which is no news of the boxes. One
+    Node that reads Ready True or False, or none at all, and the pool is judged as it reads."""
+    pool = list(nodes)
+    return bool(pool) and all(n.ready_unknown for n in pool)
 
 
 def healthy_targets(nodes: Iterable[NodeView], gateway_pods: Iterable[PodView]) -> Healthy:

@@ -23,9 +23,10 @@ import signal
 import socket
 import sys
 import threading
+from typing import Any
 
 from watcher.lease import LeaseFence, LeaseSettings
-from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
+from watcher.loop import KUBE_TIMEOUT, FailoverWatcher, WatcherSettings, kube_listers
 from watcher.mover import MoverConfigError, VendorMover, min_poll_seconds, mover_from_env, parse_vendor
 
 log = logging.getLogger("watcher")
@@ -95,16 +96,25 @@ def build_mover() -> VendorMover:
         raise SystemExit(f"watcher: {exc}") from None
 
 
+def kube_api() -> Any:
+    """The pod's client to its cluster, for the lists and the Lease alike: every call names its own
+    timeouts, and a timed-out one is not sent again (providers.kube.loop_retries), so the Lease's
+    timing (watcher/lease.py) and the poll's budget hold."""
+    from providers.kube import in_cluster_api_client
+
+    return in_cluster_api_client(timeout=KUBE_TIMEOUT)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings_from_env()
     mover = build_mover()
-    from kubernetes import client, config
+    from kubernetes import client
 
-    config.load_incluster_config()
-    list_nodes, list_pods = kube_listers(client.CoreV1Api(), settings)
+    api = kube_api()
+    list_nodes, list_pods = kube_listers(client.CoreV1Api(api), settings)
     lease = lease_from_env()
-    fence = LeaseFence(client.CoordinationV1Api(), lease) if lease is not None else None
+    fence = LeaseFence(client.CoordinationV1Api(api), lease) if lease is not None else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watcher = FailoverWatcher(settings, list_nodes, list_pods, mover, fence=fence)

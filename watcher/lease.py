@@ -15,6 +15,23 @@ record's resourceVersion. A holder counts its lease from before the read that pr
 so its window always closes before any contender's can open; a Lease created anew is held only once a
 holder of a deleted one would have lapsed. A move checks the lease before each vendor call
 (`require`, through providers.retry.call_guard).
+
+The timing, with the defaults (LeaseSettings checks that its numbers keep it):
+- A Lease call takes at most 9 s: 2 s to connect, tried twice only when no connection was made (the
+  client's retries, providers.kube.loop_retries), and 5 s to answer. A renewal (a read and a write)
+  takes at most 18 s (`RENEWAL_SECONDS`).
+- Renewed every 10 s from the start of the last renewal (at once after one that took longer), a failed
+  one again after 2 s; held 60 s from before the renewal's read.
+- A vendor call starts only with more than 20 s of that window left (`CALL_MARGIN_SECONDS`), and the
+  mover's calls take at most 15 s (3 s to connect, 12 s to answer: watcher.mover.MOVER_TIMEOUTS,
+  checked when a mover is built). So the last call lands before the holder's own window closes, hence
+  before any contender's opens: never two opposing moves.
+- Renewals that succeed, however slowly, never stop a move: two start at most max(10, 18) s apart and
+  the second answers within 18 s, leaving 60 - 36 = 24 s of the window, more than 20 s. When they
+  fail, calls still start for 40 s after the last good renewal began, and the window closes at 60 s.
+- A contender takes over once the record has gone unchanged for more than 60 s on its own clock,
+  counted from the answer that showed it; it reads every 10 s, so within 70 s of that answer. A Lease
+  created anew is held 60 s after the answer that showed it gone.
 """
 
 from __future__ import annotations
@@ -40,11 +57,19 @@ log = logging.getLogger("watcher")
 # (connect, read) seconds of each Lease call: a renewal (a read and a write) must fit well inside the
 # gap between renewal and lapse, so a slow control plane costs one renewal, not the lease.
 KUBE_TIMEOUT = (2, 5)
+# The longest one Lease call takes on the watcher's client, which tries a connection that was never
+# made once more and nothing else (providers.kube.loop_retries): 2 + 2 + 5 = 9 s.
+LEASE_CALL_SECONDS = 2 * KUBE_TIMEOUT[0] + KUBE_TIMEOUT[1]
+# The longest a renewal takes: a read and a write, 18 s.
+RENEWAL_SECONDS = 2 * LEASE_CALL_SECONDS
 # After a failed renewal, the next try comes this soon rather than a whole renew period later.
 RETRY_SECONDS = 2.0
-# A move's vendor call starts only while this much of the lease's window is left: the call's own
-# connect and answer time must not carry it past the moment a contender could take over.
-CALL_MARGIN_SECONDS = 10.0
+# A move's vendor call starts only while more than this much of the lease's window is left: longer
+# than the longest one vendor request of the watcher's mover (watcher.mover.MOVER_TIMEOUTS: 3 s to
+# connect + 12 s to answer; a mover whose timeouts add up to this or more is refused), so a call sent
+# at the last moment still lands before a contender could take over. The 5 s beyond them cover what
+# those timeouts do not bound: the name's resolution, a second address of the vendor's host.
+CALL_MARGIN_SECONDS = 20.0
 
 
 class LeaseLost(Exception):
@@ -56,15 +81,20 @@ class LeaseSettings:
     namespace: str
     name: str
     identity: str  # the pod's name: a restarted container of the same pod takes its lease back
-    duration_seconds: int = 30
+    duration_seconds: int = 60
     renew_seconds: float = 10.0
 
     def __post_init__(self) -> None:
-        # A renewal late by its calls' timeouts (2 + 5 s each, read and write) still leaves the lease held.
-        if not self.renew_seconds * 2 < self.duration_seconds:
+        # Two renewals start at most max(renew_seconds, RENEWAL_SECONDS) apart and the second answers
+        # within RENEWAL_SECONDS: until it does, more than CALL_MARGIN_SECONDS of the last one's window
+        # must be left, or a slow control plane stops a move midway although the lease stays held.
+        needed = max(self.renew_seconds, RENEWAL_SECONDS) + RENEWAL_SECONDS + CALL_MARGIN_SECONDS
+        if not needed < self.duration_seconds:
             raise ValueError(
-                f"lease {self.namespace}/{self.name}: renew_seconds ({self.renew_seconds}) must be under "
-                f"half of duration_seconds ({self.duration_seconds}), or one slow renewal loses it"
+                f"lease {self.namespace}/{self.name}: duration_seconds ({self.duration_seconds}) must "
+                f"exceed {needed:g}: max(renew_seconds ({self.renew_seconds:g}), a renewal's "
+                f"{RENEWAL_SECONDS:g}s) + a renewal's {RENEWAL_SECONDS:g}s + the vendor call margin "
+                f"({CALL_MARGIN_SECONDS:g}s), or a slow renewal stops a move"
             )
 
 
@@ -115,9 +145,10 @@ class LeaseFence:
         return self.held_term()[0]
 
     def require(self, term: int | None = None) -> None:
-        """LeaseLost unless the lease is held (in `term`, when given) with `CALL_MARGIN_SECONDS` of
-        its window left: the check a move makes before each vendor call, so a call that still takes
-        its connect and answer time lands before any contender could have taken over."""
+        """LeaseLost unless the lease is held (in `term`, when given) with more than
+        `CALL_MARGIN_SECONDS` of its window left: the check a move makes before each vendor call, so a
+        call that still takes its connect and answer time lands before any contender could have
+        taken over."""
         with self._lock:
             now = self._clock()
             ok = (

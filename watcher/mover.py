@@ -29,8 +29,10 @@ from providers.clients import (
     VendorConfigError,
     vendor_client,
 )
+from providers.retry import HttpTimeouts
 from providers.robot.models import min_poll_interval
 from providers.vendor import Vendor, VendorClient
+from watcher.lease import CALL_MARGIN_SECONDS
 
 __all__ = [
     "ACCOUNT_MODELS",
@@ -38,11 +40,14 @@ __all__ = [
     "ENV_ACCOUNT",
     "ENV_CREDENTIALS_DIR",
     "ENV_VENDOR",
+    "MOVER_TIMEOUTS",
+    "MOVER_TIMING",
     "SECRET_KEYS_BY_VENDOR",
     "ClientTiming",
     "MoverConfigError",
     "VendorMover",
     "build_mover",
+    "check_fits_call_margin",
     "min_poll_seconds",
     "mover_from_env",
     "parse_vendor",
@@ -66,6 +71,27 @@ ENV_CREDENTIALS_DIR = "FAILOVER_CREDENTIALS_DIR"
 # The mover cannot be built: unknown vendor, bad account settings, a missing credential. The same
 # class as the client factory's error, so one except clause covers both.
 MoverConfigError = VendorConfigError
+
+# Each HTTP request of the mover's clients: 3 s to connect (a lost SYN is sent again after 1 s), 12 s to
+# answer, where the clients' default is 10 + 30 s. The failover calls are small JSON reads and writes
+# (OVH and Dedibox start a task and answer; Robot answers once its switch is made). Their sum (15 s)
+# must stay under the lease's CALL_MARGIN_SECONDS (20 s, watcher/lease.py): a call the lease let start
+# with that much of its window left lands before any contender could take over. A write whose answer
+# is lost to the read timeout is read back before it is sent again (providers.retry.verified_write).
+MOVER_TIMEOUTS = HttpTimeouts(connect=3.0, read=12.0)
+MOVER_TIMING = ClientTiming(timeouts=MOVER_TIMEOUTS)
+
+
+def check_fits_call_margin(timing: ClientTiming) -> None:
+    """MoverConfigError unless one HTTP request on `timing` (connect + read timeout) ends within the
+    lease's CALL_MARGIN_SECONDS: the fence lets a move's vendor call start only with that much of its
+    window left, and a longer call could land after a contender took the lease over and moved."""
+    longest = timing.timeouts.connect + timing.timeouts.read
+    if not longest < CALL_MARGIN_SECONDS:
+        raise MoverConfigError(
+            f"the mover's HTTP timeouts ({timing.timeouts.connect:g}s to connect + {timing.timeouts.read:g}s "
+            f"to answer = {longest:g}s) must end within the lease's call margin ({CALL_MARGIN_SECONDS:g}s)"
+        )
 
 
 def min_poll_seconds(vendor: Vendor, *, watchers: int = 1) -> float:
@@ -120,7 +146,8 @@ class VendorMover:
         self.vendor = vendor
         self.credentials_dir = credentials_dir
         self._vendors = vendors
-        self._timing = timing or ClientTiming()
+        self._timing = timing or MOVER_TIMING
+        check_fits_call_margin(self._timing)
         self._lock = threading.Lock()
         self._cached: tuple[str, VendorClient] | None = None
 

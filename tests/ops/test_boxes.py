@@ -410,3 +410,37 @@ def test_ctrl_c_during_the_reinstall_wait_loses_nothing_and_a_rerun_finishes(
     assert result.exit_code == 0, result.output
     assert [w[1] for w in writes(sim, since)] == [f"/ovh/1.0/dedicated/server/{OVH_UNMARKED}/reinstall"]
     assert " ".join(key.public.split()[:2]) in authorized_keys(sim, f"ovh-{OVH_UNMARKED}")
+
+
+def test_prep_whose_check_fails_on_the_box_plans_no_reinstall_without_the_flag(
+    sim: Sim, ops: Ops, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fleet key logs in, but the check script exits non-zero (a box without what it needs): that
+    says nothing about sudo. Prep refuses to plan a reinstall on that guess, naming what failed, dry
+    run or not, and writes nothing; with --reinstall the plan's one reason is the flag."""
+    import ops.boxes as boxes
+    from tests.providers.test_machine_support import SIM_SSH_PORT
+
+    failing = tmp_path / "verify-box.sh"
+    failing.write_text('echo "verify-box.sh: line 12: findmnt: command not found"\nexit 127\n')
+    monkeypatch.setattr(boxes, "VERIFY_SCRIPT", failing)
+    rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
+    address = rows[OVH_FREE]["public_ipv4"]
+    since = sim.last_audit_id()
+
+    for dry_run in (["--dry-run"], []):
+        assert error_line(ops("prep", "-s", "dev", f"ovh:{OVH_FREE}", *dry_run)) == (
+            f"error: ovh:{OVH_FREE}: the check failed on ubuntu@{address}:{SIM_SSH_PORT} (exit 127: "
+            "verify-box.sh: line 12: findmnt: command not found), so whether ubuntu can sudo with the fleet "
+            "sudo password is unknown; fix what stops the check and rerun, or reinstall the box with "
+            "--reinstall"
+        )
+    assert writes(sim, since) == []
+
+    dry = ops("prep", "-s", "dev", f"ovh:{OVH_FREE}", "--reinstall", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert dry.stderr.splitlines()[1] == (
+        "  reinstall ubuntu_24.04 with the fleet key and the fleet sudo password "
+        "(hostname kura-ovh-ns1001-ip-203-0-113-net): --reinstall was given"
+    )
+    assert writes(sim, since) == []

@@ -274,3 +274,106 @@ def _service_account(core: k8s.CoreV1Api, namespace: str) -> bool | None:
     except k8s.ApiException:
         return None
     return True
+
+
+def adopted_boxes(sim: Sim, ops: Ops, count: int) -> list[str]:
+    boxes = []
+    for index in range(count):
+        outs = sim.claims().create(claim_props("kura-ovh", index)).outs
+        assert outs
+        ops.state.append(
+            claim_resource(f"kura-ovh-{index}", "kura-ovh", "ovh", outs["box_id"], outs["claim_token"])
+        )
+        boxes.append(outs["box_id"])
+    return boxes
+
+
+@pytest.mark.parametrize("how", ["nodes-unlisted", "kubeconfig-unreadable"])
+def test_a_move_while_the_stacks_cluster_does_not_answer_needs_force(
+    sim: Sim, kube_cluster: KubeCluster, how: str
+) -> None:
+    """The stack has a cluster, but its Nodes could not be listed (the apiserver does not answer) or
+    no client could be built (the kubeconfig does not parse): every adopted box reads eligible by the
+    deploy-time rule, which knows nothing of a NotReady or cordoned Node. The move refuses, saying
+    the cluster did not answer, and writes nothing; --force moves it, and says eligibility was not
+    checked."""
+    ops = ClusterOps(sim)
+    with_cluster(ops, kube_cluster, "https://127.0.0.1:1", "kura-ovh", "kura")
+    if how == "nodes-unlisted":
+        text = kube_cluster.kubeconfig.read_text().replace(kube_cluster.api_server, "https://127.0.0.1:1")
+        status = "unreachable: MaxRetryError"
+    else:
+        text = "this: [is not a kubeconfig"
+        status = "unreachable: KubeconfigError"
+    ops.overrides[f"{PROJECT}:kubeconfig"] = text
+    boxes = adopted_boxes(sim, ops, 2)
+    (route,) = ops.json("failover", "status", "-s", "dev", "ca-east")["regions"]
+    assert route["source"] == f"state (cluster {status}: eligibility is the deploy-time rule)"
+    assert [(c["box"], c["eligible"]) for c in route["candidates"]] == [(boxes[0], True), (boxes[1], True)]
+    since = sim.last_audit_id()
+
+    for dry_run in (["--dry-run"], []):
+        assert error_line(ops("failover", "move", "-s", "dev", "ca-east", boxes[1], *dry_run)) == (
+            f"error: refusing to move {IP} to {boxes[1]}: the cluster did not answer ({status}), so whether "
+            f"{boxes[1]} may carry it (Node Ready, not cordoned, a Ready peer-demux pod of region ca-east) "
+            "could not be checked; rerun once the cluster answers, or --force moves it anyway"
+        )
+    assert sim.audit(since) == []
+
+    forced = ops("failover", "move", "-s", "dev", "ca-east", boxes[1], "--force")
+
+    assert forced.exit_code == 0, forced.output
+    assert (
+        f"region ca-east: move {IP} from {boxes[0]} to {boxes[1]} (eligibility not checked: the cluster "
+        f"did not answer ({status}); --force)"
+    ) in forced.stderr.splitlines()
+    assert f"region ca-east: {IP} now routes to {boxes[1]}" in forced.stderr
+    assert [(e["method"], e["path"], e["body"]) for e in sim.audit(since)] == [
+        ("POST", f"/ovh/1.0/ip/{IP}%2F32/move", {"to": boxes[1]})
+    ]
+
+
+def test_a_box_id_in_another_case_than_its_nodes_still_finds_the_node(
+    sim: Sim, kube_cluster: KubeCluster, nodes: list[str]
+) -> None:
+    """An OVH service name typed in capitals is the box in lower case (as OVH and the Node's providerID
+    write it): prep and unclaim refuse a box that is still a Node, naming it in lower case. And a
+    Node whose providerID has the name in capitals is found for the box all the same."""
+    pool = f"ops-{uuid.uuid4().hex[:8]}"
+    ops = ClusterOps(sim)
+    with_cluster(ops, kube_cluster, kube_cluster.api_server, pool, "kura")
+    orphan = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert orphan
+    box = orphan["box_id"]
+    name, shouting = f"{pool}-0", f"{pool}-1"
+    make_node(kube_cluster, name, box, pool, cordoned=False)
+    nodes.append(name)
+    free = "ns1002.ip-203-0-113.net" if box != "ns1002.ip-203-0-113.net" else "ns1003.ip-203-0-113.net"
+    make_node(kube_cluster, shouting, free.upper(), pool, cordoned=False)
+    nodes.append(shouting)
+    since = sim.last_audit_id()
+
+    def still_node(doing: str, ref: str, node: str) -> str:
+        return (
+            f"error: refusing to {doing} {ref}: it is still Node {node}; drain and delete it first "
+            f"(kubectl drain {node} --ignore-daemonsets --delete-emptydir-data && kubectl delete node {node})"
+        )
+
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box.upper()}")) == still_node(
+        "unclaim", f"ovh:{box}", name
+    )
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box.upper()}", "--no-reinstall")) == still_node(
+        "unclaim", f"ovh:{box}", name
+    )
+    assert error_line(ops("prep", "-s", "dev", box.upper(), "--fleet", "kura-ovh")) == (
+        f"error: refusing to prep ovh:{box}: it is claimed by dev/kura-ovh-7"
+    )
+    assert error_line(ops("prep", "-s", "dev", f"ovh:{free}", "--reinstall")) == still_node(
+        "reinstall", f"ovh:{free}", shouting
+    )
+    assert error_line(ops("prep", "-s", "dev", free.upper(), "--reinstall", "--dry-run")) == still_node(
+        "reinstall", f"ovh:{free}", shouting
+    )
+    rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
+    assert (rows[box]["node"], rows[free]["node"]) == (name, shouting)
+    assert sim.audit(since) == []

@@ -70,3 +70,52 @@ def test_move_refuses_a_box_outside_the_fleet_and_an_unknown_region(sim: Sim, op
         "error: stack dev has no region 'us-west' with a failover IP (regions: eu-central, ca-east)"
     )
     assert sim.audit(since) == []
+
+
+def test_a_stack_with_a_cluster_but_no_kubeconfig_moves_only_with_force(sim: Sim) -> None:
+    """api_server set, the kubeconfig secret missing: no client, so eligibility is the deploy-time
+    rule; the move refuses without --force (the cluster could not be asked) and writes nothing."""
+    from tests.ops.conftest import dev_config
+    from tests.providers.test_machine_support import PROJECT, FleetKey
+
+    def with_api_server(sim: Sim, key: FleetKey | None) -> dict[str, object]:
+        values = dev_config(sim, key)
+        cluster = {k: v for k, v in dict(values[f"{PROJECT}:cluster"]).items() if k != "render_dir"}
+        values[f"{PROJECT}:cluster"] = {**cluster, "api_server": "https://127.0.0.1:6443"}
+        return values
+
+    ops = Ops(sim, config=with_api_server)
+    boxes = adopted(sim, ops, 2)
+    status = "unreachable: no kubeconfig in the stack's secrets"
+    (route,) = ops.json("failover", "status", "-s", "dev", "ca-east")["regions"]
+    assert route["source"] == f"state (cluster {status}: eligibility is the deploy-time rule)"
+    since = sim.last_audit_id()
+    assert error_line(ops("failover", "move", "-s", "dev", "ca-east", boxes[1])) == (
+        f"error: refusing to move {IP} to {boxes[1]}: the cluster did not answer ({status}), so whether "
+        f"{boxes[1]} may carry it (Node Ready, not cordoned, a Ready peer-demux pod of region ca-east) "
+        "could not be checked; rerun once the cluster answers, or --force moves it anyway"
+    )
+    assert sim.audit(since) == []
+
+
+def test_a_stack_with_a_cluster_but_no_kubeconfig_wipes_no_box_it_cannot_check(sim: Sim) -> None:
+    """The Node guard: api_server set, the kubeconfig secret missing. Whether the box is still a Node
+    cannot be told, so unclaim refuses, as for an unreachable cluster, and writes nothing."""
+    from tests.ops.conftest import dev_config
+    from tests.providers.test_machine_support import PROJECT, FleetKey, claim_props
+
+    def with_api_server(sim: Sim, key: FleetKey | None) -> dict[str, object]:
+        values = dev_config(sim, key)
+        cluster = {k: v for k, v in dict(values[f"{PROJECT}:cluster"]).items() if k != "render_dir"}
+        values[f"{PROJECT}:cluster"] = {**cluster, "api_server": "https://127.0.0.1:6443"}
+        return values
+
+    ops = Ops(sim, config=with_api_server)
+    orphan = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert orphan
+    since = sim.last_audit_id()
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{orphan['box_id']}")) == (
+        f"error: refusing to unclaim ovh:{orphan['box_id']}: cannot tell whether it is still a Node "
+        "(cluster unreachable: no kubeconfig in the stack's secrets); rerun once the cluster answers"
+    )
+    assert sim.audit(since) == []

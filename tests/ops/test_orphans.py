@@ -11,6 +11,7 @@ import pytest
 from providers.claims import claim_token
 from tests.ops.conftest import Ops, claim_resource, dev_config_with_scaleway, error_line
 from tests.providers.test_machine_support import PROJECT, REPO, Sim, claim_props
+from tests.support.cluster import KubeCluster
 
 
 def token(slot: str) -> str:
@@ -309,3 +310,258 @@ def test_urn_refuses_a_box_two_claims_of_the_state_hold_naming_both(ops: Ops) ->
         "passing a URN to pulumi"
     )
     assert result.stdout == ""
+
+
+def audited(sim: Sim, since: int) -> list[tuple[str, str, object]]:
+    return [(e["method"], e["path"], e["body"]) for e in sim.audit(since) if e["method"] != "GET"]
+
+
+def test_a_releasing_claim_of_a_slot_in_the_config_is_fixed_by_unclaim_not_pulumi_up(
+    sim: Sim, ops: Ops
+) -> None:
+    """kura-ovh-1 is in the config, not in state, and its box's claim is releasing (a release cut
+    short): `pulumi up` refuses such a box and names unclaim, so orphans prescribes unclaim, and the
+    unclaim it prescribes (no --force) finishes the release."""
+    from providers.vendor import Claim, Vendor
+
+    claims = sim.claims()
+    outs = claims.create(claim_props("kura-ovh", 1)).outs
+    assert outs
+    box = outs["box_id"]
+    claims._config().vendor_client(Vendor.OVH).set_claim(box, Claim(outs["claim_token"], releasing=True))
+    since = sim.last_audit_id()
+
+    (finding,) = [f for f in ops.json("orphans", "-s", "dev")["findings"] if f["box"] == f"ovh:{box}"]
+
+    assert finding == {
+        "kind": "claim-without-state",
+        "box": f"ovh:{box}",
+        "detail": (
+            "claimed by dev/kura-ovh-1, not in state; slot kura-ovh-1 is in the config, but the claim is "
+            "releasing (a release cut short): `pulumi up` refuses it; unclaim finishes the release"
+        ),
+        "fix": f"tuist-ops unclaim -s dev ovh:{box}",
+    }
+    assert audited(sim, since) == []
+    result = ops(*finding["fix"].split()[1:])
+    assert result.exit_code == 0, result.output
+    base = "tuist-kura-dev-ovh-1"
+    assert audited(sim, since) == [
+        ("POST", f"/ovh/1.0/dedicated/server/{box}/reinstall", audited(sim, since)[0][2]),
+        ("PUT", "/ovh/1.0/service/10001001", {"resource": {"displayName": base, "name": box}}),
+    ]
+    assert [f for f in ops.json("orphans", "-s", "dev")["findings"] if f["box"] == f"ovh:{box}"] == []
+
+
+def test_a_claim_on_another_box_than_the_one_state_names_is_reported(sim: Sim, ops: Ops) -> None:
+    """State holds kura-ovh-0's claim on box A; box B carries the same claim. While A carries it too,
+    B's claim is a second one of the slot (unclaim --force returns B: the token is in state); once A
+    does not, the state is what is wrong (refresh drops the slot). Read-only: nothing is written."""
+    from providers.vendor import Claim, Vendor
+
+    claims = sim.claims()
+    held = claims.create(claim_props("kura-ovh", 0)).outs
+    assert held
+    a, tok = held["box_id"], held["claim_token"]
+    b = "ns1002.ip-203-0-113.net"
+    assert a != b
+    client = claims._config().vendor_client(Vendor.OVH)
+    client.set_claim(b, Claim(tok))
+    ops.state = [claim_resource("kura-ovh-0", "kura-ovh", "ovh", a, tok)]
+    urn = ops.state[0]["urn"]
+    refresh = f"pulumi refresh -s dev --yes --target '{urn}'"
+    since = sim.last_audit_id()
+
+    findings = [f for f in ops.json("orphans", "-s", "dev")["findings"] if f["kind"] != "unknown-claim"]
+
+    assert findings == [
+        {
+            "kind": "claim-on-another-box",
+            "box": f"ovh:{b}",
+            "detail": (
+                f"carries claim {tok} of dev/kura-ovh-0, but kura-ovh-0-claim holds ovh:{a} in state, which "
+                "carries it too: this box's claim is a second one of the slot"
+            ),
+            "fix": f"tuist-ops unclaim -s dev ovh:{b} --force",
+        }
+    ]
+    assert audited(sim, since) == []
+
+    client.set_claim(a, None)
+    since = sim.last_audit_id()
+    findings = [f for f in ops.json("orphans", "-s", "dev")["findings"] if f["kind"] != "unknown-claim"]
+    assert sorted(findings, key=lambda f: f["box"]) == [
+        {
+            "kind": "state-without-claim",
+            "box": f"ovh:{a}",
+            "detail": f"kura-ovh-0-claim holds it in state with claim {tok}, but the box is unclaimed",
+            "fix": refresh,
+        },
+        {
+            "kind": "claim-on-another-box",
+            "box": f"ovh:{b}",
+            "detail": (
+                f"carries claim {tok} of dev/kura-ovh-0, but kura-ovh-0-claim holds ovh:{a} in state, which "
+                "does not carry it: the refresh drops the slot from state; then `tuist-ops orphans` again "
+                "says what this box needs"
+            ),
+            "fix": refresh,
+        },
+    ]
+    assert audited(sim, since) == []
+
+    # State names a box of a vendor that does not answer: whether it carries the claim is not known,
+    # and the fix is to look again once it answers (never an unclaim on a guess).
+    ops.state = [claim_resource("kura-ovh-0", "kura-ovh", "dedibox", "fr-par-2/200103", tok)]
+    sim.faults(
+        {"vendor": "dedibox", "route": "/dedibox/dedibox/v1/zones/*/servers", "error_rate": 1, "status": 503}
+    )
+    result = ops("orphans", "-s", "dev", "--json")
+    assert result.exit_code == 1, result.output
+    findings = [f for f in json.loads(result.stdout)["findings"] if f["kind"] != "unknown-claim"]
+    assert findings == [
+        {
+            "kind": "claim-on-another-box",
+            "box": f"ovh:{b}",
+            "detail": (
+                f"carries claim {tok} of dev/kura-ovh-0, but kura-ovh-0-claim holds dedibox:fr-par-2/200103 "
+                "in state, which could not be read: whether it carries the claim too is not known yet"
+            ),
+            "fix": "tuist-ops orphans -s dev",
+        }
+    ]
+    assert audited(sim, since) == []
+
+
+def test_unclaims_resume_hint_has_force_only_when_the_plan_needed_it(
+    sim: Sim, ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An orphan of this stack needs no --force: given anyway, Ctrl-C's hint still leaves it out, so a
+    rerun after a `pulumi up` put the slot back in state is refused, not let past that refusal; the
+    rerun as hinted finishes the releasing claim. A claim no stack is known for needed --force, and
+    its hint keeps it; a --no-reinstall plan's hint keeps --no-reinstall."""
+    import time
+    from types import SimpleNamespace
+
+    import ops.waiting as waiting
+
+    gone = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert gone
+    box, tok = gone["box_id"], gone["claim_token"]
+    # The install still runs when the rerun comes: it follows that one and starts none.
+    sim.admin("POST", "timings", {"task_seconds": 5})
+    since = sim.last_audit_id()
+
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(waiting, "time", SimpleNamespace(sleep=interrupted, monotonic=time.monotonic))
+        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box}", "--force")) == (
+            f"error: reinstall ovh:{box}: interrupted; nothing is half-written, the vendor carries on: "
+            f"rerun `tuist-ops unclaim -s dev ovh:{box}` to finish"
+        )
+        unknown = "ns1004.ip-203-0-113.net"
+        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{unknown}", "--force")) == (
+            f"error: reinstall ovh:{unknown}: interrupted; nothing is half-written, the vendor carries on: "
+            f"rerun `tuist-ops unclaim -s dev ovh:{unknown} --force` to finish"
+        )
+    base = "tuist-kura-dev-ovh-1"
+    releasing = {"resource": {"displayName": f"{base}--r-{tok}", "name": box}}
+    first = audited(sim, since)
+    assert [(m, p) for m, p, _ in first] == [
+        ("PUT", "/ovh/1.0/service/10001001"),
+        ("POST", f"/ovh/1.0/dedicated/server/{box}/reinstall"),
+        ("PUT", "/ovh/1.0/service/10001004"),
+        ("POST", f"/ovh/1.0/dedicated/server/{unknown}/reinstall"),
+    ]
+    assert first[0][2] == releasing
+
+    # A `pulumi up` meanwhile put the slot back in state: the rerun as hinted refuses, writing nothing.
+    ops.state = [claim_resource("kura-ovh-7", "kura-ovh", "ovh", box, tok)]
+    rerun = sim.last_audit_id()
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box}")) == (
+        f"error: refusing to unclaim ovh:{box}: its holder dev/kura-ovh-7 is in stack dev's state "
+        "(kura-ovh-7-claim); `pulumi up`/`pulumi destroy` releases it (or --force)"
+    )
+    assert audited(sim, rerun) == []
+
+    # Not in state: the rerun as hinted (no --force) finishes the releasing claim.
+    ops.state = []
+    done = ops("unclaim", "-s", "dev", f"ovh:{box}")
+    assert done.exit_code == 0, done.output
+    assert audited(sim, rerun) == [
+        ("PUT", "/ovh/1.0/service/10001001", {"resource": {"displayName": base, "name": box}})
+    ]
+    assert f"ovh:{box}: back in the pool (claim removed)" in done.stderr
+
+    sim.faults(
+        {"vendor": "robot", "route": "/robot/server/*", "method": "POST", "error_rate": 1, "status": 500}
+    )
+    robot = sim.last_audit_id()
+    line = error_line(ops("unclaim", "-s", "dev", "robot:2345604", "--no-reinstall", "--force"))
+    assert line.startswith("error: robot:2345604: robot: POST "), line
+    assert line.endswith("; rerun `tuist-ops unclaim -s dev robot:2345604 --no-reinstall --force` to finish")
+    assert audited(sim, robot) == []
+
+
+def test_unclaim_without_reinstall_of_a_production_box_needs_the_release_switches(
+    sim: Sim, on_production: Ops, kube_cluster: KubeCluster
+) -> None:
+    """Put back unwiped, a production box would carry its last holder's data into the next adoption:
+    --no-reinstall is refused, naming the switches, as the reinstall is, until both are set."""
+    from providers.vendor import Claim, Vendor
+    from tests.ops.conftest import production_config
+    from tests.providers.test_machine_support import FleetKey
+
+    box = "fr-par-2/200106"  # tagged tuist-kura-production: fleet kura-dedibox
+    tok = claim_token(PROJECT, "production", "kura-dedibox-7")  # a slot past the fleet's size: no state
+    sim.claims()._config().vendor_client(Vendor.DEDIBOX).set_claim(box, Claim(tok))
+    since = sim.last_audit_id()
+    switches = "fleets[name=kura-dedibox].allow_release: true and allow_production_release: true"
+
+    def unwiped(switches: str) -> str:
+        return (
+            f"error: refusing to put production box dedibox:{box} (fleet kura-dedibox) back in the pool "
+            f"unwiped (--no-reinstall): set {switches} in Pulumi.production.yaml first, as a release needs"
+        )
+
+    for dry_run in (["--dry-run"], []):
+        unclaim = ("unclaim", "-s", "production", f"dedibox:{box}", "--no-reinstall", *dry_run)
+        assert error_line(on_production(*unclaim)) == unwiped(switches)
+    assert error_line(on_production("unclaim", "-s", "production", f"dedibox:{box}")) == (
+        f"error: refusing to reinstall production box dedibox:{box} (fleet kura-dedibox): set {switches} in "
+        "Pulumi.production.yaml first, as a release needs"
+    )
+
+    def stack_switch_only(sim: Sim, key: FleetKey | None) -> dict[str, object]:
+        return {**production_config(sim, key), f"{PROJECT}:allow_production_release": True}
+
+    def both_switches(sim: Sim, key: FleetKey | None) -> dict[str, object]:
+        values = stack_switch_only(sim, key)
+        fleets = [dict(f) for f in values[f"{PROJECT}:fleets"]]
+        for fleet in fleets:
+            if fleet["name"] == "kura-dedibox":
+                fleet["allow_release"] = True
+        # A kubeconfig secret naming the session's cluster answers whether the box is a Node (it is
+        # not); without one, the stack's cluster would be refused as one that does not answer.
+        return {
+            **values,
+            f"{PROJECT}:fleets": fleets,
+            f"{PROJECT}:kubeconfig": kube_cluster.kubeconfig.read_text(),
+        }
+
+    one = Ops(sim, config=stack_switch_only)
+    assert error_line(one("unclaim", "-s", "production", f"dedibox:{box}", "--no-reinstall")) == unwiped(
+        "fleets[name=kura-dedibox].allow_release: true"
+    )
+    assert audited(sim, since) == []
+
+    allowed = Ops(sim, config=both_switches)
+    done = allowed("unclaim", "-s", "production", f"dedibox:{box}", "--no-reinstall")
+    assert done.exit_code == 0, done.output
+    tags = "/dedibox/dedibox/v1/zones/fr-par-2/servers/200106/tags"
+    assert audited(sim, since) == [
+        ("POST", tags, {"tags": ["tuist-kura-production", f"tuist-releasing-{tok}"]}),
+        ("POST", tags, {"tags": ["tuist-kura-production"]}),
+    ]

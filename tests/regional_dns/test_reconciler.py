@@ -21,7 +21,9 @@ from regional_dns.reconciler import (
     RegionalDns,
     Settings,
     label_selector,
+    node_view,
 )
+from regional_dns.records import NodeAddress, NodeView
 
 HOST = "us-east.staging.kura.tuist.dev"
 SETTINGS = Settings(
@@ -40,12 +42,15 @@ def wildcard(*targets: str) -> list[dict[str, Any]]:
     return [{"dnsName": f"*.{HOST}", "recordType": "A", "recordTTL": 60, "targets": list(targets)}]
 
 
-def v1_node(name: str, address: str, *, ready: bool = True, cordoned: bool = False) -> k8s.V1Node:
+def v1_node(
+    name: str, address: str, *, ready: bool = True, cordoned: bool = False, status: str | None = None
+) -> k8s.V1Node:
+    """`status` sets the Ready condition's status as it is ("Unknown"); else `ready` does."""
     return k8s.V1Node(
         metadata=k8s.V1ObjectMeta(name=name),
         spec=k8s.V1NodeSpec(unschedulable=cordoned or None),
         status=k8s.V1NodeStatus(
-            conditions=[k8s.V1NodeCondition(type="Ready", status="True" if ready else "False")],
+            conditions=[k8s.V1NodeCondition(type="Ready", status=status or ("True" if ready else "False"))],
             addresses=[
                 k8s.V1NodeAddress(type="InternalIP", address=address),
                 k8s.V1NodeAddress(type="Hostname", address=name),
@@ -227,6 +232,78 @@ def test_an_observed_empty_healthy_set_withdraws_the_wildcard_and_alerts(
     ]
 
 
+def test_a_node_whose_ready_condition_reads_unknown_is_not_ready_and_says_so() -> None:
+    assert node_view(v1_node("a", A, status="Unknown")) == NodeView(
+        name="a",
+        ready=False,
+        ready_unknown=True,
+        addresses=(NodeAddress("InternalIP", A), NodeAddress("Hostname", "a")),
+    )
+    assert node_view(v1_node("b", B, ready=False)).ready_unknown is False
+    assert node_view(v1_node("c", B)).ready_unknown is False
+
+
+def test_a_pass_in_which_every_node_reads_unknown_keeps_the_records(
+    api: RecordedApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The control plane lost every kubelet at once (an apiserver restart, a firewall mistake): the
+    Nodes read Unknown and their gateway pods not Ready, while the gateways serve on. The read
+    succeeded, and tells nothing: the records stay, as after a failed read."""
+    running = reconciler(api)
+    assert running.reconcile_once() == Pass(Outcome.WRITTEN, wildcard(A, B))
+    api.nodes = [v1_node("a", A, status="Unknown"), v1_node("b", B, status="Unknown")]
+    api.pods = [v1_pod("gw-a", "a", ready=False), v1_pod("gw-b", "b", ready=False)]
+    with caplog.at_level(logging.WARNING, logger="regional_dns"):
+        assert running.reconcile_once() == Pass(Outcome.KEPT, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "region us-east: every Node of pool kura-us-east reads Ready Unknown (the control plane hears "
+        "no kubelet: a, b), keeping the public records as they are"
+    ]
+    assert api.writes() == [wildcard(A, B)]
+    assert api.stored["spec"] == {"endpoints": wildcard(A, B)}
+    # The kubelets are heard again: the pool is judged as it reads.
+    api.nodes = [v1_node("a", A), v1_node("b", B)]
+    api.pods = [v1_pod("gw-a", "a"), v1_pod("gw-b", "b")]
+    assert running.reconcile_once() == Pass(Outcome.UNCHANGED, wildcard(A, B))
+
+
+def test_a_first_pass_in_which_every_node_reads_unknown_writes_nothing(api: RecordedApi) -> None:
+    api.stored["spec"] = {"endpoints": wildcard(A)}
+    api.nodes = [v1_node("a", A, status="Unknown")]
+    api.pods = [v1_pod("gw-a", "a", ready=False)]
+    assert reconciler(api).reconcile_once() == Pass(Outcome.KEPT, None)
+    assert api.writes() == []
+    assert api.stored["spec"] == {"endpoints": wildcard(A)}
+
+
+@pytest.mark.parametrize(
+    ("b_status", "b_pod_ready", "expected"),
+    [
+        # b's kubelet is heard: a's silence is a's, and a is left out.
+        ("True", True, Pass(Outcome.WRITTEN, wildcard(B))),
+        # b's kubelet says NotReady: the pool is judged, and nothing serves.
+        ("False", False, Pass(Outcome.WRITTEN, [])),
+    ],
+    ids=["one Ready=True", "one Ready=False"],
+)
+def test_one_node_reading_true_or_false_has_the_pool_judged_as_it_reads(
+    api: RecordedApi, b_status: str, b_pod_ready: bool, expected: Pass
+) -> None:
+    running = reconciler(api)
+    running.reconcile_once()
+    api.nodes = [v1_node("a", A, status="Unknown"), v1_node("b", B, status=b_status)]
+    api.pods = [v1_pod("gw-a", "a", ready=False), v1_pod("gw-b", "b", ready=b_pod_ready)]
+    assert running.reconcile_once() == expected
+    assert api.writes() == [wildcard(A, B), expected.endpoints]
+
+
+def test_a_pool_with_no_node_is_judged_not_kept(api: RecordedApi) -> None:
+    running = reconciler(api)
+    running.reconcile_once()
+    api.nodes, api.pods = [], []
+    assert running.reconcile_once() == Pass(Outcome.WRITTEN, [])
+
+
 def test_a_failed_write_is_retried_on_the_next_pass(api: RecordedApi) -> None:
     running = reconciler(api)
     api.fail = "patch_namespaced_custom_object"
@@ -255,7 +332,7 @@ def test_run_passes_until_stopped_and_keeps_its_heartbeat(api: RecordedApi, tmp_
     assert not thread.is_alive()
     assert sum(c[0] == "list_node" for c in recorded.calls) == 3
     # The last promise: the next pass's wait plus one pass's budget from now.
-    assert int(started) + 180 <= int(beat.read_text()) <= time.time() + 181
+    assert int(started) + 220 <= int(beat.read_text()) <= time.time() + 221
 
 
 def test_label_selector_of_match_labels_and_expressions() -> None:

@@ -10,6 +10,7 @@ from regional_dns.records import (
     NodeView,
     PodView,
     healthy_targets,
+    kubelets_unheard,
     node_targets,
     publishable,
     wildcard_endpoints,
@@ -114,6 +115,41 @@ CASES: list[tuple[str, list[NodeView], list[PodView], Healthy]] = [
 @pytest.mark.parametrize(("nodes", "pods", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_healthy_targets(nodes: list[NodeView], pods: list[PodView], expected: Healthy) -> None:
     assert healthy_targets(nodes, pods) == expected
+
+
+def unheard(name: str, internal: str) -> NodeView:
+    """A Node whose Ready condition reads Unknown: the node controller heard nothing from its kubelet."""
+    return node(name, internal, ready=False, ready_unknown=True)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected"),
+    [
+        ([unheard("a", A), unheard("b", B)], True),
+        ([unheard("a", A)], True),
+        ([unheard("a", A), node("b", B)], False),
+        ([unheard("a", A), node("b", B, ready=False)], False),
+        ([unheard("a", A), node("b", B, ready=False, unschedulable=True)], False),
+        ([], False),
+    ],
+    ids=[
+        "every Node Unknown",
+        "the one Node Unknown",
+        "one Node Ready=True",
+        "one Node Ready=False",
+        "one cordoned Node Ready=False",
+        "no Node at all",
+    ],
+)
+def test_kubelets_unheard(nodes: list[NodeView], expected: bool) -> None:
+    assert kubelets_unheard(nodes) is expected
+
+
+def test_a_node_reading_unknown_is_not_ready_to_the_targets() -> None:
+    # Judged at all (one Node heard), a Node reading Unknown is left out as NotReady.
+    assert healthy_targets([unheard("a", A), node("b", B)], [gateway("a"), gateway("b")]) == Healthy(
+        (B,), ("gw-a on a: node a NotReady",)
+    )
 
 
 def test_an_external_ip_is_preferred_over_the_internal_one() -> None:

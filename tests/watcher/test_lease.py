@@ -18,10 +18,18 @@ from kubernetes import client as k8s
 
 from providers.retry import RetryPolicy, call_guard, call_with_retries
 from tests.support.cluster import KubeCluster
-from watcher.lease import LeaseFence, LeaseLost, LeaseSettings
+from watcher.lease import (
+    CALL_MARGIN_SECONDS,
+    KUBE_TIMEOUT,
+    LEASE_CALL_SECONDS,
+    RENEWAL_SECONDS,
+    LeaseFence,
+    LeaseLost,
+    LeaseSettings,
+)
 
 NAME = "kura-failover-watcher-us-east"
-DURATION = 30
+DURATION = 60
 
 
 class Clock:
@@ -68,7 +76,7 @@ def test_a_created_lease_is_held_a_duration_later_and_a_second_watcher_waits(
 ) -> None:
     a, a_clock, b, b_clock = two_watchers(kube_cluster, lease_ns)
     spec = record(kube_cluster, lease_ns)
-    assert (spec.holder_identity, spec.lease_duration_seconds, spec.lease_transitions) == ("watcher-a", 30, 0)
+    assert (spec.holder_identity, spec.lease_duration_seconds, spec.lease_transitions) == ("watcher-a", 60, 0)
     term = a.held_term()[1]
     # A renews every 10 s: B, on its own clock, sees the record change each time and never takes over.
     for _ in range(6):
@@ -103,7 +111,7 @@ def test_a_lease_left_unrenewed_past_its_duration_is_taken_over(
 def test_a_record_is_dated_from_after_the_read_that_returned_it(
     kube_cluster: KubeCluster, lease_ns: str
 ) -> None:
-    """B's read is sent, A renews, the read answers 20 s later with A's renewal: B counts A's renewal
+    """B's read is sent, A renews, the read answers 40 s later with A's renewal: B counts A's renewal
     from when the answer came, so it cannot take over before A's window has closed."""
     a, a_clock, _, b_clock = two_watchers(kube_cluster, lease_ns)
     api = k8s.CoordinationV1Api(kube_cluster.api)
@@ -113,15 +121,15 @@ def test_a_record_is_dated_from_after_the_read_that_returned_it(
             return getattr(api, name)
 
         def read_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
-            b_clock.now += 20  # in flight ...
-            a_clock.now += 20
+            b_clock.now += 40  # in flight ...
+            a_clock.now += 40
             assert a.hold()  # ... while A renews
             return api.read_namespaced_lease(*args, **kwargs)
 
     b = fence(kube_cluster, lease_ns, "watcher-b", b_clock, api=SlowRead())
     assert not b.hold()
     b._api = api
-    b_clock.now += 15  # 35 s after the read was sent, 15 s after it answered
+    b_clock.now += 25  # 65 s after the read was sent, 25 s after it answered
     assert not b.hold()
     assert record(kube_cluster, lease_ns).holder_identity == "watcher-a"
 
@@ -134,8 +142,8 @@ def test_a_renewal_that_fails_keeps_the_lease_only_until_its_window_closes(
     config = copy.deepcopy(kube_cluster.api.configuration)
     config.host = "https://127.0.0.1:1"
     a._api = k8s.CoordinationV1Api(k8s.ApiClient(config))
-    clock.now += 20
-    assert a.hold() and a.held()  # the read failed, but the last renewal's 30 s still run
+    clock.now += 50
+    assert a.hold() and a.held()  # the read failed, but the last renewal's 60 s still run
     clock.now += 10
     assert not a.hold() and not a.held()
 
@@ -230,12 +238,14 @@ def test_a_move_checks_its_own_term_and_leaves_time_to_spare(
     held, term = a.held_term()
     assert held
     a.require(term)
-    clock.now += 21  # 9 s of the window left: held, but a call started now could outlast it
+    clock.now += 39.5  # 20.5 s of the window left: a call may start
+    a.require(term)
+    clock.now += 0.5  # 20 s left: held, but a call started now could outlast it
     assert a.held()
     with pytest.raises(LeaseLost, match=f"not held by watcher-a in term {term} with time to spare"):
         a.require(term)
     # Lapsed and held again: a move decided in the old term stops, a new one may go.
-    clock.now += 10
+    clock.now += 20
     assert a.hold()
     new_term = a.held_term()[1]
     assert new_term != term
@@ -281,8 +291,59 @@ def test_times_with_no_microseconds_are_written_as_the_api_wants_them(
     assert record(kube_cluster, lease_ns).renew_time == on_the_second
 
 
-def test_renew_seconds_must_leave_room_for_a_slow_renewal() -> None:
-    with pytest.raises(
-        ValueError, match=r"renew_seconds \(10\) must be under half of duration_seconds \(20\)"
-    ):
-        LeaseSettings(namespace="n", name="l", identity="i", duration_seconds=20, renew_seconds=10)
+def test_the_timing_the_module_docstring_states() -> None:
+    """A Lease call 2 + 2 + 5 s (a connection never made is tried again, nothing else), a renewal two
+    of them; 60 s held, renewed every 10 s; vendor calls start with more than 20 s left."""
+    settings = LeaseSettings(namespace="n", name="l", identity="i")
+    assert (settings.duration_seconds, settings.renew_seconds) == (60, 10.0)
+    assert (KUBE_TIMEOUT, LEASE_CALL_SECONDS, RENEWAL_SECONDS, CALL_MARGIN_SECONDS) == ((2, 5), 9, 18, 20.0)
+    # Two renewals at most 18 s apart, the second answered 18 s later: 24 s of the window left.
+    assert settings.duration_seconds - 2 * RENEWAL_SECONDS == 24 > CALL_MARGIN_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("duration", "renew", "needed"),
+    [(56, 10.0, 56), (30, 10.0, 56), (60, 25.0, 63)],
+)
+def test_a_duration_must_leave_the_call_margin_through_two_slow_renewals(
+    duration: int, renew: float, needed: int
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        LeaseSettings(namespace="n", name="l", identity="i", duration_seconds=duration, renew_seconds=renew)
+    assert str(raised.value) == (
+        f"lease n/l: duration_seconds ({duration}) must exceed {needed}: max(renew_seconds ({renew:g}), "
+        "a renewal's 18s) + a renewal's 18s + the vendor call margin (20s), or a slow renewal stops a move"
+    )
+    LeaseSettings(namespace="n", name="l", identity="i", duration_seconds=needed + 1, renew_seconds=renew)
+
+
+def test_renewals_as_slow_as_their_timeouts_allow_never_stop_a_move(
+    kube_cluster: KubeCluster, lease_ns: str
+) -> None:
+    """Each Lease call of A's renewals takes its whole 9 s, so each renewal starts as the last one
+    ends (18 s apart): a move's call made at the end of a renewal, with the previous window the only
+    one known, still has more than the call margin left."""
+    a, clock, _, _ = two_watchers(kube_cluster, lease_ns)
+    api = k8s.CoordinationV1Api(kube_cluster.api)
+    left: list[float] = []
+
+    class SlowCalls:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(api, name)
+
+        def read_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+            clock.now += LEASE_CALL_SECONDS
+            return api.read_namespaced_lease(*args, **kwargs)
+
+        def replace_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+            clock.now += LEASE_CALL_SECONDS
+            assert a._held_until is not None
+            left.append(a._held_until - clock.now)
+            a.require()  # a move's vendor call, just before this renewal's answer
+            return api.replace_namespaced_lease(*args, **kwargs)
+
+    a._api = SlowCalls()
+    clock.now += RENEWAL_SECONDS  # the renewal before took 18 s too: the next starts at once
+    for _ in range(3):
+        assert a.hold()
+    assert left == [24.0, 24.0, 24.0]

@@ -300,7 +300,7 @@ def test_only_the_watcher_holding_the_regions_lease_reads_the_vendor_or_moves(
     # The holder confirms the move over two polls, but its lease lapses before the second.
     holder = FailoverWatcher(healthy.settings, list_nodes, list_pods, mover, fence=old_fence)
     assert holder.poll_once().action is Action.MOVE  # type: ignore[union-attr]
-    clock.now += 31
+    clock.now += old_fence.settings.duration_seconds + 1
     assert holder.poll_once() is None
     assert mover.calls == [("failover_target", IP)]
     # The replacement, which has seen the record unchanged for longer than its duration, takes the
@@ -328,7 +328,7 @@ def test_a_move_whose_lease_lapses_between_its_writes_stops_before_the_next(
     class TwoStepMover(RecordingMover):
         def move_failover(self, ip: str, box_id: str) -> None:
             call_with_retries(RetryPolicy(), lambda: self.calls.append(("detach", ip)), idempotent=False)
-            clock.now += 31  # the detach's wait outlasts the lease
+            clock.now += fence.settings.duration_seconds + 1  # the detach's wait outlasts the lease
             call_with_retries(
                 RetryPolicy(), lambda: self.calls.append(("attach", ip, box_id)), idempotent=False
             )
@@ -358,7 +358,7 @@ def test_a_watcher_that_holds_its_lease_anew_forgets_the_route_it_knew(
     w = FailoverWatcher(settings, list_nodes, list_pods, mover, clock=clock, fence=fence)
     assert w.poll_once().action is Action.KEEP  # type: ignore[union-attr]
     term = fence.held_term()[1]
-    lease_clock.now += 31
+    lease_clock.now += fence.settings.duration_seconds + 1
     assert fence.hold() and fence.held_term() == (True, term + 1)
     clock.t = 5
     assert w.poll_once() is None  # the route is unknown until the next read the budget allows

@@ -1,13 +1,24 @@
-"""`python -m watcher`'s reading of the Lease settings its Deployment gives it."""
+"""`python -m watcher`'s reading of the Lease settings its Deployment gives it, and the client it
+builds to its cluster."""
 
 from __future__ import annotations
 
 import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
+import urllib3
+from urllib3.util.retry import Retry
 
+import watcher.__main__ as watcher_main
 from watcher.__main__ import lease_from_env
 from watcher.lease import LeaseSettings
+from watcher.loop import KUBE_TIMEOUT as LOOP_KUBE_TIMEOUT
+from watcher.loop import POLL_BUDGET_SECONDS
 
 
 def test_the_lease_is_named_by_the_deployment_and_held_as_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,3 +47,92 @@ def test_a_named_lease_without_its_namespace_stops_the_watcher(monkeypatch: pyte
     monkeypatch.delenv("LEASE_NAMESPACE", raising=False)
     with pytest.raises(SystemExit, match="environment variable LEASE_NAMESPACE is required"):
         lease_from_env()
+
+
+def in_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What a pod has: the apiserver's Service in the environment, its ServiceAccount's token and CA
+    mounted (no cluster answers: the clients are only built)."""
+    from kubernetes.config import incluster_config
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("a-service-account-token")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+
+
+def assert_loop_retries(api: Any) -> None:
+    """The client retries a connection that was never made, once, and nothing else: not a read that
+    timed out, not an answer cut off, not a Retry-After wait (providers.kube.loop_retries)."""
+    for retries in (api.configuration.retries, api.rest_client.pool_manager.connection_pool_kw["retries"]):
+        assert isinstance(retries, Retry)
+        assert (retries.total, retries.connect, retries.read, retries.other) == (1, 1, 0, 0)
+        assert (retries.respect_retry_after_header, retries.backoff_factor) == (False, 0)
+
+
+class SilentApiServer:
+    """Accepts connections and reads what is sent, never answers: a hung API server."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.accepted = 0
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_the_watchers_client_sends_a_timed_out_lease_call_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """urllib3's default sends a timed-out GET or PUT three more times: one Lease call with (2, 5) s
+    could take 28 s, a renewal longer than the Lease. The watcher's takes one read timeout."""
+    from kubernetes import client as k8s
+
+    in_cluster(monkeypatch, tmp_path)
+    api = watcher_main.kube_api()
+    assert api.configuration.host == "https://10.96.0.1:443"
+    assert_loop_retries(api)
+    server = SilentApiServer()
+    try:
+        # Plain HTTP to the silent server; the in-cluster token refresh would set the Service's
+        # address back before each call.
+        api.configuration.refresh_api_key_hook = None
+        api.configuration.host = server.url
+        leases = k8s.CoordinationV1Api(api)
+        for call in (
+            lambda: leases.read_namespaced_lease("l", "n", _request_timeout=(2, 0.2)),
+            lambda: leases.replace_namespaced_lease("l", "n", {}, _request_timeout=(2, 0.2)),
+        ):
+            started = time.monotonic()
+            with pytest.raises(urllib3.exceptions.MaxRetryError, match="Read timed out"):
+                call()
+            assert time.monotonic() - started < 1.0
+        assert server.accepted == 2  # one connection per call: neither was sent again
+    finally:
+        server.close()
+
+
+def test_a_polls_kubernetes_calls_fit_its_budget() -> None:
+    """Each list takes at most 5 + 5 + 30 s on the watcher's client: the two of a poll, 80 s."""
+    assert 2 * (2 * LOOP_KUBE_TIMEOUT[0] + LOOP_KUBE_TIMEOUT[1]) == 80 <= POLL_BUDGET_SECONDS == 120

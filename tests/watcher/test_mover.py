@@ -13,7 +13,7 @@ import pytest
 
 import watcher.__main__ as watcher_main
 from providers.errors import AuthError
-from providers.retry import PollPolicy, RetryPolicy
+from providers.retry import HttpTimeouts, PollPolicy, RetryPolicy
 from tests.providers.conftest import (
     DEV_INVENTORY,
     Vendorsim,
@@ -22,11 +22,21 @@ from tests.providers.conftest import (
     writes_since,
 )
 from watcher.decision import Action, NodeView, PodView
+from watcher.lease import CALL_MARGIN_SECONDS
 from watcher.loop import FailoverWatcher, WatcherSettings
-from watcher.mover import ClientTiming, MoverConfigError, VendorMover, build_mover, mover_from_env
+from watcher.mover import (
+    MOVER_TIMEOUTS,
+    MOVER_TIMING,
+    ClientTiming,
+    MoverConfigError,
+    VendorMover,
+    build_mover,
+    mover_from_env,
+)
 
 TIMING = ClientTiming(
     retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02),
+    timeouts=MOVER_TIMEOUTS,
     poll=PollPolicy(first=0.05, max_interval=0.05),
     task_timeout=10,
 )
@@ -240,3 +250,32 @@ def test_the_watcher_entry_point_exits_with_the_reason(
     with pytest.raises(SystemExit) as raised:
         watcher_main.build_mover()
     assert raised.value.code == "watcher: environment variable FAILOVER_VENDOR_ACCOUNT is required"
+
+
+def test_a_vendor_request_of_the_mover_ends_within_the_leases_call_margin(tmp_path: Path) -> None:
+    """The fence lets a move's vendor call start with more than 20 s of the Lease left
+    (watcher/lease.py): one request of the mover's clients takes at most 3 s to connect and 12 s to
+    answer, so it lands before any contender could take the Lease over."""
+    assert HttpTimeouts(connect=3.0, read=12.0) == MOVER_TIMEOUTS
+    assert ClientTiming(timeouts=MOVER_TIMEOUTS) == MOVER_TIMING  # retries, polls, task timeout: the defaults
+    assert MOVER_TIMEOUTS.connect + MOVER_TIMEOUTS.read == 15.0 < CALL_MARGIN_SECONDS == 20.0
+    # The watcher's mover (no timing given) builds its clients on them.
+    mover = mover_from_env(env_for(tmp_path))
+    assert mover._client()._timeouts == MOVER_TIMEOUTS  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "message"),
+    [
+        (HttpTimeouts(), "10s to connect + 30s to answer = 40s"),  # the clients' default
+        (HttpTimeouts(connect=5.0, read=15.0), "5s to connect + 15s to answer = 20s"),
+    ],
+)
+def test_a_mover_whose_requests_could_outlast_the_call_margin_is_refused(
+    tmp_path: Path, timeouts: HttpTimeouts, message: str
+) -> None:
+    with pytest.raises(MoverConfigError) as raised:
+        mover_from_env(env_for(tmp_path), timing=ClientTiming(timeouts=timeouts))
+    assert str(raised.value) == (
+        f"the mover's HTTP timeouts ({message}) must end within the lease's call margin (20s)"
+    )
