@@ -57,6 +57,9 @@ from providers.vendor import FAILOVER_IP_VENDORS, MARKER_LIMITS, marker_problem
 KURA_ZONE = "kura.tuist.dev"
 # The policy pack refuses the same tags (policy/tuist_policy/images.py; a test holds them equal).
 FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly", "stable", "dev", "head"})
+# A tag that names one release (policy/tuist_policy/images.py's, which a test holds equal): a full
+# version or a commit's; alpine, mainline, v1 and the like may move under the same name.
+RELEASE_TAG = re.compile(r"v?\d+\.\d+\.\d+([-+._][0-9A-Za-z._+-]+)?|sha-[0-9a-f]{7,40}")
 OVH_ENDPOINT_KEYS = ("ovh-eu", "ovh-ca", "ovh-us")
 # OVHcloud US is a separate company with its own API (ovh-us) and sells only these sites.
 OVH_US_DATACENTERS = ("vin", "hil")
@@ -245,6 +248,11 @@ def image_pin_problem(image: str) -> str | None:
     tag = last.rsplit(":", 1)[1]
     if tag.strip().lower() in FLOATING_TAGS or not tag.strip():
         return f"{quote(image)} uses the floating tag {quote(tag)}; pin a release tag or a digest outside dev"
+    if not RELEASE_TAG.fullmatch(tag):
+        return (
+            f"{quote(image)} uses the tag {quote(tag)}, which names no release (x.y.z, or sha-<commit>); "
+            "pin a release tag or a digest outside dev"
+        )
     return None
 
 
@@ -954,7 +962,7 @@ def kura_rules(view: View) -> Iterator[Problem]:
     env = view.environment
     if env not in (None, Environment.DEV):
         tag = kura.runtime_image_tag
-        if tag.strip().lower() in FLOATING_TAGS or not tag.strip():
+        if tag.strip().lower() in FLOATING_TAGS or not tag.strip() or not RELEASE_TAG.fullmatch(tag):
             yield Problem(
                 ("kura", "runtime_image_tag"),
                 f"{quote(tag)} is a floating tag; pin a release (e.g. 0.10.5) outside dev",

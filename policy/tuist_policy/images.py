@@ -1,4 +1,4 @@
-"""Image references: pinned (a digest, or an explicit version tag) or floating."""
+"""Image references: pinned (a digest, or a tag naming one release: RELEASE_TAG) or floating."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import re
 # an explicit version; a digest pins the bytes themselves.
 FLOATING_TAGS = frozenset({"latest", "main", "master", "edge", "nightly", "stable", "dev", "head"})
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# What a pinned tag looks like: a full version (0.10.5, v1.13.3, 1.27.3-alpine) or a commit's
+# (sha-0123abc). Anything else (alpine, mainline, lts, v1, latest-amd64) may move under the same name.
+RELEASE_TAG = re.compile(r"v?\d+\.\d+\.\d+([-+._][0-9A-Za-z._+-]+)?|sha-[0-9a-f]{7,40}")
 
 
 def floating_reason(image: str) -> str | None:
@@ -23,4 +26,6 @@ def floating_reason(image: str) -> str | None:
         return f"'{image}' has an empty tag"
     if tag.lower() in FLOATING_TAGS:
         return f"'{image}' uses the floating tag '{tag}'"
+    if not RELEASE_TAG.fullmatch(tag):
+        return f"'{image}' uses the tag '{tag}', which names no release (want x.y.z, or a digest)"
     return None

@@ -90,8 +90,12 @@ def is_kubernetes(resource_type: str) -> bool:
 
 
 def kind_of(resource_type: str) -> str:
-    """`kubernetes:apps/v1:Deployment` -> `Deployment` (custom resources too)."""
-    return resource_type.rsplit(":", 1)[-1]
+    """`kubernetes:apps/v1:Deployment` -> `Deployment` (custom resources too). A server-side-apply
+    patch resource (`DeploymentPatch`) is the same kind to every policy: it writes the same fields."""
+    kind = resource_type.rsplit(":", 1)[-1]
+    if resource_type.startswith("kubernetes:") and kind.endswith("Patch") and len(kind) > len("Patch"):
+        return kind.removesuffix("Patch")
+    return kind
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,19 @@ def test_the_config_refuses_the_floating_tags_the_policy_pack_refuses() -> None:
     from policy.tuist_policy.images import FLOATING_TAGS as POLICY_FLOATING_TAGS
 
     assert FLOATING_TAGS == POLICY_FLOATING_TAGS
+    from config.rules import RELEASE_TAG, image_pin_problem
+    from policy.tuist_policy.images import RELEASE_TAG as POLICY_RELEASE_TAG
+    from policy.tuist_policy.images import floating_reason
+
+    assert RELEASE_TAG.pattern == POLICY_RELEASE_TAG.pattern
+    # Tags that may move under the same name: refused by both, naming the tag.
+    for tag in ("alpine", "mainline", "lts", "v1", "1.27", "latest-amd64", "canary"):
+        image = f"nginx:{tag}"
+        assert (image_pin_problem(image) is None, floating_reason(image) is None) == (False, False), tag
+    # One release, or one commit: accepted by both.
+    for tag in ("0.10.5", "v1.13.3", "1.27.3-alpine", "2.1.0+build.7", "sha-0123abc"):
+        image = f"nginx:{tag}"
+        assert (image_pin_problem(image), floating_reason(image)) == (None, None), tag
 
 
 def test_the_name_limits_the_config_checks_are_the_components_names() -> None:

@@ -63,6 +63,10 @@ def test_machines_outside_production_may_be_unprotected() -> None:
         # A registry port is not a tag.
         ("registry.internal:5000/tuist/watcher", "no tag"),
         ("ghcr.io/tuist/kura@sha256:1234", "malformed digest"),
+        # Not in the floating list, and still no single release.
+        ("nginx:alpine", "names no release"),
+        ("nginx:mainline", "names no release"),
+        ("ghcr.io/tuist/kura:v1", "names no release"),
     ],
 )
 def test_floating_images(image: str, why: str) -> None:
@@ -224,6 +228,21 @@ def test_a_load_balancer_service_is_refused_and_a_cluster_ip_one_is_not() -> Non
     )
     service["spec"] = {"type": "ClusterIP"}
     assert not check_resource(mandatory.no_load_balancer, SERVICE, service)
+
+
+def test_a_server_side_apply_patch_is_checked_as_its_kind() -> None:
+    # A ServicePatch or DeploymentPatch writes the same fields: a policy keyed on the kind sees it.
+    service = {
+        "metadata": {"name": "kura-gateway-eu-central", "labels": {"tuist.dev/region": "eu-central"}},
+        "spec": {"type": "LoadBalancer"},
+    }
+    assert len(check_resource(mandatory.no_load_balancer, "kubernetes:core/v1:ServicePatch", service)) == 1
+    props = deployment(
+        "kura-controller", {"containers": [{"name": "c", "image": "ghcr.io/tuist/kura-controller:main"}]}
+    )
+    assert check_resource(
+        mandatory.images_pinned, "kubernetes:apps/v1:DeploymentPatch", props, stack="canary"
+    )
 
 
 # --- the peer demux --------------------------------------------------------------------------------
