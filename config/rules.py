@@ -1134,11 +1134,17 @@ def cross_field_problems(raw: Mapping[str, Any]) -> list[Problem]:
 
 
 def install_warnings(cfg: StackConfig) -> list[str]:
-    """What a preview should say but not refuse: an enabled Robot fleet whose Kata is not pinned. Its
-    boxes adopted already are unaffected (the pin is read only by an install), but the claim of any
-    box the fleet must still install refuses before any vendor write, so the up would stop there
-    after applying the rest; a config error would block every other change of the stack instead."""
-    return [
+    """What a preview should say but not refuse.
+
+    An enabled Robot fleet whose Kata is not pinned: its boxes adopted already are unaffected (the pin
+    is read only by an install), but the claim of any box the fleet must still install refuses before
+    any vendor write, so the up would stop there after applying the rest; a config error would block
+    every other change of the stack instead.
+
+    A region outside dev whose routed failover IP has a single box to go to: when that box fails, the
+    watcher has nowhere to move the IP and the region's peer plane is down until it is back. A config
+    error would force a second box the operator may not have ordered yet."""
+    warnings = [
         f"fleets[name={fleet.name}].install_artifacts.kata_static_sha256 is not pinned: any Robot box "
         f"this fleet must still install is refused (the claim stops the up there, before any vendor "
         f"write); pin the sha256 of {fleet.artifacts.kata_static_url.rsplit('/', 1)[-1]}"
@@ -1148,3 +1154,18 @@ def install_warnings(cfg: StackConfig) -> list[str]:
         and fleet.size
         and not fleet.artifacts.kata_static_sha256
     ]
+    if cfg.environment is Environment.DEV:
+        return warnings
+    fleets = {fleet.name: fleet for fleet in cfg.fleets}
+    for region in cfg.regions:
+        fleet = fleets.get(region.fleet)
+        if region.failover_ip is None or fleet is None or not fleet.enabled or fleet.size != 1:
+            continue
+        if cfg.failover_ip(region.failover_ip).address is None:
+            continue  # parked: nothing is routed yet
+        warnings.append(
+            f"regions[id={region.id}]: its failover IP {region.failover_ip} has one box to go to "
+            f"(fleets[name={fleet.name}].size: 1): when that box fails, the watcher has nowhere to move "
+            "it and the region's peer plane is down until the box is back; grow the fleet to 2"
+        )
+    return warnings

@@ -23,3 +23,22 @@ def test_a_pinned_or_idle_robot_fleet_is_not() -> None:
     raw = stack_raw("production")
     raw["fleets"] = [dict(f, size=0) if f["vendor"] == "robot" else f for f in raw["fleets"]]
     assert install_warnings(load_stack_config(raw, stack="production")) == []
+
+
+def test_a_routed_failover_ip_with_one_box_to_go_to_is_warned_about_outside_dev() -> None:
+    raw = stack_raw("production")
+    raw["failover_ips"] = [
+        dict(f, address="62.210.16.61") if f["name"] == "kura-peer-eu-central" else f
+        for f in raw["failover_ips"]
+    ]
+    warnings = install_warnings(load_stack_config(raw, stack="production"))
+    assert warnings[1:] == [
+        "regions[id=eu-central]: its failover IP kura-peer-eu-central has one box to go to "
+        "(fleets[name=kura-dedibox].size: 1): when that box fails, the watcher has nowhere to move it "
+        "and the region's peer plane is down until the box is back; grow the fleet to 2"
+    ]
+    # Parked (no address yet, as in the stack file): nothing is routed, nothing to say.
+    assert install_warnings(load_stack_config(stack_raw("production"), stack="production"))[1:] == []
+    # Two boxes: the IP has somewhere to go.
+    raw["fleets"] = [dict(f, size=2) if f["name"] == "kura-dedibox" else f for f in raw["fleets"]]
+    assert install_warnings(load_stack_config(raw, stack="production"))[1:] == []
