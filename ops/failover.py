@@ -89,7 +89,8 @@ def status(stack: Stack, only: str | None = None) -> list[RegionRoute]:
             from kubernetes import client as k8s
 
             core = k8s.CoreV1Api(api)
-            list_nodes, list_pods = kube_listers(_Timed(core), settings)
+            # Shorter than the watcher's own: an unreachable cluster is said, not waited on.
+            list_nodes, list_pods = kube_listers(core, settings, (KUBE_TIMEOUT, KUBE_TIMEOUT))
             try:
                 nodes, pods = list_nodes(), list_pods()
             except Exception as error:
@@ -110,20 +111,6 @@ def status(stack: Stack, only: str | None = None) -> list[RegionRoute]:
         if out.problem is None:
             out.placement = failover_placement(out.routed_to, eligible)
     return routes
-
-
-class _Timed:
-    """CoreV1Api whose list calls give up after KUBE_TIMEOUT (shorter than the watcher's own): an
-    unreachable cluster is said, not waited on."""
-
-    def __init__(self, core: Any) -> None:
-        self._core = core
-
-    def list_node(self, **kwargs: Any) -> Any:
-        return self._core.list_node(**{**kwargs, "_request_timeout": KUBE_TIMEOUT})
-
-    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
-        return self._core.list_namespaced_pod(namespace, **{**kwargs, "_request_timeout": KUBE_TIMEOUT})
 
 
 def _kube(stack: Stack) -> tuple[Any | None, str]:

@@ -18,10 +18,6 @@ class CrdNames:
     short_names: Sequence[str] = ()
     scope: str = "Namespaced"  # or "Cluster"
 
-    @property
-    def crd_name(self) -> str:
-        return f"{self.plural}.{self.group}"
-
 
 def object_schema(
     spec: Mapping[str, Any], status: Mapping[str, Any], description: str = ""

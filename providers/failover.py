@@ -75,9 +75,9 @@ PROJECT = "tuist-infra"
 VENDORS_KEY = f"{PROJECT}:vendors"
 REPLACE_KEYS = ("vendor", "address")  # another IP (or account): another resource
 UPDATE_KEYS = ("candidates",)  # the fleet changed: placement runs again, and may or may not move
-INPUT_KEYS = ("vendor", "address", "region", "fleet", "candidates", "node_pool", "namespace")
 # node_pool and namespace say where the eligibility rule reads the cluster (the fleet's Node pool, the
 # demux's namespace): not the placement itself, so a change of them alone moves nothing.
+
 # (connect, read) seconds of the deploy's cluster reads: an unreachable cluster is a fallback, not a wait.
 CLUSTER_READ_TIMEOUT = (5.0, 15.0)
 NO_CLUSTER = "the stack has no cluster"
@@ -248,7 +248,7 @@ def cluster_eligibility(kubeconfig: str | None, spec: FailoverSpec) -> tuple[dic
     settings = WatcherSettings(spec.address, spec.region, spec.node_pool, namespace=spec.namespace)
     try:
         core = k8s.CoreV1Api(kube.api_client(kubeconfig, timeout=CLUSTER_READ_TIMEOUT))
-        list_nodes, list_pods = kube_listers(_BoundedReads(core), settings)
+        list_nodes, list_pods = kube_listers(core, settings, CLUSTER_READ_TIMEOUT)
         nodes, pods = list_nodes(), list_pods()
     except Exception as error:  # any failure to read is a fallback, said in the log
         return None, f"the cluster did not answer ({type(error).__name__})"
@@ -259,21 +259,6 @@ def cluster_eligibility(kubeconfig: str | None, spec: FailoverSpec) -> tuple[dic
         if node.box_id in wanted and ineligibility(node, pods) is None
     }
     return eligible, "the cluster"
-
-
-class _BoundedReads:
-    """A CoreV1Api whose list calls take the deploy's shorter timeout over the watcher's."""
-
-    def __init__(self, core: Any) -> None:
-        self._core = core
-
-    def list_node(self, **kwargs: Any) -> Any:
-        return self._core.list_node(**{**kwargs, "_request_timeout": CLUSTER_READ_TIMEOUT})
-
-    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
-        return self._core.list_namespaced_pod(
-            namespace, **{**kwargs, "_request_timeout": CLUSTER_READ_TIMEOUT}
-        )
 
 
 def route(

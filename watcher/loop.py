@@ -139,19 +139,22 @@ def pod_view(pod: Any) -> PodView:
     )
 
 
-def kube_listers(core_v1: Any, settings: WatcherSettings) -> tuple[NodeLister, PodLister]:
-    """List functions over a kubernetes `CoreV1Api`: the region's pool nodes and demux pods."""
+def kube_listers(
+    core_v1: Any, settings: WatcherSettings, timeout: tuple[float, float] = KUBE_TIMEOUT
+) -> tuple[NodeLister, PodLister]:
+    """List functions over a kubernetes `CoreV1Api`: the region's pool nodes and demux pods, each
+    list bounded by `timeout` (connect, read): the watcher's own, or a caller's shorter one."""
 
     def list_nodes() -> list[NodeView]:
         items = core_v1.list_node(
-            label_selector=f"{POOL_LABEL}={settings.node_pool}", _request_timeout=KUBE_TIMEOUT
+            label_selector=f"{POOL_LABEL}={settings.node_pool}", _request_timeout=timeout
         ).items
         return [node_view(n) for n in items]
 
     def list_pods() -> list[PodView]:
         selector = f"app.kubernetes.io/component=peer-demux,app.kubernetes.io/instance={settings.region}"
         items = core_v1.list_namespaced_pod(
-            settings.namespace, label_selector=selector, _request_timeout=KUBE_TIMEOUT
+            settings.namespace, label_selector=selector, _request_timeout=timeout
         ).items
         return [pod_view(p) for p in items]
 

@@ -36,6 +36,7 @@ from providers.machine.release import (
     install_resume_state,
     leave_refusal,
     release_refusal,
+    release_table,
     resume_state,
 )
 from providers.machine.robot_install import INSTALL_STATES
@@ -67,7 +68,6 @@ from providers.machine.states import (
     join_start,
     leave_table,
     rejoin_table,
-    release_flow,
 )
 from providers.ssh.robot_install import ArtifactPins
 from providers.ssh.runner import SshTarget
@@ -370,7 +370,7 @@ class ClaimProvider(_Stateless):
         )
         if spec.api_server and progress.phase != Phase.RELEASING:
             progress = self._leave_first(spec, vendor, box_id, record, progress)
-        table = release_flow(vendor)
+        table = release_table(vendor)
         start = resume_state(
             table, progress.phase == Phase.RELEASING, progress.state, progress.facts, progress.error_type
         )

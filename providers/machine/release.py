@@ -1,6 +1,8 @@
 """Release: the box goes back to its fleet's pool, clean. Never cancelled, never terminated.
 
 RELEASE_MARKING       the vendor marker says `releasing` (nobody else adopts a box being wiped)
+RELEASE_PN_DETACHING  Elastic Metal: the server leaves every Private Network (Scaleway keeps an
+                      attachment across a reinstall)
 RELEASE_REINSTALL     OVH / Dedibox: start the reinstall with the fleet key; the client returns its
                       `Reinstall` ticket (an install already running is followed: a retried release,
                       or OVH still busy), and the ticket is recorded
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from providers.errors import TransientVendorError, VendorInputError
 from providers.machine.fsm import DONE, FAILED, Complete, Continue, Failed, Result, Row, Run
@@ -140,6 +144,41 @@ def clearing(run: Run) -> Result:
     return Complete()
 
 
+def detach_waiting(run: Run, attachments: list[Any]) -> Result | None:
+    """None when every attachment is gone; else how to go on: wait for those on their way (attaching,
+    detaching), fail on one Scaleway has locked."""
+    left = [a for a in attachments if not a.gone]
+    locked = [a for a in left if a.status == "locked"]
+    if locked:
+        return Failed(
+            "PrivateNetworkLocked",
+            f"the attachment of {run.box_label} to Private Network {locked[0].private_network_id} is "
+            "locked at Scaleway and cannot be detached",
+        )
+    if left:
+        what = ", ".join(f"{a.private_network_id} ({a.status})" for a in left)
+        return Continue(run.poll_delay("detach"), f"the Private Network attachment to go: {what}")
+    return None
+
+
+def release_pn_detaching(run: Run) -> Result:
+    """Release, Elastic Metal: the server taken off every Private Network it is attached to before it
+    is wiped and returned to the pool. The reinstall wipes pn0 but Scaleway keeps the attachment: a
+    pool box would stay on the fleet's network (its VLAN one netplan file away from it)."""
+    client = run.get("client")
+    attachments = [
+        client.detach_private_network(run.box_id, a.private_network_id)
+        for a in client.private_networks(run.box_id)
+    ]
+    waiting = detach_waiting(run, attachments)
+    if waiting is not None:
+        return waiting
+    if attachments:
+        names = ", ".join(a.private_network_id for a in attachments)
+        run.log(f"{run.machine}: {run.box_label} left Private Network(s) {names}")
+    return Complete()
+
+
 def release_table(vendor: Vendor) -> dict[str, Row]:
     first_install = "RESCUE_BOOT" if vendor is Vendor.ROBOT else "RELEASE_REINSTALL"
     rows = {
@@ -148,6 +187,16 @@ def release_table(vendor: Vendor) -> dict[str, Row]:
         ),
         "RELEASE_CLEARING": Row("RELEASE_CLEARING", clearing, "release_clearing", DONE, "RELEASE_CLEARING"),
     }
+    if vendor is Vendor.SCALEWAY_EM:
+        # The box leaves every Private Network before it is wiped (release_pn_detaching).
+        rows["RELEASE_MARKING"] = replace(rows["RELEASE_MARKING"], on_success="RELEASE_PN_DETACHING")
+        rows["RELEASE_PN_DETACHING"] = Row(
+            "RELEASE_PN_DETACHING",
+            release_pn_detaching,
+            "release_pn_detaching",
+            first_install,
+            "RELEASE_PN_DETACHING",
+        )
     if vendor is Vendor.ROBOT:
         rows.update(install_rows(then="RELEASE_CLEARING"))
     else:

@@ -9,8 +9,8 @@ rejoin  (AdoptedMachine update)   the same without the Robot install, with the p
                                   A (PN_DETACHING), then joins the new one (PN_ATTACHING, PN_VLAN) or,
                                   with none, takes pn0 down (PN_DOWN), then JOINING
 leave   (AdoptedMachine delete)   CORDONING, DRAINING, DELETING_NODE, DELETING_LOCAL_PVCS (with a cluster)
-release (MachineClaim delete)     providers/machine/release.py; Elastic Metal also RELEASE_PN_DETACHING
-                                  after RELEASE_MARKING (`release_flow`)
+release (MachineClaim delete)     providers/machine/release.py (Elastic Metal: RELEASE_PN_DETACHING
+                                  after RELEASE_MARKING)
 
 The table itself: `markdown_table()`, printed in docs/machines.md.
 
@@ -20,12 +20,9 @@ Each row's handler does one step and returns Continue / Complete / Error / Faile
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
-
 from providers import kube
 from providers.machine.fsm import DONE, FAILED, Complete, Continue, Failed, Result, Row, Run
-from providers.machine.release import release_table
+from providers.machine.release import detach_waiting, release_table
 from providers.machine.robot_install import INSTALLED, install_rows
 from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
 from providers.machine.spec import MachineSpec, Vendor
@@ -135,7 +132,7 @@ def pn_detaching(run: Run) -> Result:
     spec, settings = _spec(run), run.get("settings")
     old = str(run.get(OLD_PRIVATE_NETWORK))
     attachment = settings.vendor_client(spec.vendor).detach_private_network(spec.box_id, old)
-    waiting = _detach_waiting(run, [attachment])
+    waiting = detach_waiting(run, [attachment])
     if waiting is not None:
         return waiting
     run.log(f"{run.machine}: {run.box_label} left Private Network {old}")
@@ -163,41 +160,6 @@ def _pn_script(run: Run, script: str, budget: str, facts: dict[str, str]) -> Res
         step=budget.replace("_", "-"),
     )
     return Complete({PIN: result.host_key_fingerprint, **facts})
-
-
-def _detach_waiting(run: Run, attachments: list[Any]) -> Result | None:
-    """None when every attachment is gone; else how to go on: wait for those on their way (attaching,
-    detaching), fail on one Scaleway has locked."""
-    left = [a for a in attachments if not a.gone]
-    locked = [a for a in left if a.status == "locked"]
-    if locked:
-        return Failed(
-            "PrivateNetworkLocked",
-            f"the attachment of {run.box_label} to Private Network {locked[0].private_network_id} is "
-            "locked at Scaleway and cannot be detached",
-        )
-    if left:
-        what = ", ".join(f"{a.private_network_id} ({a.status})" for a in left)
-        return Continue(run.poll_delay("detach"), f"the Private Network attachment to go: {what}")
-    return None
-
-
-def release_pn_detaching(run: Run) -> Result:
-    """Release, Elastic Metal: the server taken off every Private Network it is attached to before it
-    is wiped and returned to the pool. The reinstall wipes pn0 but Scaleway keeps the attachment: a
-    pool box would stay on the fleet's network (its VLAN one netplan file away from it)."""
-    client = run.get("client")
-    attachments = [
-        client.detach_private_network(run.box_id, a.private_network_id)
-        for a in client.private_networks(run.box_id)
-    ]
-    waiting = _detach_waiting(run, attachments)
-    if waiting is not None:
-        return waiting
-    if attachments:
-        names = ", ".join(a.private_network_id for a in attachments)
-        run.log(f"{run.machine}: {run.box_label} left Private Network(s) {names}")
-    return Complete()
 
 
 # --- Apple silicon: the macOS bootstrap -------------------------------------------------------------------
@@ -376,28 +338,6 @@ def rejoin_table(
     return _join_rows(vendor, private_network, detach)
 
 
-def release_flow(vendor: Vendor) -> dict[str, Row]:
-    """The release table (providers/machine/release.py) and, on Elastic Metal, RELEASE_PN_DETACHING
-    between the marking and the reinstall: the box leaves every Private Network before it is wiped."""
-    table = release_table(vendor)
-    if vendor is not Vendor.SCALEWAY_EM:
-        return table
-    marking = table["RELEASE_MARKING"]
-    detaching = Row(
-        "RELEASE_PN_DETACHING",
-        release_pn_detaching,
-        "release_pn_detaching",
-        marking.on_success,
-        "RELEASE_PN_DETACHING",
-    )
-    rest = {state: row for state, row in table.items() if state != "RELEASE_MARKING"}
-    return {
-        "RELEASE_MARKING": replace(marking, on_success=detaching.state),
-        detaching.state: detaching,
-        **rest,
-    }
-
-
 def leave_table() -> dict[str, Row]:
     return {
         "CORDONING": Row("CORDONING", cordoning, "cordoning", "DRAINING", "CORDONING"),
@@ -438,7 +378,7 @@ def table_rows() -> list[tuple[str, str, Row]]:
         ("scaleway_em", Vendor.SCALEWAY_EM),
         ("robot", Vendor.ROBOT),
     ):
-        table = release_flow(vendor)
+        table = release_table(vendor)
         order = ["RELEASE_MARKING", *(s for s in table if s not in ("RELEASE_MARKING", "RELEASE_CLEARING"))]
         rows += [("release", vendors, table[state]) for state in [*order, "RELEASE_CLEARING"]]
     return rows

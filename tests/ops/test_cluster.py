@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 from ops.cli import Context, app
 from ops.stack import StaticStack
 from tests.ops.conftest import FAST, Ops, claim_resource, dev_config, error_line
+from tests.ops.test_failover import adopted
 from tests.providers.test_machine_support import PROJECT, REPO, Sim, claim_props
 from tests.support.cluster import KubeCluster, wait_until
 
@@ -276,18 +277,6 @@ def _service_account(core: k8s.CoreV1Api, namespace: str) -> bool | None:
     return True
 
 
-def adopted_boxes(sim: Sim, ops: Ops, count: int) -> list[str]:
-    boxes = []
-    for index in range(count):
-        outs = sim.claims().create(claim_props("kura-ovh", index)).outs
-        assert outs
-        ops.state.append(
-            claim_resource(f"kura-ovh-{index}", "kura-ovh", "ovh", outs["box_id"], outs["claim_token"])
-        )
-        boxes.append(outs["box_id"])
-    return boxes
-
-
 @pytest.mark.parametrize("how", ["nodes-unlisted", "kubeconfig-unreadable"])
 def test_a_move_while_the_stacks_cluster_does_not_answer_needs_force(
     sim: Sim, kube_cluster: KubeCluster, how: str
@@ -306,7 +295,7 @@ def test_a_move_while_the_stacks_cluster_does_not_answer_needs_force(
         text = "this: [is not a kubeconfig"
         status = "unreachable: KubeconfigError"
     ops.overrides[f"{PROJECT}:kubeconfig"] = text
-    boxes = adopted_boxes(sim, ops, 2)
+    boxes = adopted(sim, ops, 2)
     (route,) = ops.json("failover", "status", "-s", "dev", "ca-east")["regions"]
     assert route["source"] == f"state (cluster {status}: eligibility is the deploy-time rule)"
     assert [(c["box"], c["eligible"]) for c in route["candidates"]] == [(boxes[0], True), (boxes[1], True)]

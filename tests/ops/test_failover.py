@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import re
 
-from tests.ops.conftest import Ops, claim_resource, error_line
-from tests.providers.test_machine_support import Sim, claim_props
+from tests.ops.conftest import Ops, claim_resource, dev_config, error_line
+from tests.providers.test_machine_support import PROJECT, FleetKey, Sim, claim_props
 
 IP = "198.51.100.10"
+
+
+def with_api_server(sim: Sim, key: FleetKey | None) -> dict[str, object]:
+    """The dev config with a cluster (api_server) but no kubeconfig secret to reach it."""
+    values = dev_config(sim, key)
+    cluster = {k: v for k, v in dict(values[f"{PROJECT}:cluster"]).items() if k != "render_dir"}
+    values[f"{PROJECT}:cluster"] = {**cluster, "api_server": "https://127.0.0.1:6443"}
+    return values
 
 
 def adopted(sim: Sim, ops: Ops, count: int) -> list[str]:
@@ -75,15 +83,6 @@ def test_move_refuses_a_box_outside_the_fleet_and_an_unknown_region(sim: Sim, op
 def test_a_stack_with_a_cluster_but_no_kubeconfig_moves_only_with_force(sim: Sim) -> None:
     """api_server set, the kubeconfig secret missing: no client, so eligibility is the deploy-time
     rule; the move refuses without --force (the cluster could not be asked) and writes nothing."""
-    from tests.ops.conftest import dev_config
-    from tests.providers.test_machine_support import PROJECT, FleetKey
-
-    def with_api_server(sim: Sim, key: FleetKey | None) -> dict[str, object]:
-        values = dev_config(sim, key)
-        cluster = {k: v for k, v in dict(values[f"{PROJECT}:cluster"]).items() if k != "render_dir"}
-        values[f"{PROJECT}:cluster"] = {**cluster, "api_server": "https://127.0.0.1:6443"}
-        return values
-
     ops = Ops(sim, config=with_api_server)
     boxes = adopted(sim, ops, 2)
     status = "unreachable: no kubeconfig in the stack's secrets"
@@ -101,14 +100,7 @@ def test_a_stack_with_a_cluster_but_no_kubeconfig_moves_only_with_force(sim: Sim
 def test_a_stack_with_a_cluster_but_no_kubeconfig_wipes_no_box_it_cannot_check(sim: Sim) -> None:
     """The Node guard: api_server set, the kubeconfig secret missing. Whether the box is still a Node
     cannot be told, so unclaim refuses, as for an unreachable cluster, and writes nothing."""
-    from tests.ops.conftest import dev_config
-    from tests.providers.test_machine_support import PROJECT, FleetKey, claim_props
-
-    def with_api_server(sim: Sim, key: FleetKey | None) -> dict[str, object]:
-        values = dev_config(sim, key)
-        cluster = {k: v for k, v in dict(values[f"{PROJECT}:cluster"]).items() if k != "render_dir"}
-        values[f"{PROJECT}:cluster"] = {**cluster, "api_server": "https://127.0.0.1:6443"}
-        return values
+    from tests.providers.test_machine_support import claim_props
 
     ops = Ops(sim, config=with_api_server)
     orphan = sim.claims().create(claim_props("kura-ovh", 7)).outs

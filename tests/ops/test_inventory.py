@@ -75,6 +75,7 @@ def test_the_project_stack_files_are_read_once_per_command_not_once_per_box(
     # Holders and foreign markers come from every Pulumi.<stack>.yaml of the project. Read per box,
     # an inventory of these 21 boxes parsed 79 files, and an estate of hundreds would parse thousands.
     reads: list[str] = []
+
     def counted(path: Path | str) -> dict[str, Any]:
         reads.append(Path(path).name)
         return read_stack_file(path)

@@ -42,7 +42,7 @@ from providers.machine.fsm import (
 from providers.machine.record import Holder, Phase, ProcessClaimRecord, Progress
 from providers.machine.release import release_table, resume_state
 from providers.machine.spec import DEFAULT_TIMEOUTS, Timeouts, Vendor
-from providers.machine.states import adopt_table, leave_table, rejoin_table, release_flow
+from providers.machine.states import adopt_table, leave_table, rejoin_table
 from providers.ssh.runner import HostKeyMismatchError, RemoteCommandError, SshConnectError, SshTarget
 from providers.vendor import Claim, InstallState, Reinstall, RescueInfo
 
@@ -491,7 +491,7 @@ TABLES = {
     "leave": leave_table(),
     "release ovh": release_table(Vendor.OVH),
     "release robot": release_table(Vendor.ROBOT),
-    "release scaleway_em": release_flow(Vendor.SCALEWAY_EM),
+    "release scaleway_em": release_table(Vendor.SCALEWAY_EM),
 }
 
 
@@ -985,7 +985,7 @@ def test_a_rejoin_off_a_private_network_detaches_it_first_and_an_adoption_does_n
 
 
 def test_an_elastic_metal_release_detaches_before_it_reinstalls() -> None:
-    em = release_flow(Vendor.SCALEWAY_EM)
+    em = release_table(Vendor.SCALEWAY_EM)
     assert _chain(em, "RELEASE_MARKING") == [
         "RELEASE_MARKING",
         "RELEASE_PN_DETACHING",
@@ -997,9 +997,9 @@ def test_an_elastic_metal_release_detaches_before_it_reinstalls() -> None:
         "release_pn_detaching",
         600,
     )
-    # Every other vendor's release is release.py's table as it is.
+    # No other vendor's release detaches anything.
     for vendor in (Vendor.OVH, Vendor.DEDIBOX, Vendor.APPLESILICON, Vendor.ROBOT):
-        assert release_flow(vendor) == release_table(vendor)
+        assert "RELEASE_PN_DETACHING" not in release_table(vendor)
     # A release stopped there resumes there.
     assert resume_state(em, True, "RELEASE_PN_DETACHING", {}, "VendorUnavailable") == "RELEASE_PN_DETACHING"
 
@@ -1214,7 +1214,7 @@ def test_an_attachment_scaleway_locked_fails_the_detach(world: World) -> None:
 
 
 def test_the_release_detaches_every_private_network_of_the_box(world: World) -> None:
-    from providers.machine.states import release_pn_detaching
+    from providers.machine.release import release_pn_detaching
 
     client = FakeScaleway(
         listings=[[(PN_A, "attached"), (PN_B, "detaching")], []],
@@ -1222,7 +1222,7 @@ def test_the_release_detaches_every_private_network_of_the_box(world: World) -> 
     )
     world.run.extra.update(client=client)
     world.run.timeout = Timeouts({"poll_interval": 3})
-    row = release_flow(Vendor.SCALEWAY_EM)["RELEASE_PN_DETACHING"]
+    row = release_table(Vendor.SCALEWAY_EM)["RELEASE_PN_DETACHING"]
     Runner(
         {row.state: replace(row, on_success=DONE)}, world.run, world.record, world.progress, Phase.RELEASING
     ).start(row.state)

@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,25 @@ class SilentApiServer:
             conn.close()
 
 
+def assert_each_timed_out_call_is_sent_once(api: Any, calls: list[Callable[[], Any]]) -> None:
+    """Against a server that never answers: each call fails on its read timeout at once, over one
+    connection of its own (not sent again)."""
+    server = SilentApiServer()
+    try:
+        # Plain HTTP to the silent server; the in-cluster token refresh would set the Service's
+        # address back before each call.
+        api.configuration.refresh_api_key_hook = None
+        api.configuration.host = server.url
+        for call in calls:
+            started = time.monotonic()
+            with pytest.raises(urllib3.exceptions.MaxRetryError, match="Read timed out"):
+                call()
+            assert time.monotonic() - started < 1.0
+        assert server.accepted == len(calls)
+    finally:
+        server.close()
+
+
 def test_the_watchers_client_sends_a_timed_out_lease_call_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -113,24 +133,14 @@ def test_the_watchers_client_sends_a_timed_out_lease_call_once(
     api = watcher_main.kube_api()
     assert api.configuration.host == "https://10.96.0.1:443"
     assert_loop_retries(api)
-    server = SilentApiServer()
-    try:
-        # Plain HTTP to the silent server; the in-cluster token refresh would set the Service's
-        # address back before each call.
-        api.configuration.refresh_api_key_hook = None
-        api.configuration.host = server.url
-        leases = k8s.CoordinationV1Api(api)
-        for call in (
+    leases = k8s.CoordinationV1Api(api)
+    assert_each_timed_out_call_is_sent_once(
+        api,
+        [
             lambda: leases.read_namespaced_lease("l", "n", _request_timeout=(2, 0.2)),
             lambda: leases.replace_namespaced_lease("l", "n", {}, _request_timeout=(2, 0.2)),
-        ):
-            started = time.monotonic()
-            with pytest.raises(urllib3.exceptions.MaxRetryError, match="Read timed out"):
-                call()
-            assert time.monotonic() - started < 1.0
-        assert server.accepted == 2  # one connection per call: neither was sent again
-    finally:
-        server.close()
+        ],
+    )
 
 
 def test_a_polls_kubernetes_calls_fit_its_budget() -> None:
