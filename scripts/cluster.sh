@@ -500,11 +500,18 @@ status() {
 
 stop() {
     local name
-    # Nodes first, the API server before etcd: each stops while what it talks to still answers.
+    # Nodes first, the API server before etcd: each stops while what it talks to still answers. The
+    # ones that talk only to the API server stop side by side (each takes about 2 s to shut down, so
+    # one after another a test session's last teardown waited 10 to 18 s).
     for name in $(all_names | grep -vxF -e etcd -e kube-apiserver -e kube-controller-manager -e kube-scheduler || true); do
-        stop_one "$name"
+        stop_one "$name" &
     done
-    for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+    wait
+    stop_one kube-scheduler &
+    stop_one kube-controller-manager &
+    wait
+    stop_one kube-apiserver
+    stop_one etcd
 }
 
 case $cmd in

@@ -7,6 +7,9 @@ boxes' addresses live there, and nothing a test starts meets another run's ports
 control plane: scripts/cluster.sh) is one per test session however many directories use it.
 """
 
+import resource
+from collections.abc import Iterator
+
 import pytest
 
 from tests.support.netns import ensure_isolated
@@ -21,11 +24,11 @@ pytest_plugins = ["tests.support.cluster"]
 # A work unit is one test file (its module fixtures are built once; the session's control plane,
 # `kube_cluster`, at most once per worker). xdist hands each worker two units at the start and one
 # more whenever one of its units ends; a worker runs its units one after another. So the three
-# longest end-to-end files go out first, one to each of the (cores + 1 = 3) workers, the files of
-# tests/cluster (the control plane) next, as each worker's second unit and on, and only then the
-# other end-to-end files: queued as a second unit behind one of the longest, a fourth file of minutes
-# made that worker the run's critical path (measured: dev stack and S3 backend, 475 s, on one worker).
-# Without xdist this changes only the order of files.
+# longest end-to-end files go out first, one to each of the first three workers (scripts/test.sh
+# runs two per core: 4 on 2 cores), the files of tests/cluster (the control plane) next, and only
+# then the other end-to-end files: queued as a second unit behind one of the longest, a fourth file
+# of minutes made that worker the run's critical path (measured on 3 workers: dev stack and S3
+# backend, 475 s, on one worker). Without xdist this changes only the order of files.
 
 # Measured alone: about 300, 230 and 175 s (README, Tests).
 LONGEST_FIRST = ("tests/e2e/test_dev_stack.py", "tests/e2e/test_runbook.py", "tests/e2e/test_machines.py")
@@ -50,20 +53,57 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #
 # `--durations=10` (pyproject.toml) names the slowest tests; this names the slowest files (setup,
 # call and teardown of each test summed, module fixtures included), the units xdist schedules, so that
-# LONGEST_FIRST above can be checked against a run. With xdist the reports reach the controller too.
+# LONGEST_FIRST above can be checked against a run, and what each file cost in CPU: the worker's own
+# and that of every process it started and waited for (the engine, its programs and plugins, vendorsim,
+# sshd's sessions), the figure the 2-core machine is bound by. A control plane (scripts/cluster.sh
+# detaches it) is not in it. The reports carry both to the controller under xdist.
 
 _FILE_SECONDS: dict[str, float] = {}
+_FILE_CPU: dict[str, float] = {}
+_CPU_MARK = [0.0]
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _CPU_MARK[0] = _cpu_seconds()  # collection's imports are no file's
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    now = _cpu_seconds()
+    report.user_properties.append(("cpu_seconds", now - _CPU_MARK[0]))
+    _CPU_MARK[0] = now
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = report.nodeid.split("::", 1)[0]
     _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+    cpu = sum(float(value) for key, value in report.user_properties if key == "cpu_seconds")
+    _FILE_CPU[path] = _FILE_CPU.get(path, 0.0) + cpu
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _FILE_SECONDS or hasattr(terminalreporter.config, "workerinput"):
         return
     total = sum(_FILE_SECONDS.values())
-    terminalreporter.write_sep("=", f"slowest 10 files (of {len(_FILE_SECONDS)}; {total:.0f} s in all tests)")
+    cpu_total = sum(_FILE_CPU.values())
+    terminalreporter.write_sep(
+        "=",
+        f"slowest 10 files (of {len(_FILE_SECONDS)}; {total:.0f} s in all tests, "
+        f"{cpu_total:.0f} CPU-seconds)",
+    )
     for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:10]:
-        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {path}")
+        terminalreporter.write_line(
+            f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {_FILE_CPU.get(path, 0.0):7.1f} CPU-s  {path}"
+        )
+    terminalreporter.write_sep("=", "costliest 10 files in CPU")
+    for path, cpu in sorted(_FILE_CPU.items(), key=lambda item: -item[1])[:10]:
+        share = 100 * cpu / cpu_total if cpu_total else 0.0
+        terminalreporter.write_line(f"{cpu:8.1f} CPU-s {share:5.1f}%  {_FILE_SECONDS[path]:7.1f}s  {path}")
