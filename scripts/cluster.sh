@@ -384,7 +384,10 @@ install_platform() {
     for f in "$PLATFORM_DIR"/*.yaml; do
         "${kc[@]}" apply --server-side --field-manager=cluster-platform -f "$f" >/dev/null
         name=$(basename "$f" .yaml)
-        "${kc[@]}" wait --for=condition=Established --timeout=60s "crd/$name" >/dev/null
+        # Polled: right after the apply the API server's cache may not show the CRD yet, and
+        # `kubectl wait` on a name it cannot find fails at once.
+        wait_for "crd/$name Established" 120 kube-apiserver \
+            "${kc[@]}" wait --for=condition=Established --timeout=5s "crd/$name"
     done
 }
 

@@ -9,6 +9,7 @@ control plane: scripts/cluster.sh) is one per test session however many director
 
 import resource
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
@@ -59,34 +60,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # detaches it) is not in it. The reports carry both to the controller under xdist.
 
 _FILE_SECONDS: dict[str, float] = {}
-_FILE_CPU: dict[str, float] = {}
-_CPU_MARK = [0.0]
+_FILE_CPU: dict[str, float] = {}  # the worker and the processes it waited for
+_FILE_OWN_CPU: dict[str, float] = {}  # the worker alone (tests under mocks, in-process clients)
+_CPU_MARK = [0.0, 0.0]
 
 
-def _cpu_seconds() -> float:
+def _cpu_seconds() -> tuple[float, float]:
+    """(the worker's own CPU-seconds, those of the children it waited for)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     waited = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+    return own.ru_utime + own.ru_stime, waited.ru_utime + waited.ru_stime
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    _CPU_MARK[0] = _cpu_seconds()  # collection's imports are no file's
+    _CPU_MARK[:] = _cpu_seconds()  # collection's imports are no file's
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
-    now = _cpu_seconds()
-    report.user_properties.append(("cpu_seconds", now - _CPU_MARK[0]))
-    _CPU_MARK[0] = now
+    own, waited = _cpu_seconds()
+    report.user_properties.append(("cpu_seconds", (own - _CPU_MARK[0], waited - _CPU_MARK[1])))
+    _CPU_MARK[:] = [own, waited]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = report.nodeid.split("::", 1)[0]
     _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
-    cpu = sum(float(value) for key, value in report.user_properties if key == "cpu_seconds")
-    _FILE_CPU[path] = _FILE_CPU.get(path, 0.0) + cpu
+    for key, value in report.user_properties:
+        if key == "cpu_seconds":
+            own, waited = (float(v) for v in cast("tuple[float, float]", value))
+            _FILE_OWN_CPU[path] = _FILE_OWN_CPU.get(path, 0.0) + own
+            _FILE_CPU[path] = _FILE_CPU.get(path, 0.0) + own + waited
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -97,13 +103,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep(
         "=",
         f"slowest 10 files (of {len(_FILE_SECONDS)}; {total:.0f} s in all tests, "
-        f"{cpu_total:.0f} CPU-seconds)",
+        f"{cpu_total:.0f} CPU-seconds, {sum(_FILE_OWN_CPU.values()):.0f} of them in the workers)",
     )
     for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:10]:
         terminalreporter.write_line(
             f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {_FILE_CPU.get(path, 0.0):7.1f} CPU-s  {path}"
         )
-    terminalreporter.write_sep("=", "costliest 10 files in CPU")
+    terminalreporter.write_sep("=", "costliest 10 files in CPU (the worker's own in brackets)")
     for path, cpu in sorted(_FILE_CPU.items(), key=lambda item: -item[1])[:10]:
         share = 100 * cpu / cpu_total if cpu_total else 0.0
-        terminalreporter.write_line(f"{cpu:8.1f} CPU-s {share:5.1f}%  {_FILE_SECONDS[path]:7.1f}s  {path}")
+        terminalreporter.write_line(
+            f"{cpu:8.1f} CPU-s {share:5.1f}% ({_FILE_OWN_CPU.get(path, 0.0):6.1f})  "
+            f"{_FILE_SECONDS[path]:7.1f}s  {path}"
+        )
+    terminalreporter.write_sep("=", "the workers' own CPU, costliest 10 files")
+    for path, own in sorted(_FILE_OWN_CPU.items(), key=lambda item: -item[1])[:10]:
+        terminalreporter.write_line(f"{own:8.1f} CPU-s  {_FILE_SECONDS[path]:7.1f}s  {path}")

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from tests.support.cluster import KubeCluster
+from tests.support.cluster import KubeCluster, crd_established
 from tests.support.k8s_schema import CRD_DIR, PLATFORM_CRD_DIR, collect_manifests
 
 __all__ = [
@@ -58,7 +58,7 @@ def apply(
         assert result.returncode == 0, f"kubectl apply refused:\n{result.stderr}{result.stdout}"
         for crd in (m for m in batch if m["kind"] == "CustomResourceDefinition"):
             name = crd["metadata"]["name"]
-            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+            crd_established(cluster, name)
 
 
 def install_crd_fixture(cluster: KubeCluster, name: str) -> None:

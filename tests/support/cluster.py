@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -61,6 +62,7 @@ __all__ = [
     "Kubelet",
     "Kubelets",
     "apply_node_bootstrap",
+    "crd_established",
     "fleet_rbac",
     "join",
     "kube_cluster",
@@ -414,6 +416,26 @@ def node_ready(cluster: KubeCluster, name: str) -> k8s.V1Node | None:
     return node if ready and ready[0].status == "True" else None
 
 
+def crd_established(cluster: KubeCluster, name: str, *, timeout: float = 120) -> None:
+    """Wait until the CRD `name` is Established. Polled through the API, not `kubectl wait`: right
+    after an apply the API server's cache may not show the CRD yet, and `kubectl wait` on a name it
+    cannot find fails at once (seen on a loaded machine: NotFound, so the whole module errored)."""
+    extensions = k8s.ApiextensionsV1Api(cluster.api)
+
+    def established() -> bool:
+        try:
+            # Raw JSON: the client's model refuses a status without storedVersions, as a new CRD's is.
+            response = extensions.read_custom_resource_definition(name, _preload_content=False)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        conditions = json.loads(response.data).get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    wait_until(f"the CRD {name} to be Established", established, timeout=timeout)
+
+
 @pytest.fixture
 def join(
     kube_cluster: KubeCluster,
@@ -455,7 +477,5 @@ def machine_claims_crd(kube_cluster: KubeCluster) -> KubeCluster:
         "-",
         input=yaml.safe_dump(manifest),
     )
-    kube_cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{manifest['metadata']['name']}"
-    )
+    crd_established(kube_cluster, manifest["metadata"]["name"])
     return kube_cluster
