@@ -423,13 +423,9 @@ def crd_established(cluster: KubeCluster, name: str, *, timeout: float = 120) ->
     extensions = k8s.ApiextensionsV1Api(cluster.api)
 
     def established() -> bool:
-        try:
-            # Raw JSON: the client's model refuses a status without storedVersions, as a new CRD's is.
-            response = extensions.read_custom_resource_definition(name, _preload_content=False)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
+        # A 404 (not in the cache yet) is an ApiException, which wait_until polls through. Raw JSON:
+        # the client's model may refuse a new CRD's partial status.
+        response = extensions.read_custom_resource_definition(name, _preload_content=False)
         conditions = json.loads(response.data).get("status", {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
