@@ -493,7 +493,13 @@ def test_a_box_running_the_self_join_ends_with_a_ready_node(
         # The kubelet's files are where the self-join put its root: on /data.
         current = info.data_disk / "kubelet" / "pki" / "kubelet-client-current.pem"
         assert os.readlink(current).startswith("/var/lib/kubelet/pki/kubelet-client-")
-        assert "Successfully registered node" in farm.service_log(key).read_text()
+        # The kubelet's log is buffered (klog flushes every few seconds): the line may trail the Ready node.
+        log = farm.service_log(key)
+        wait_until(
+            "kubelet log 'Successfully registered node'",
+            lambda: "Successfully registered node" in log.read_text(),
+            timeout=30,
+        )
 
         # A pod on the box; the test fails its readiness probe through a file on the box, over SSH.
         namespace = kube_cluster.namespace("selfjoin")
