@@ -11,8 +11,8 @@ import gc
 from collections.abc import Callable
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.capacity import capacity_problems
 from components.claims_crd import MachineClaimsCRD
 from components.external_dns import ExternalDns, ExternalDnsArgs

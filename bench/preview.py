@@ -30,7 +30,9 @@ import json
 import math
 import os
 import re
+import resource
 import runpy
+import shutil
 import socket
 import statistics
 import subprocess
@@ -422,6 +424,15 @@ def _timed(p: Project, *args: str) -> float:
     return time.perf_counter() - start
 
 
+def _cpu_of(runs: list[float], p: Project, *args: str) -> float:
+    """Run; append its wall seconds to `runs`; return its CPU seconds: the CLI and every process
+    under it that it waited for (the program, the language host, the plugins)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    runs.append(_timed(p, *args))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 # --- a no-change preview against an empty program -------------------------------------------------
 
 EMPTY = "import pulumi\n"
@@ -494,7 +505,10 @@ def nochange(args: argparse.Namespace) -> None:
             e = Project(empty, p.env)
             e.run("stack", "init", "empty", "--secrets-provider", "passphrase")
             _timed(e, "up", "--yes", "-s", "empty", "--suppress-progress")
-            dev, nothing, varied, dev_unlogged, nothing_unlogged = [], [], [], [], []
+            dev, nothing, varied = [], [], []
+            dev_unlogged: list[float] = []
+            nothing_unlogged: list[float] = []
+            dev_cpu, nothing_cpu = [], []
             pv = Project(p.root, {**p.env, **dict(args.set)})
             # The same two previews without the CLI's automatic log (as the tests run them).
             unlogged = {**p.env, "PULUMI_HOME": str(quiet_pulumi_home(tmp / "pulumi-home-unlogged"))}
@@ -503,10 +517,11 @@ def nochange(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 dev.append(_timed(p, "preview", "-s", "dev", *quiet))
                 nothing.append(_timed(e, "preview", "-s", "empty", *quiet))
-                dev_unlogged.append(_timed(pu, "preview", "-s", "dev", *quiet))
-                nothing_unlogged.append(_timed(eu, "preview", "-s", "empty", *quiet))
+                dev_cpu.append(_cpu_of(dev_unlogged, pu, "preview", "-s", "dev", *quiet))
+                nothing_cpu.append(_cpu_of(nothing_unlogged, eu, "preview", "-s", "empty", *quiet))
                 if args.set:
                     varied.append(_timed(pv, "preview", "-s", "dev", *quiet))
+            profiles = _cli_profiles(pu, eu, tmp / "profiles", quiet) if args.cli_profile else []
         finally:
             sim.terminate()
             sim.wait(timeout=60)
@@ -518,9 +533,36 @@ def nochange(args: argparse.Namespace) -> None:
         du, nu = statistics.median(dev_unlogged), statistics.median(nothing_unlogged)
         print("  without the CLI's automatic log ($PULUMI_HOME/logs, tests/support/pulumi_home.py):")
         print(f"    dev stack {du:6.2f} s, empty program {nu:6.2f} s: {du / nu:.2f}x")
+        dc, nc = statistics.median(dev_cpu), statistics.median(nothing_cpu)
+        print(f"    CPU of every process: dev stack {dc:6.2f} s, empty program {nc:6.2f} s: {dc / nc:.2f}x")
         if varied:
             v = statistics.median(varied)
             print(f"  dev stack{_overrides(args)} : {v:6.2f} s, {v / n:.2f}x the empty program")
+        for title, top in profiles:
+            print(f"  the CLI's own CPU (`pulumi --profiling`, go tool pprof -top), {title}:")
+            print("\n".join("    " + line for line in top.splitlines()))
+
+
+def _cli_profiles(dev: Project, empty: Project, out: Path, quiet: tuple[str, ...]) -> list[tuple[str, str]]:
+    """One more no-change preview of each, with the CLI's CPU profile: where the `pulumi` process
+    itself spends its CPU (the program and the plugins are other processes)."""
+    out.mkdir()
+    binary = shutil.which("pulumi", path=dev.env["PATH"])
+    if binary is None or shutil.which("go") is None:
+        raise SystemExit("--cli-profile needs `pulumi` and `go` (go tool pprof) on PATH")
+    tops = []
+    for title, p, stack in (("dev stack", dev, "dev"), ("empty program", empty, "empty")):
+        prefix = out / stack
+        p.run("preview", "-s", stack, *quiet, "--profiling", str(prefix))
+        (cpu,) = out.glob(f"{stack}.*.cpu")
+        top = subprocess.run(
+            ["go", "tool", "pprof", "-top", "-nodecount=25", binary, str(cpu)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        tops.append((title, top))
+    return tops
 
 
 def _wait_http(url: str, process: subprocess.Popen[bytes]) -> None:
@@ -629,6 +671,7 @@ def main() -> None:
     nc = sub.add_parser("nochange", help="a no-change dev preview against an empty program (in a netns)")
     nc.add_argument("--rounds", type=int, default=3)
     nc.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE")
+    nc.add_argument("--cli-profile", action="store_true", help="print where the CLI's own CPU goes")
     nc.set_defaults(func=nochange)
     child = sub.add_parser("_evaluate")
     child.add_argument("--stack", default="production")

@@ -15,8 +15,8 @@ more (docs/machines.md, "The providers' access to the cluster").
 from __future__ import annotations
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.k8s import MANAGED_BY
 from providers.constants import CLAIM_GROUP, CLAIM_PLURAL
 from providers.kube import BOOTSTRAP_NAMESPACE

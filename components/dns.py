@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.k8s import child_options, metadata, region_labels
 from regional_dns.records import DNS_TTL
 

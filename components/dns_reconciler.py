@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.dns import regional_dns_name
 from components.external_dns import DNSENDPOINT_GROUP, dns_namespace
 from components.gateway import gateway_name

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 import yaml
 
+from components import kube as k8s
 from components.k8s import MANAGED_BY, child_options, secret_hash
 from config.models import Cluster, Environment
 from demux.routes import KURA_PUBLIC_ZONE

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.k8s import (
     CONTROLLER_RESOURCES,
     NONROOT_UID,

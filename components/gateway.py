@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.k8s import (
     child_options,
     metadata,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from config.models import Environment, Fleet
 from providers.machine.spec import node_taints
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.failover_watcher import failover_namespace
 from components.k8s import (
     MANAGED_BY,

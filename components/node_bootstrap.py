@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.k8s import MANAGED_BY
 from providers.kube import bootstrap_group
 
@@ -112,4 +112,4 @@ class NodeBootstrap(pulumi.ComponentResource):
                 )
             )
         self.by_fleet = {fleet: [*pair, *self.bindings[-1:]] for fleet, pair in own.items()}
-        self.register_outputs({"bindings": [b.metadata.apply(lambda m: m.name) for b in self.bindings]})
+        self.register_outputs({"bindings": [b.metadata.apply(lambda m: m["name"]) for b in self.bindings]})

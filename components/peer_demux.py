@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.gateway import TIMEOUT_ANNOTATION, roll_timeout_seconds
 from components.k8s import (
     CONTROLLER_RESOURCES,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.k8s import MANAGED_BY, pool_node_selector, pool_toleration_dicts
 from config import models
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.capacity import DEFAULT_MIN_WARM_POOL_FLOOR, DEFAULT_SCALE_DOWN_COOLDOWN_SECONDS
 from components.runner_pool import (
     KATA_NODE_LABELS,

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from components import kube as k8s
 from components.k8s import MANAGED_BY, child_options
 from config.models import Region
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES

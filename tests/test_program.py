@@ -35,8 +35,11 @@ PROJECT = "tuist-infra"
 
 
 class ProgramMocks(ManifestRecorder):
-    def __init__(self) -> None:
+    def __init__(self, numbers: dict[str, int] | None = None) -> None:
         super().__init__()
+        # A claim's or machine's number (its box, its address): given by name, or else the order
+        # registered, which can change from run to run (the SDK registers as inputs resolve).
+        self.numbers = numbers
         self.claims: list[str] = []
         self.machines: list[dict[str, Any]] = []
         self.failover: list[dict[str, Any]] = []
@@ -45,7 +48,7 @@ class ProgramMocks(ManifestRecorder):
         inputs = dict(args.inputs)
         if args.typ == "pulumi-python:dynamic/machine:MachineClaim":
             # A claim records its box (and the address the control plane's firewall admits) first.
-            n = len(self.claims) + 10
+            n = self._number(args.name, self.claims) + 9
             self.claims.append(args.name)
             outs = {**inputs, "box_id": f"box-{args.name}", "public_ipv4": f"198.51.100.{n}"}
             return f"{args.name}-id", outs
@@ -55,7 +58,7 @@ class ProgramMocks(ManifestRecorder):
         if args.typ == "pulumi-python:dynamic/machine:AdoptedMachine":
             # A box as each vendor names it, and the providerID and Node name the machine provider
             # derives from it (providers/machine.py), so the wiring after the machines sees real shapes.
-            n = len(self.machines) + 1
+            n = self._number(args.name, self.machines)
             vendor = Vendor(inputs["vendor"])
             box_id, datacenter = {
                 Vendor.OVH: (f"ns10{n:02d}.ip-203-0-113.net", "bhs6"),
@@ -82,6 +85,9 @@ class ProgramMocks(ManifestRecorder):
             return f"{args.name}-id", outs
         return super().new_resource(args)
 
+    def _number(self, name: str, registered: list[Any]) -> int:
+        return self.numbers[name] if self.numbers is not None else len(registered) + 1
+
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
         # The control plane's firewall reads the Hetzner project (its preview warnings): an empty one.
         return {}, []
@@ -103,7 +109,9 @@ SDK_STACK_TRACE = sdk_resource._get_stack_trace
 SDK_DECLARE_DEPENDENCY = sdk_rpc.declare_dependency
 
 
-def run_program(env: str, edit: Callable[[dict[str, Any]], None] | None = None) -> ProgramMocks:
+def run_program(
+    env: str, edit: Callable[[dict[str, Any]], None] | None = None, mocks: ProgramMocks | None = None
+) -> ProgramMocks:
     """The program on `env`'s stack file; `edit` changes its config (keys without the project) first."""
     plain, cfg = _stack(env)
     if edit is not None:
@@ -118,7 +126,7 @@ def run_program(env: str, edit: Callable[[dict[str, Any]], None] | None = None) 
     secret_keys = [f"{PROJECT}:{key}" for key in required_secret_keys(cfg)]
     config.update({key: f"stand-in-{key.split(':')[1]}" for key in secret_keys})
     pulumi.runtime.set_all_config(config, secret_keys)
-    mocks = ProgramMocks()
+    mocks = mocks or ProgramMocks()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=env, preview=False)
 
     @pulumi.runtime.test  # type: ignore[misc]
