@@ -37,6 +37,9 @@ def translate(value: Any, type_key: str | None) -> Any:
     names become Pulumi names (other keys kept), recursively by the fields' own types."""
     if type_key is None or isinstance(value, KubeArgs):
         return value
+    if isinstance(value, pulumi.Output):
+        # The SDK translates what an Output resolves to; so does this (deps and secrecy kept).
+        return value.apply(lambda resolved: translate(resolved, type_key))
     if isinstance(value, Mapping):
         fields, irregular, nested, _ = TYPES[type_key]
         out = {}

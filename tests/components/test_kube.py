@@ -8,11 +8,13 @@ secret outputs. Only where the resource was declared (source position, stack tra
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pulumi_kubernetes
 import pytest
 from google.protobuf import json_format
@@ -137,3 +139,11 @@ def test_the_program_never_loads_the_typed_sdks_modules() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "['pulumi_kubernetes.meta.v1']"
+
+
+def test_a_dict_an_output_resolves_to_is_translated_by_its_fields_type() -> None:
+    async def resolved() -> tuple[Any, bool]:
+        spec = translate(pulumi.Output.secret({"cluster_ip": "None"}), "core.v1.ServiceSpecArgs")
+        return await spec.future(), await spec.is_secret()
+
+    assert asyncio.run(resolved()) == ({"clusterIP": "None"}, True)

@@ -65,6 +65,7 @@ def _dedibox_read(served: Served, server_id: int = 200101) -> Any:
 def test_dedibox_previous_once_answers_the_previous_record_once(served: Served) -> None:
     _dedibox_install(served)
     served.clock.advance(11)
+    assert _dedibox_read(served).json()["status"] == "rebooting"  # finished unseen: read running once
     previous = _dedibox_read(served).json()
     assert previous["status"] == "installed"
     _behave(served, "dedibox.install_read_after_post", "previous_once")
@@ -99,7 +100,7 @@ def test_dedibox_previous_once_answers_the_404_of_no_record_once(served: Served)
 def test_dedibox_current_default_reads_the_new_install_at_once(served: Served) -> None:
     _dedibox_install(served)
     served.clock.advance(11)
-    assert _dedibox_read(served).json()["status"] == "installed"
+    assert [_dedibox_read(served).json()["status"] for _ in range(2)] == ["rebooting", "installed"]
     _dedibox_install(served)
     first = _dedibox_read(served)
     assert (first.status_code, first.json()["status"]) == (200, "booting")
@@ -146,6 +147,7 @@ def test_em_previous_once_answers_the_server_from_before_the_post_once(
     if earlier_install:
         _em_install(served, hostname="kura-scw-0")
         served.clock.advance(11)
+        assert _em_read(served)["install"]["status"] == "installing"  # finished unseen: read running once
     before = _em_read(served)
     served.clock.advance(60)  # so that the POST's updated_at differs
     _behave(served, "scaleway_em.install_read_after_post", "previous_once")
@@ -254,3 +256,35 @@ def test_set_back_to_current_before_the_read_answers_current(served: Served) -> 
     assert _mac_read(served)["status"] == "reinstalling"
     _behave(served, "applesilicon.reinstall_read_after_post", "previous_once")
     assert _mac_read(served)["status"] == "reinstalling"  # the kept answer was dropped
+
+
+def test_dedibox_an_install_finished_before_any_read_is_read_in_progress_once(served: Served) -> None:
+    """Time runs faster in the sim than for a client: a real install lasts 10 to 30 minutes, so a client
+    polling at most a minute apart always reads it in progress. Two identical installs in a row would
+    otherwise read exactly alike, and a client that waits to see its install running (reference 2.4:
+    "done but never observed in progress: keep waiting") would wait forever."""
+    _dedibox_install(served)
+    served.clock.advance(11)
+    assert [_dedibox_read(served).json()["status"] for _ in range(2)] == ["rebooting", "installed"]
+    _dedibox_install(served)
+    assert _dedibox_read(served).json()["status"] == "booting"  # read running: nothing held back
+    served.clock.advance(11)
+    assert _dedibox_read(served).json()["status"] == "installed"
+    # The box itself was reinstalled when the install finished, read or not.
+    assert dedibox(served, "GET", f"{DEDIBOX_Z}/servers/200101").json()["status"] == "ready"
+
+
+def test_em_an_install_finished_before_any_read_is_read_in_progress_once(served: Served) -> None:
+    """As Dedibox's: two identical installs in a row read alike once done; a client polling a real
+    install (many minutes) reads it running at least once, and so does one polling vendorsim's."""
+    _em_install(served, hostname="kura-scw-0")
+    served.clock.advance(11)
+    assert [_em_read(served)["install"]["status"] for _ in range(2)] == ["installing", "completed"]
+
+
+def test_mac_a_reinstall_finished_before_any_read_is_read_in_progress_once(served: Served) -> None:
+    """As Dedibox's: a Mac reinstalled twice with one image reads alike once done; a client polling a
+    real reinstall (many minutes) reads it running at least once, and so does one polling vendorsim's."""
+    _mac_reinstall(served)
+    served.clock.advance(11)
+    assert [_mac_read(served)["status"] for _ in range(2)] == ["reinstalling", "ready"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from providers.dedibox.client import DediboxClient
@@ -274,6 +276,24 @@ def test_a_stale_installed_read_just_after_the_post_is_not_this_installs(vendors
     client.wait_reinstall(ticket, timeout=10)
     record = client._install_record("fr-par-2", 200102, BOX)
     assert record is not None and (record["hostname"], record["status"]) == ("kura-eu-1", "installed")
+
+
+def test_a_second_identical_reinstall_that_ends_before_any_read_is_followed_to_its_end(vendorsim):
+    """The killed-CLI end-to-end test's hang (2026-12-03): a box released twice in a row gets two
+    installs whose records read exactly alike once done, and with the sim's half-second installs the
+    second one ended before the client's first look. The client rightly waits to see its install
+    running; vendorsim now keeps to what a real install of 10 to 30 minutes gives any poller, one
+    read in progress (vendorsim/dedibox.py get_install), so the wait ends."""
+    vendorsim.admin("POST", "/timings", json={"task_seconds": 0.01})
+    client = make_client(vendorsim)
+    for _ in range(2):
+        ticket = client.start_reinstall(
+            BOX, hostname="kura-eu-1", ssh_public_key=KEY, user_login="tuist", user_password="sudo-pw"
+        )
+        time.sleep(0.1)  # the install ends before the first read
+        client.wait_reinstall(ticket, timeout=5)
+    record = client._install_record("fr-par-2", 200102, BOX)
+    assert record is not None and record["status"] == "installed"
 
 
 FIPS = "/dedibox/dedibox/v1/zones/fr-par-2/failover-ips"
