@@ -69,6 +69,14 @@ class KubeArgs(dict[str, Any]):
             name = irregular.get(key) or _camel(key)
             self[name] = translate(value, nested.get(name))
 
+    def __getattr__(self, py_name: str) -> Any:
+        """A field by its Python name, as the typed class's getter reads it (None when unset): a
+        transformation may read `args.props["metadata"].name`."""
+        names, irregular, _, _ = TYPES[self.TYPE]
+        if py_name not in names:
+            raise AttributeError(f"{type(self).__name__} has no field {py_name!r}")
+        return self.get(irregular.get(py_name) or _camel(py_name))
+
 
 class KubeResource(pulumi.CustomResource):
     """A typed SDK resource class's registration, from its description in api.py."""

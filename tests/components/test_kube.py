@@ -147,3 +147,12 @@ def test_a_dict_an_output_resolves_to_is_translated_by_its_fields_type() -> None
         return await spec.future(), await spec.is_secret()
 
     assert asyncio.run(resolved()) == ({"clusterIP": "None"}, True)
+
+
+def test_a_field_reads_by_its_python_name_as_the_typed_sdks_getter_does() -> None:
+    meta = kube.meta.v1.ObjectMetaArgs(name="kura", labels={"a": "b"})
+    assert (meta.name, meta.labels, meta.namespace) == ("kura", {"a": "b"}, None)
+    port = kube.core.v1.ContainerPortArgs(container_port=7070, host_ip="127.0.0.1")
+    assert (port.container_port, port.host_ip) == (7070, "127.0.0.1")
+    with pytest.raises(AttributeError, match="ObjectMetaArgs has no field 'nmae'"):
+        _ = meta.nmae
