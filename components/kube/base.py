@@ -3,8 +3,9 @@
 pulumi_kubernetes's typed classes cost about 1.2 s of CPU to import (core/v1 alone is 38,000
 lines of input types), in every run of the program: a no-change preview of the dev stack spent
 more on that import than the engine previewing an empty program spends in all. The program names
-80 of those classes; `api.py` and `types.py` describes exactly those (and the input types they reach) from
-the pinned SDK's own metadata, and these two bases rebuild what the typed classes send the engine:
+80 of those classes; `api.py` and `types.py` describe exactly those (and the 167 input types they
+reach) from the pinned SDK's own metadata, and these two bases rebuild what the typed classes send
+the engine:
 
 - an `...Args` is a dict of the Pulumi (camelCase) names, None fields left out, a dict given for a
   typed field translated by that field's type, as the SDK's serializer does;
