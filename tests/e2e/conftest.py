@@ -19,7 +19,9 @@ to a folder, no cluster, so a run has one dev-stack lifecycle on a cluster.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -74,11 +76,14 @@ class Engine:
                 text=True,
                 stdout=out,
                 stderr=subprocess.PIPE,
+                # A group of its own: a run cut off below ends with its plugins (language host,
+                # providers), which killing the CLI alone leaves running on the machine.
+                start_new_session=True,
             )
             try:
                 _, stderr = child.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
-                child.kill()
+                os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
                 raise AssertionError(
                     f"pulumi {' '.join(args)} ran past {timeout:g}s; its output so far ({log}):\n"
