@@ -146,7 +146,13 @@ def test_a_dict_an_output_resolves_to_is_translated_by_its_fields_type() -> None
         spec = translate(pulumi.Output.secret({"cluster_ip": "None"}), "core.v1.ServiceSpecArgs")
         return await spec.future(), await spec.is_secret()
 
-    assert asyncio.run(resolved()) == ({"clusterIP": "None"}, True)
+    # A loop of its own, not asyncio.run: that one leaves the thread without a current loop, and a
+    # later test of this worker that builds an Output outside any loop then fails.
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(resolved()) == ({"clusterIP": "None"}, True)
+    finally:
+        loop.close()
 
 
 def test_a_field_reads_by_its_python_name_as_the_typed_sdks_getter_does() -> None:
