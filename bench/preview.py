@@ -424,13 +424,13 @@ def _timed(p: Project, *args: str) -> float:
     return time.perf_counter() - start
 
 
-def _cpu_of(runs: list[float], p: Project, *args: str) -> float:
-    """Run; append its wall seconds to `runs`; return its CPU seconds: the CLI and every process
-    under it that it waited for (the program, the language host, the plugins)."""
+def _timed_cpu(p: Project, *args: str) -> tuple[float, float]:
+    """Wall seconds and CPU seconds of one run: the CLI and every process under it that it waited for
+    (the program, the language host, the plugins)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    runs.append(_timed(p, *args))
+    wall = _timed(p, *args)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 # --- a no-change preview against an empty program -------------------------------------------------
@@ -506,9 +506,9 @@ def nochange(args: argparse.Namespace) -> None:
             e.run("stack", "init", "empty", "--secrets-provider", "passphrase")
             _timed(e, "up", "--yes", "-s", "empty", "--suppress-progress")
             dev, nothing, varied = [], [], []
-            dev_unlogged: list[float] = []
-            nothing_unlogged: list[float] = []
-            dev_cpu, nothing_cpu = [], []
+            # (wall, CPU) of each preview without the CLI's automatic log.
+            dev_unlogged: list[tuple[float, float]] = []
+            nothing_unlogged: list[tuple[float, float]] = []
             pv = Project(p.root, {**p.env, **dict(args.set)})
             # The same two previews without the CLI's automatic log (as the tests run them).
             unlogged = {**p.env, "PULUMI_HOME": str(quiet_pulumi_home(tmp / "pulumi-home-unlogged"))}
@@ -517,8 +517,8 @@ def nochange(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 dev.append(_timed(p, "preview", "-s", "dev", *quiet))
                 nothing.append(_timed(e, "preview", "-s", "empty", *quiet))
-                dev_cpu.append(_cpu_of(dev_unlogged, pu, "preview", "-s", "dev", *quiet))
-                nothing_cpu.append(_cpu_of(nothing_unlogged, eu, "preview", "-s", "empty", *quiet))
+                dev_unlogged.append(_timed_cpu(pu, "preview", "-s", "dev", *quiet))
+                nothing_unlogged.append(_timed_cpu(eu, "preview", "-s", "empty", *quiet))
                 if args.set:
                     varied.append(_timed(pv, "preview", "-s", "dev", *quiet))
             profiles = _cli_profiles(pu, eu, tmp / "profiles", quiet) if args.cli_profile else []
@@ -530,10 +530,10 @@ def nochange(args: argparse.Namespace) -> None:
         print(f"  dev stack (up once in {up_s:.0f} s) : {d:6.2f} s")
         print(f"  empty program               : {n:6.2f} s")
         print(f"  ratio                       : {d / n:6.2f}x  (goal <= 2)")
-        du, nu = statistics.median(dev_unlogged), statistics.median(nothing_unlogged)
+        du, nu = (statistics.median(w for w, _ in runs) for runs in (dev_unlogged, nothing_unlogged))
         print("  without the CLI's automatic log ($PULUMI_HOME/logs, tests/support/pulumi_home.py):")
         print(f"    dev stack {du:6.2f} s, empty program {nu:6.2f} s: {du / nu:.2f}x")
-        dc, nc = statistics.median(dev_cpu), statistics.median(nothing_cpu)
+        dc, nc = (statistics.median(c for _, c in runs) for runs in (dev_unlogged, nothing_unlogged))
         print(f"    CPU of every process: dev stack {dc:6.2f} s, empty program {nc:6.2f} s: {dc / nc:.2f}x")
         if varied:
             v = statistics.median(varied)

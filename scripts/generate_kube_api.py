@@ -55,6 +55,8 @@ def _input_types_in(hint: Any, types: Any) -> list[type]:
     return list(dict.fromkeys(found))
 
 
+# components/kube/base.py's rule, written again: the generator must not import the package whose
+# files it writes (a stale or broken api.py would stop the run that repairs it).
 def _camel(py_name: str) -> str:
     head, *rest = py_name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
