@@ -8,12 +8,12 @@ mounted files. Elastic Metal and Apple silicon share scalewaySecretKey: one Scal
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from config.models import Vendors
 from providers.errors import VendorConfigError
 from providers.retry import (
     DEFAULT_POLL,
@@ -25,10 +25,14 @@ from providers.retry import (
 )
 from providers.vendor import Vendor, VendorClient
 
+if TYPE_CHECKING:
+    from config.models import Vendors
+
 __all__ = [
     "SECRET_KEYS_BY_VENDOR",
     "ClientTiming",
     "SecretLookup",
+    "VendorAccounts",
     "VendorConfigError",
     "vendor_client",
     "vendors_from_config",
@@ -144,6 +148,10 @@ def vendor_client(
 
 def vendors_from_config(config: Any, key: str) -> Vendors:
     """The `vendors` stack key from a dynamic provider's config (structured keys arrive as JSON)."""
+    # config.models (pydantic and the stack's models) is imported here, not at the top: a provider
+    # process that builds no client (a no-change preview) never pays its 0.2 s of CPU.
+    from config.models import Vendors
+
     raw = config.get(key)
     if isinstance(raw, str):
         try:
@@ -154,3 +162,19 @@ def vendors_from_config(config: Any, key: str) -> Vendors:
         return Vendors.model_validate(raw or {})
     except Exception as error:
         raise VendorConfigError(f"stack config {key} is invalid: {error}") from None
+
+
+@dataclass(frozen=True)
+class VendorAccounts:
+    """The stack's `vendors` key as configure() received it, validated when a client is first built.
+
+    The program validated the same key with the same model before it registered anything, so waiting
+    changes no outcome: a bad key still fails, with the same VendorConfigError, before any vendor call.
+    """
+
+    key: str
+    raw: Any = field(repr=False)
+
+    @functools.cached_property
+    def parsed(self) -> Vendors:
+        return vendors_from_config({self.key: self.raw}, self.key)

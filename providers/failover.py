@@ -36,13 +36,12 @@ from pulumi.dynamic.dynamic import PROVIDER_KEY
 from pulumi.output import Unknown
 from pulumi.runtime.rpc import UNKNOWN
 
-from config.models import Vendors
 from providers.clients import (
     SECRET_KEYS_BY_VENDOR,
     ClientTiming,
+    VendorAccounts,
     VendorConfigError,
     vendor_client,
-    vendors_from_config,
 )
 from providers.constants import KUBECONFIG
 from providers.dedibox.models import parse_box_id
@@ -341,7 +340,7 @@ def failover_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffR
 class Credentials:
     """The vendor accounts and secrets configure() read. Secrets stay out of repr."""
 
-    vendors: Vendors
+    accounts: VendorAccounts  # the stack's `vendors`, validated when a client is first built
     secrets: Mapping[str, str] = field(repr=False)
 
     def secret(self, key: str) -> str:
@@ -356,14 +355,10 @@ class Credentials:
 
 def credentials_from_config(config: Any) -> Credentials:
     """From a pulumi.dynamic.Config: structured keys arrive as JSON text, secrets decrypted."""
-    try:
-        vendors = vendors_from_config(config, VENDORS_KEY)
-    except VendorConfigError as error:
-        raise NotConfiguredError(str(error)) from None
     keys = [key for vendor_keys in SECRET_KEYS_BY_VENDOR.values() for key in vendor_keys]
     keys.append(KUBECONFIG)  # optional: where the cluster's eligibility is read from
     secrets = {key: str(config.get(f"{PROJECT}:{key}") or "") for key in keys}
-    return Credentials(vendors=vendors, secrets=secrets)
+    return Credentials(accounts=VendorAccounts(VENDORS_KEY, config.get(VENDORS_KEY)), secrets=secrets)
 
 
 def _outputs(spec: FailoverSpec, routed_to: str | None) -> dict[str, Any]:
@@ -405,7 +400,11 @@ class FailoverIPProvider(dyn.ResourceProvider):
         if credentials is None:
             raise NotConfiguredError("the failover provider was not configured with the stack config")
         try:
-            return vendor_client(vendor, credentials.vendors, credentials.secret, CLIENT_TIMING)
+            vendors = credentials.accounts.parsed
+        except VendorConfigError as error:
+            raise NotConfiguredError(str(error)) from None
+        try:
+            return vendor_client(vendor, vendors, credentials.secret, CLIENT_TIMING)
         except VendorConfigError as error:
             raise NotConfiguredError(f"stack config {VENDORS_KEY}: {error}") from None
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers import kube
-from providers.clients import ClientTiming, VendorConfigError, vendor_client, vendors_from_config
+from providers.clients import ClientTiming, VendorAccounts, VendorConfigError, vendor_client
 from providers.constants import (
     FLEET_SSH_PRIVATE_KEY,
     FLEET_SUDO_PASSWORD,
@@ -44,10 +44,18 @@ CLIENT_TIMING = ClientTiming()
 class Settings:
     """The vendor accounts and the stack secrets. Secret fields stay out of repr."""
 
-    vendors: Any  # the stack's `vendors` (config.models.Vendors, parsed by providers.clients)
+    accounts: VendorAccounts  # the stack's `vendors`, validated when a client is first built
     secrets: Mapping[str, str] = field(repr=False)
     # The fleets' candidate boxes, listed once per provider process (providers/machine/selection.py).
     pools: CandidatePools = field(default_factory=CandidatePools, repr=False, compare=False)
+
+    @property
+    def vendors(self) -> Any:
+        """config.models.Vendors."""
+        try:
+            return self.accounts.parsed
+        except VendorConfigError as error:
+            raise NotConfiguredError(str(error)) from None
 
     def secret(self, key: str, *, why: str) -> str:
         value = self.secrets.get(key)
@@ -97,12 +105,9 @@ class Settings:
 
 def settings_from_config(config: Any) -> Settings:
     """Settings from a pulumi.dynamic.Config (or anything with get(key))."""
-    try:
-        vendors = vendors_from_config(config, f"{PROJECT}:{CONFIG_VENDORS}")
-    except VendorConfigError as error:
-        raise NotConfiguredError(str(error)) from None
+    vendors_key = f"{PROJECT}:{CONFIG_VENDORS}"
     secrets = {key: str(config.get(f"{PROJECT}:{key}") or "") for key in SECRET_KEYS}
-    return Settings(vendors=vendors, secrets=secrets)
+    return Settings(accounts=VendorAccounts(vendors_key, config.get(vendors_key)), secrets=secrets)
 
 
 @functools.cache

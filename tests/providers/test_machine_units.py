@@ -230,6 +230,55 @@ def test_configure_reads_vendors_json_and_secrets_and_reprs_no_secret() -> None:
         settings.vendor_client(Vendor.DEDIBOX)
 
 
+@pytest.mark.parametrize(
+    ("vendors", "message"),
+    [
+        ("{not json", "stack config tuist-infra:vendors is not JSON"),
+        (json.dumps({"ovh": {"endpoint": "ovh-mars"}}), "stack config tuist-infra:vendors is invalid: "),
+    ],
+)
+def test_a_bad_vendors_key_fails_the_first_client_before_any_vendor_call(vendors: str, message: str) -> None:
+    provider = MachineProvider()
+    config = {**SECRET_CONFIG, "tuist-infra:vendors": vendors}
+    provider.configure(ConfigureRequest(Config(config, "tuist-infra")))
+    settings = provider._config()
+    for _ in range(2):  # the second build fails the same way: nothing half-parsed is kept
+        with pytest.raises(NotConfiguredError) as caught:
+            settings.vendor_client(Vendor.OVH)
+        assert str(caught.value).startswith(message)
+        assert "app-secret-value-123" not in str(caught.value)
+
+
+def test_a_provider_process_that_builds_no_client_never_imports_the_config_models() -> None:
+    """A no-change preview configures the machine and failover providers and diffs every resource;
+    pydantic and the stack's config models, about 0.2 s of its CPU, load with the first client."""
+    code = (
+        "import json, sys\n"
+        "from pulumi.dynamic import ConfigureRequest\n"
+        "from pulumi.dynamic.config import Config\n"
+        "from providers.clients import SECRET_KEYS_BY_VENDOR\n"
+        "from providers.failover import FailoverIPProvider\n"
+        "from providers.machine.provider import ClaimProvider\n"
+        "from providers.vendor import Vendor\n"
+        "from tests.providers.test_failover_units import OLDS\n"
+        "from tests.providers.test_machine_support import claim_props\n"
+        f"request = ConfigureRequest(Config({SECRET_CONFIG!r}, 'tuist-infra'))\n"
+        "claims, failover = ClaimProvider(), FailoverIPProvider()\n"
+        "claims.configure(request)\n"
+        "failover.configure(request)\n"
+        "props = claim_props('kura-ovh', 0)\n"
+        "assert not claims.diff('ovh:ns1', props, claims.check(props, props).inputs).changes\n"
+        "assert not failover.diff(OLDS['address'], OLDS, failover.check(OLDS, OLDS).inputs).changes\n"
+        "loaded = lambda: sorted(m for m in ('config.models', 'pydantic') if m in sys.modules)\n"
+        "print(loaded())\n"
+        "claims._config().vendor_client(Vendor.OVH)\n"
+        "print(loaded())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["[]", "['config.models', 'pydantic']"]
+
+
 def test_the_provider_pickle_is_the_same_in_another_process() -> None:
     code = (
         "from pulumi.dynamic.dynamic import serialize_provider\n"
