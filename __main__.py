@@ -28,6 +28,7 @@ from components.sdk import (
     check_cycles_only_where_possible,
     drop_sdk_debug_lines,
     record_declaring_lines_only,
+    wait_once_for_outstanding_outputs,
 )
 from components.storage import LocalStorageClass, LocalStorageClassArgs
 from config.loader import ConfigError, fail, load_from_pulumi
@@ -38,6 +39,7 @@ def main() -> None:
     drop_sdk_debug_lines()
     record_declaring_lines_only()
     check_cycles_only_where_possible()
+    wait_once_for_outstanding_outputs()
     # A run allocates a few hundred objects per resource and keeps nearly all of them to its end, so
     # the cyclic collector's passes find little garbage and cost more the bigger the stack: everything
     # imported so far is left out of them, and they run less often (a third of a large stack's time).

@@ -22,6 +22,7 @@ import yaml
 from pulumi.runtime import resource as sdk_resource
 from pulumi.runtime import resource_cycle_breaker
 from pulumi.runtime import rpc as sdk_rpc
+from pulumi.runtime import stack as sdk_stack
 
 import components.sdk
 from config.loader import required_secret_keys
@@ -107,6 +108,7 @@ def _stack(env: str) -> tuple[dict[str, Any], StackConfig]:
 SDK_DEBUG_LINE = pulumi.log.debug
 SDK_STACK_TRACE = sdk_resource._get_stack_trace
 SDK_DECLARE_DEPENDENCY = sdk_rpc.declare_dependency
+SDK_WAIT_FOR_RPCS = sdk_stack.wait_for_rpcs
 
 
 def run_program(
@@ -139,6 +141,7 @@ def run_program(
         setattr(pulumi.log, "debug", SDK_DEBUG_LINE)  # noqa: B010
         setattr(sdk_resource, "_get_stack_trace", SDK_STACK_TRACE)  # noqa: B010
         setattr(sdk_rpc, "declare_dependency", SDK_DECLARE_DEPENDENCY)  # noqa: B010
+        setattr(sdk_stack, "wait_for_rpcs", SDK_WAIT_FOR_RPCS)  # noqa: B010
     return mocks
 
 
