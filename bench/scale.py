@@ -54,8 +54,13 @@ def _copy(raw: Mapping[str, Any], copy_no: int) -> dict[str, list[dict[str, Any]
         r = copy.deepcopy(dict(region))
         for key in ("id", "fleet", "ingress_class"):
             r[key] = t(r[key])
-        # <region id>-<number>: us-east-1 -> us-east-k2-1.
-        r["cluster_id"] = r["id"] + r["cluster_id"].removeprefix(region["id"])
+        if r["cluster_id"].startswith(region["id"]):
+            # <region id>-<number>: us-east-1 -> us-east-k2-1.
+            r["cluster_id"] = r["id"] + r["cluster_id"].removeprefix(region["id"])
+        elif copy_no > 1:
+            # A private region named <cluster_id>-<what it serves> (scw-fr-par-runners of cluster
+            # scw-fr-par): a copy takes the plain form, scw-fr-par-runners-k2-1.
+            r["cluster_id"] = f"{r['id']}-1"
         if r.get("failover_ip"):
             r["failover_ip"] = t(r["failover_ip"])
         r["host"] = _host(r["host"], copy_no)
