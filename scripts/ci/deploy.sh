@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Deploys one real stack from CI: log in to the state backend, then `pulumi up` with the policy pack
 # (a mandatory violation stops the update before it changes anything). The GitHub environment of
-# the stack provides its secrets: the S3 credentials and the stack's passphrase.
-# Usage: bash scripts/ci/deploy.sh staging|canary|production
+# the stack provides its secrets: the S3 credentials and the stack's passphrase. With APPROVED_PREVIEW
+# (a folder of `preview.py run`'s results: production's, which its reviewers approved), the stack is
+# previewed again first and nothing is deployed unless it plans the same steps (preview.py verify).
+# Usage: [APPROVED_PREVIEW=DIR] bash scripts/ci/deploy.sh staging|canary|production
 set -euo pipefail
 stack=${1:?usage: deploy.sh STACK}
 case $stack in
@@ -18,6 +20,9 @@ source "$here/backend.sh"
 : "${PULUMI_CONFIG_PASSPHRASE:?the $stack environment must provide PULUMI_CONFIG_PASSPHRASE}"
 cd "$TUIST_ROOT"
 backend_login
+if [ -n "${APPROVED_PREVIEW:-}" ]; then
+    bash "$TUIST_ROOT/scripts/private-tmp.sh" python3 "$here/preview.py" verify "$stack" --approved "$APPROVED_PREVIEW"
+fi
 # --parallel: the CLI's default (4 x CPU cores) would adopt a fleet a runner's cores at a time; the
 # machine provider serves 64 calls at once (docs/machines.md).
 # private-tmp.sh: the Kubernetes plugin's copy of the kubeconfig goes with the run (a runner may be reused).

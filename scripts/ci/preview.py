@@ -4,11 +4,18 @@
     python3 scripts/ci/preview.py baseline STACK          the pack config: what the stack holds now
     python3 scripts/ci/preview.py run STACK --out DIR     preview one stack; DIR/STACK.{txt,json}
     python3 scripts/ci/preview.py comment DIR             the comment body for every stack in DIR
+    python3 scripts/ci/preview.py verify STACK --approved DIR
+                                                          preview STACK again; fail unless it plans
+                                                          the steps of DIR/STACK.txt (deploy.sh)
 
 `run` exits with the preview's own exit code (a mandatory policy violation fails it) after writing
 its result, so the comment job can still report it. The policy pack compares the program with the
 machines the stack holds (its `fleets` output, docs/outputs.md) to flag a shrinking fleet or a
 release in production; `baseline` reads them. Standard library only: the comment job needs no venv.
+
+`verify` guards production's approval: the reviewers approve the preview the deploy workflow made
+before they were asked, and the deploy previews again and stops if the steps differ (a deploy of an
+earlier run, or a vendor-side change, moved the state in between): what is applied is what was shown.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ class Result:
     baseline: bool  # whether the stack's deployed machines were known (the advisory comparisons ran)
 
 
-def run(stack: str, out: Path) -> int:
+def run(stack: str, out: Path, *, echo: bool = True) -> int:
     out.mkdir(parents=True, exist_ok=True)
     config = policy_config(deployed_machines(stack))
     command = [
@@ -88,8 +95,60 @@ def run(stack: str, out: Path) -> int:
         bool(config),
     )
     (out / f"{stack}.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
-    print(text)
+    if echo:
+        print(text)
     return shown.returncode
+
+
+# --- the approved plan ----------------------------------------------------------------------------
+
+# A resource's step under --diff: `    ~ kubernetes:apps/v1:Deployment: (update)`, then its `[urn=...]`.
+_STEP = re.compile(r"^\s*(?:[-+~<>=]+\s*)?[\w.:/-]+: \((?P<op>[\w-]+)\)")
+_URN = re.compile(r"^\s*\[urn=(?P<urn>[^\]]+)\]")
+
+
+def planned_steps(text: str) -> list[str]:
+    """`<op> <urn>` of every resource a `pulumi preview --diff` would change, sorted."""
+    steps: list[str] = []
+    op: str | None = None
+    for line in text.splitlines():
+        if step := _STEP.match(line):
+            op = step["op"]
+        elif op is not None and (urn := _URN.match(line)):
+            if op != "same":
+                steps.append(f"{op} {urn['urn']}")
+            op = None
+    return sorted(steps)
+
+
+def verify(stack: str, approved: Path) -> int:
+    try:
+        shown = (approved / f"{stack}.txt").read_text()
+        result = json.loads((approved / f"{stack}.json").read_text())
+    except (OSError, ValueError) as error:
+        print(f"verify: no approved preview of {stack} in {approved}: {error}", file=sys.stderr)
+        return 2
+    if (approved_code := result.get("exit_code")) != 0:
+        print(f"verify: the approved preview of {stack} failed (exit {approved_code})", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        code = run(stack, Path(tmp), echo=False)
+        now = (Path(tmp) / f"{stack}.txt").read_text()
+    if code != 0:
+        print(now)
+        print(f"verify: the preview of {stack} failed (exit {code})", file=sys.stderr)
+        return 1
+    before, after = planned_steps(shown), planned_steps(now)
+    if before == after:
+        print(f"verify: {stack} plans the approved steps ({changes(now) or 'no changes'})")
+        return 0
+    print(now)
+    lines = [f"verify: {stack}'s plan is not the one approved; nothing was deployed."]
+    lines += [f"  approved, no longer planned: {s}" for s in before if s not in after]
+    lines += [f"  planned now, not approved:   {s}" for s in after if s not in before]
+    lines.append("  Re-run the deploy workflow: its production-preview job shows the plan to approve.")
+    print("\n".join(lines), file=sys.stderr)
+    return 1
 
 
 # --- the comment ----------------------------------------------------------------------------------
@@ -223,12 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--out", type=Path, required=True)
     body = sub.add_parser("comment", help="render the PR comment from a results directory")
     body.add_argument("results", type=Path)
+    check = sub.add_parser("verify", help="fail unless STACK's preview plans the approved steps")
+    check.add_argument("stack")
+    check.add_argument("--approved", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "baseline":
         print(json.dumps(policy_config(deployed_machines(args.stack)), indent=2))
         return 0
     if args.command == "run":
         return run(args.stack, args.out)
+    if args.command == "verify":
+        return verify(args.stack, args.approved)
     sys.stdout.write(comment(args.results))
     return 0
 

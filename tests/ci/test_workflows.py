@@ -87,7 +87,11 @@ def test_pull_requests_preview_every_real_stack_into_one_comment() -> None:
 
 def test_deploys_go_staging_canary_production_each_in_its_environment_never_overlapping() -> None:
     jobs = workflow("deploy.yml")["jobs"]
-    assert [jobs[s]["needs"] for s in ("staging", "canary", "production")] == ["test", "staging", "canary"]
+    assert [jobs[s]["needs"] for s in ("staging", "canary", "production")] == [
+        "test",
+        "staging",
+        ["canary", "production-preview"],
+    ]
     for stack in REAL_STACKS:
         job = jobs[stack]
         assert job["environment"] == stack
@@ -97,6 +101,29 @@ def test_deploys_go_staging_canary_production_each_in_its_environment_never_over
         assert _run_steps({"jobs": {stack: job}}) == [f"exec bash scripts/ci/deploy.sh {stack}"]
         assert job["timeout-minutes"] == 240
     assert jobs["staging"]["if"] == "github.ref == 'refs/heads/main'"
+
+
+def test_production_deploys_only_the_plan_its_reviewers_were_shown() -> None:
+    jobs = workflow("deploy.yml")["jobs"]
+    shown = jobs["production-preview"]
+    # After canary deployed, before production's approval: production's preview, in the run's summary.
+    assert shown["needs"] == "canary" and shown["environment"] == "preview-production"
+    assert _run_steps({"jobs": {"p": shown}}) == [
+        "bash scripts/ci/preview.sh production preview",
+        'python3 scripts/ci/preview.py comment preview >> "$GITHUB_STEP_SUMMARY"',
+    ]
+    [upload] = [s for s in shown["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert upload["with"]["name"] == "production-preview" and upload["with"]["path"] == "preview/"
+    # The deploy gets that preview and hands it to deploy.sh, which previews again and compares.
+    deploy = jobs["production"]["steps"]
+    [download] = [s for s in deploy if s.get("uses", "").startswith("actions/download-artifact")]
+    assert download["with"] == {"name": "production-preview", "path": "approved-preview"}
+    [step] = [s for s in deploy if "run" in s]
+    assert deploy.index(download) < deploy.index(step)
+    assert step["env"] == {"APPROVED_PREVIEW": "approved-preview"}
+    script = (REPO / "scripts" / "ci" / "deploy.sh").read_text()
+    verify = 'python3 "$here/preview.py" verify "$stack" --approved "$APPROVED_PREVIEW"'
+    assert verify in script and script.index(verify) < script.index("pulumi up --yes")
 
 
 def test_the_watcher_image_is_pushed_by_digest_and_the_digest_is_what_gets_pinned() -> None:
