@@ -118,9 +118,10 @@ async def wait_for_rpcs(await_all_outstanding_tasks: bool = True) -> None:
 
     The SDK waits on the outstanding outputs with FIRST_COMPLETED, which returns as soon as any one
     finishes, then puts the others back and waits again: each round hooks and unhooks a callback on
-    every one still pending, so the wait was quadratic in the stack (a fifth of the dev stack's
-    program in a no-change preview). This one waits with FIRST_EXCEPTION: it returns when all are done
-    or as soon as one fails, which the SDK then raised, as this does. Everything else is the SDK's."""
+    every one still pending, so the wait was quadratic in the stack (in a no-change dev preview,
+    under a profiler, half the program's function calls and 30% of its time). This one waits with
+    FIRST_EXCEPTION: it returns when all are done or as soon as one fails, which the SDK then raised,
+    as this does. Everything else is the SDK's."""
     settings = sdk_settings.SETTINGS
     rpc_manager = settings.rpc_manager
     while True:
