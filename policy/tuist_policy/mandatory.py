@@ -32,6 +32,7 @@ from .resources import (
     container_args,
     containers,
     get,
+    is_runner_pool,
     items,
     known,
     kubernetes_object,
@@ -45,7 +46,6 @@ PRODUCTION = "production"
 
 PEER_PORT = 7443
 KATA_RUNTIME_CLASS = "kata-qemu"
-RUNNER_POOL_TYPE = "kubernetes:tuist.dev/v1alpha1:RunnerPool"
 RUNTIME_CLASS_TYPE = "kubernetes:node.k8s.io/v1:RuntimeClass"
 AUTOSCALING_FIELDS = ("minWarmPoolFloor", "maxReplicas", "scaleDownCooldownSeconds")
 # Vendors whose API routes a failover IP to one of the account's boxes: OVH POST /ip/{ip}/move,
@@ -108,7 +108,7 @@ def _image_problems(args: ResourceValidationArgs) -> list[str]:
             key = get(env, "name")
             if isinstance(key, str) and key.endswith("_IMAGE"):
                 found.append((f"container '{name}' env {key}", get(env, "value")))
-    if args.resource_type == RUNNER_POOL_TYPE:
+    if is_runner_pool(args.resource_type):
         found.append(("spec.image", get(obj.props, "spec", "image")))
     if obj.kind == "ConfigMap":
         # Settings a controller reads from a ConfigMap name images the same way.
@@ -305,7 +305,7 @@ peer_demux_passthrough = ResourceValidationPolicy(
 
 
 def _autoscaling_explicit(args: ResourceValidationArgs, report: Report) -> None:
-    if args.resource_type != RUNNER_POOL_TYPE:
+    if not is_runner_pool(args.resource_type):
         return
     name = get(args.props, "metadata", "name")
     scaling = get(args.props, "spec", "autoscaling")
@@ -357,7 +357,7 @@ def _kata_pools(args: StackValidationArgs, report: Report) -> None:
     linux_pools = [
         r
         for r in args.resources
-        if r.resource_type == RUNNER_POOL_TYPE and get(r.props, "spec", "os") == "linux"
+        if is_runner_pool(r.resource_type) and get(r.props, "spec", "os") == "linux"
     ]
     for pool in linux_pools:
         name = get(pool.props, "metadata", "name")

@@ -37,7 +37,12 @@ MACHINE_CLAIM_TYPE = MACHINE_TYPE_PREFIX + "MachineClaim"
 BOX_HOLDING_TYPES = (MACHINE_CLAIM_TYPE, ADOPTED_MACHINE_TYPE)
 FAILOVER_TYPE_PREFIX = "pulumi-python:dynamic/failover:"
 
-WORKLOAD_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "CronJob", "Pod"})
+# Kinds whose pods come from spec.template (a CronJob's from its job template's; a Pod is one, a
+# PodTemplate holds one at .template).
+WORKLOAD_KINDS = frozenset(
+    {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "ReplicationController", "Job", "CronJob", "Pod"}
+)
+RUNNER_POOL_GROUP = "tuist.dev"
 
 
 def known(read: Callable[[], T]) -> T | Any:
@@ -89,6 +94,17 @@ def is_kubernetes(resource_type: str) -> bool:
     return resource_type.startswith("kubernetes:")
 
 
+def is_runner_pool(resource_type: str) -> bool:
+    """A RunnerPool of any tuist.dev version (`kubernetes:tuist.dev/v1alpha1:RunnerPool`), or its patch:
+    a pool the CRD serves at another version is still a pool."""
+    group_version = resource_type.split(":")[1] if resource_type.count(":") == 2 else ""
+    return (
+        is_kubernetes(resource_type)
+        and group_version.split("/")[0] == RUNNER_POOL_GROUP
+        and kind_of(resource_type) == "RunnerPool"
+    )
+
+
 def kind_of(resource_type: str) -> str:
     """`kubernetes:apps/v1:Deployment` -> `Deployment` (custom resources too). A server-side-apply
     patch resource (`DeploymentPatch`) is the same kind to every policy: it writes the same fields."""
@@ -126,9 +142,12 @@ def kubernetes_object(resource_type: str, props: Any) -> Object | None:
 
 
 def pod_spec(obj: Object) -> Any:
-    """The pod spec of a workload (CronJob: its job template's), None for other kinds."""
+    """The pod spec of a workload (CronJob: its job template's; PodTemplate: its template's), None for
+    other kinds."""
     if obj.kind == "Pod":
         return get(obj.props, "spec")
+    if obj.kind == "PodTemplate":
+        return get(obj.props, "template", "spec")
     if obj.kind == "CronJob":
         return get(obj.props, "spec", "jobTemplate", "spec", "template", "spec")
     if obj.kind in WORKLOAD_KINDS:

@@ -149,6 +149,28 @@ def test_init_containers_and_runner_pool_images_are_checked_and_unknown_images_s
     assert check_resource(mandatory.images_pinned, RUNNER_POOL, pool)
 
 
+@pytest.mark.parametrize(
+    ("type_", "kind", "where"),
+    [
+        ("kubernetes:core/v1:ReplicationController", "ReplicationController", ("spec", "template", "spec")),
+        ("kubernetes:core/v1:PodTemplate", "PodTemplate", ("template", "spec")),
+        ("kubernetes:batch/v1:CronJob", "CronJob", ("spec", "jobTemplate", "spec", "template", "spec")),
+        ("kubernetes:core/v1:Pod", "Pod", ("spec",)),
+    ],
+)
+def test_every_kind_that_carries_a_pod_template_has_its_images_checked(
+    type_: str, kind: str, where: tuple[str, ...]
+) -> None:
+    props: dict[str, Any] = {"containers": [{"name": "c", "image": "ghcr.io/tuist/kura:latest"}]}
+    for key in reversed(where):
+        props = {key: props}
+    props["metadata"] = {"name": "w"}
+    assert check_resource(mandatory.images_pinned, type_, props) == [
+        f"{kind} w: container 'c' 'ghcr.io/tuist/kura:latest' uses the floating tag 'latest'; "
+        "pin a digest (@sha256:...) or an explicit release tag"
+    ]
+
+
 # --- gateway and load balancers --------------------------------------------------------------------
 
 GATEWAY_ARGS = [
@@ -379,6 +401,21 @@ def test_linux_pools_run_kata_qemu() -> None:
     # macOS pools run on Mac minis, not in microVMs.
     darwin = resource(RUNNER_POOL, _pool(None, os="darwin", runtime_class=None))
     assert check_stack(mandatory.kata_runner_pools, [darwin]) == []
+
+
+@pytest.mark.parametrize(
+    "type_", ["kubernetes:tuist.dev/v1beta1:RunnerPool", "kubernetes:tuist.dev/v1alpha1:RunnerPoolPatch"]
+)
+def test_a_runner_pool_at_another_version_or_as_a_patch_is_held_to_the_same_rules(type_: str) -> None:
+    unpinned = {**_pool(None), "spec": {**_pool(None)["spec"], "image": "ghcr.io/tuist/linux-runner:main"}}
+    assert check_resource(mandatory.images_pinned, type_, unpinned)
+    assert check_resource(mandatory.runner_pool_autoscaling_explicit, type_, _pool(None))
+    runc = resource(type_, _pool(None, runtime_class="runc"))
+    assert check_stack(mandatory.kata_runner_pools, [runc, _runtime_class("kata-qemu")]) == [
+        "RunnerPool linux: a Linux pool with runtimeClass 'runc'; its pods must be kata-qemu microVMs"
+    ]
+    # Another group's RunnerPool is not ours.
+    assert not check_resource(mandatory.images_pinned, "kubernetes:example.com/v1:RunnerPool", unpinned)
 
 
 # --- failover IPs ----------------------------------------------------------------------------------
