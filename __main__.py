@@ -44,7 +44,7 @@ def main() -> None:
     # the cyclic collector's passes find little garbage and cost more the bigger the stack: everything
     # imported so far is left out of them, and they run rarely. At every 100,000 allocations they were
     # still a third of x100's evaluation (48 s of CPU, 33 s at every million, for 7% more memory:
-    # bench/README.md, "evaluate").
+    # docs/backends.md).
     gc.freeze()
     gc.set_threshold(1_000_000, 50, 100)
     try:

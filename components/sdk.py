@@ -1,7 +1,7 @@
 """Four adjustments of the Pulumi Python SDK's per-resource work, made once by `__main__.py`.
 
 Each trims what the SDK does for every resource it registers and changes nothing the engine decides
-with (bench/README.md measures them):
+with (docs/backends.md says what each saved):
 
 - its debug lines are dropped unless TUIST_SDK_DEBUG=1;
 - each resource records only the line that declares it, not the whole Python call stack above it;
@@ -34,7 +34,7 @@ def drop_sdk_debug_lines() -> None:
     """The Python SDK sends each of its debug lines (several per resource: preparing, registering,
     resolving) to the engine as a blocking gRPC call, and the engine shows them only under
     `pulumi --debug`, which it does not tell the program. They were a fifth of a no-change dev
-    preview's CPU (bench/README.md); TUIST_SDK_DEBUG=1 sends them again, for `pulumi up --debug`."""
+    preview's CPU (docs/backends.md); TUIST_SDK_DEBUG=1 sends them again, for `pulumi up --debug`."""
     if os.environ.get(SDK_DEBUG) == "1":
         return
 
