@@ -7,7 +7,6 @@ components/outputs.py.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 
 import pulumi
@@ -24,29 +23,15 @@ from components.kura_region import KuraRegion, KuraRegionArgs
 from components.node_bootstrap import NodeBootstrap, NodeBootstrapArgs
 from components.outputs import export_outputs, stack_outputs
 from components.runners import RunnerPools, RunnerPoolsArgs
-from components.sdk import (
-    check_cycles_only_where_possible,
-    drop_sdk_debug_lines,
-    record_declaring_lines_only,
-    wait_once_for_outstanding_outputs,
-)
+from components.sdk import trim_sdk
 from components.storage import LocalStorageClass, LocalStorageClassArgs
 from config.loader import ConfigError, fail, load_from_pulumi
 from config.rules import install_warnings
 
 
 def main() -> None:
-    drop_sdk_debug_lines()
-    record_declaring_lines_only()
-    check_cycles_only_where_possible()
-    wait_once_for_outstanding_outputs()
-    # A run allocates a few hundred objects per resource and keeps nearly all of them to its end, so
-    # the cyclic collector's passes find little garbage and cost more the bigger the stack: everything
-    # imported so far is left out of them, and they run rarely. At every 100,000 allocations they were
-    # still a third of x100's evaluation (48 s of CPU, 33 s at every million, for 7% more memory:
-    # docs/backends.md).
-    gc.freeze()
-    gc.set_threshold(1_000_000, 50, 100)
+    # What the SDK does per resource, trimmed (components/sdk.py), after every import the run needs.
+    trim_sdk()
     try:
         cfg, secrets = load_from_pulumi()
     except ConfigError as err:

@@ -5,7 +5,9 @@ a real stack's fleets and regions (bench/scale.py), measured side by side in one
         the program alone under Pulumi's mocks, each size in a new process: the process's wall time,
         the program's own evaluation, and the resources it registers; beside it, in another new
         process, the SDK's floor (as many plain resources registered by a program that does nothing
-        else) and the resources the SDK's dependency-cycle check walks per resource registered
+        else), as shipped and with the program's own trims of the SDK (components/sdk.py: the least
+        any program of that many resources costs here), and the resources the SDK's dependency-cycle
+        check walks per resource registered
     python -m bench.preview engine [--times 1,10,30] [--backend file|s3|both] [--set KEY=VALUE]
         `pulumi preview` of the dev stack grown (rendering its objects: production needs its real
         cluster) through the real engine, each size a fresh stack of a DIY backend (a folder, or S3
@@ -130,9 +132,10 @@ def _count_cycle_checks() -> list[int]:
     return visits
 
 
-def _floor_here(resources: int) -> dict[str, Any]:
+def _floor_here(resources: int, trimmed: bool) -> dict[str, Any]:
     """The SDK's own cost under the same mocks machinery: `resources` custom resources of three small
-    properties each, no dependencies, no components, registered by a program that does nothing else."""
+    properties each, no dependencies, no components, registered by a program that does nothing else;
+    `trimmed`, with the trims the program makes of the SDK first (components/sdk.py)."""
     import pulumi
 
     class Mocks(pulumi.runtime.Mocks):
@@ -147,6 +150,10 @@ def _floor_here(resources: int) -> dict[str, Any]:
             super().__init__("bench:index:Plain", name, props)
 
     pulumi.runtime.set_mocks(Mocks(), project=PROJECT, stack="floor", preview=True)
+    if trimmed:
+        from components.sdk import trim_sdk
+
+        trim_sdk()
     start, cpu = time.perf_counter(), time.process_time()
 
     def program() -> None:
@@ -154,7 +161,15 @@ def _floor_here(resources: int) -> dict[str, Any]:
             Plain(f"r{i}", {"name": f"r{i}", "size": i, "spec": {"values": ["a", "b"]}})
 
     pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
-    return {"evaluate_s": time.perf_counter() - start, "evaluate_cpu_s": time.process_time() - cpu}
+    from pulumi.runtime import stack as sdk_stack
+
+    from components import sdk
+
+    return {
+        "evaluate_s": time.perf_counter() - start,
+        "evaluate_cpu_s": time.process_time() - cpu,
+        "trimmed": sdk_stack.wait_for_rpcs is sdk.wait_for_rpcs,
+    }
 
 
 def _evaluate(*child_args: str) -> dict[str, Any]:
@@ -178,21 +193,26 @@ def evaluate(args: argparse.Namespace) -> None:
     raw = read_stack_file(REPO / f"Pulumi.{args.stack}.yaml")
     print(f"{args.stack} under mocks, one new process per size ({os.cpu_count()} cores, load {_load()})")
     print("wall and CPU seconds: the whole process (imports included), and the program's evaluation;")
-    print("floor: the SDK alone registering as many plain resources (3 properties, no dependencies);")
+    print("floor: the SDK alone registering as many plain resources (3 properties, no dependencies),")
+    print("  as shipped; trimmed: with the program's own trims of the SDK (components/sdk.py), the least")
+    print("  a program of that many resources costs under these mocks, whatever it does;")
     print("walked/res: resources the SDK's dependency-cycle check visits, per resource registered")
     print(
         f"{'size':>5} {'machines':>9} {'resources':>10} {'process':>9} {'cpu':>7}"
-        f" {'program':>9} {'cpu':>7} {'cpu ms/res':>11} {'floor cpu':>10} {'x floor':>8} {'walked/res':>11}"
+        f" {'program':>9} {'cpu':>7} {'cpu ms/res':>11} {'floor cpu':>10} {'x floor':>8}"
+        f" {'trimmed':>8} {'x trimmed':>10} {'walked/res':>11}"
     )
     for times in args.times:
         r = _evaluate("_evaluate", "--stack", args.stack, "--times", str(times))
         floor = _evaluate("_floor", "--resources", str(r["resources"]))
+        trimmed = _evaluate("_floor", "--resources", str(r["resources"]), "--trimmed")
         per = 1000 * r["evaluate_cpu_s"] / r["resources"]
         print(
             f"{'x' + str(times):>5} {machines(grow(raw, times)):>9} {r['resources']:>10}"
             f" {r['process_s']:>8.2f}s {r['process_cpu_s']:>6.2f}s"
             f" {r['evaluate_s']:>8.2f}s {r['evaluate_cpu_s']:>6.2f}s {per:>11.2f}"
             f" {floor['evaluate_cpu_s']:>9.2f}s {r['evaluate_cpu_s'] / floor['evaluate_cpu_s']:>8.2f}"
+            f" {trimmed['evaluate_cpu_s']:>7.2f}s {r['evaluate_cpu_s'] / trimmed['evaluate_cpu_s']:>10.2f}"
             f" {r['cycle_check_visits'] / r['resources']:>11.1f}"
         )
 
@@ -679,7 +699,8 @@ def main() -> None:
     child.set_defaults(func=lambda a: print(json.dumps(_evaluate_here(a.stack, a.times))))
     fl = sub.add_parser("_floor")
     fl.add_argument("--resources", type=int, default=1000)
-    fl.set_defaults(func=lambda a: print(json.dumps(_floor_here(a.resources))))
+    fl.add_argument("--trimmed", action="store_true")
+    fl.set_defaults(func=lambda a: print(json.dumps(_floor_here(a.resources, a.trimmed))))
     args = parser.parse_args()
     args.func(args)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI set-up on a GitHub-hosted runner: the Debian packages of scripts/system-packages.txt (with sudo:
 # the runner user is not root), then exactly the set-up a developer runs (scripts/bootstrap.sh), then
-# the one plugin that set-up cannot build.
+# the one plugin that set-up cannot build; and no automatic log of the CLI, which nobody on a runner reads.
 # Usage: bash scripts/ci/setup.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,3 +19,4 @@ bash "$here/../bootstrap.sh"
 # shellcheck source=scripts/env.sh
 source "$here/../env.sh"
 pulumi plugin install resource hcloud v1.43.3
+bash "$here/quiet-cli-log.sh"

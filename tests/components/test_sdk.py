@@ -5,7 +5,12 @@ made while waiting awaited too), in one wait where the SDK's takes one per outpu
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -119,3 +124,40 @@ def test_outputs_made_while_waiting_are_awaited_too(wait: list[int]) -> None:
 
     pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
     assert sorted(late) == [v * 10 + i for v in range(4) for i in range(5)]
+
+
+TRIMS_INSTALLED = """
+import gc, json
+import pulumi
+from pulumi.runtime import resource, rpc, stack
+from components import sdk
+def installed():
+    return {
+        "wait": stack.wait_for_rpcs is sdk.wait_for_rpcs,
+        "stack": resource._get_stack_trace is sdk.declaring_line,
+        "cycles": rpc.declare_dependency is sdk.declare_dependency,
+        "debug": pulumi.log.debug.__name__ == "dropped",
+        "threshold": gc.get_threshold(),
+        "frozen": gc.get_freeze_count() > 0,
+    }
+before = installed()
+sdk.trim_sdk()
+print(json.dumps({"before": before, "after": installed()}))
+"""
+
+
+def test_trim_sdk_installs_every_trim_and_the_collectors_schedule_in_a_new_process() -> None:
+    # A process of its own: the trims are for the whole of a program's run (the freeze, the patched SDK).
+    done = subprocess.run(
+        [sys.executable, "-c", TRIMS_INSTALLED],
+        cwd=Path(__file__).resolve().parents[2],
+        env={k: v for k, v in os.environ.items() if k != sdk.SDK_DEBUG},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    trimmed = {"wait": True, "stack": True, "cycles": True, "debug": True}
+    assert seen["before"] == {**{k: False for k in trimmed}, "threshold": [700, 10, 10], "frozen": False}
+    assert seen["after"] == {**trimmed, "threshold": [1_000_000, 50, 100], "frozen": True}
