@@ -83,7 +83,26 @@ def grow(raw: Mapping[str, Any], times: int) -> dict[str, Any]:
     for key in GROWN:
         if raw.get(key) is not None:
             grown[key] = [item for c in copies for item in c[key]]
+    _own_node_ports(grown.get("regions") or [])
     return grown
+
+
+def _own_node_ports(regions: list[dict[str, Any]]) -> None:
+    """A NodePort is open on every node of the stack's one cluster: a copy of a node_port region whose
+    ports an earlier region has gets free ones (the first copy keeps the original's)."""
+    from config.models import NODE_PORT_MAX, NODE_PORT_MIN, GatewayMode, NodePorts
+
+    def ports(region: dict[str, Any]) -> set[int]:
+        return set(NodePorts(**region.get("node_ports", {})).model_dump().values())
+
+    node_port = [r for r in regions if r.get("gateway") == GatewayMode.NODE_PORT.value]
+    taken = set().union(*map(ports, node_port))
+    free = (p for p in range(NODE_PORT_MIN, NODE_PORT_MAX + 1) if p not in taken)
+    seen: set[int] = set()
+    for region in node_port:
+        if ports(region) & seen:
+            region["node_ports"] = {"http": next(free), "https": next(free)}
+        seen |= ports(region)
 
 
 def machines(raw: Mapping[str, Any]) -> int:

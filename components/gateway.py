@@ -280,9 +280,24 @@ class Gateway(pulumi.ComponentResource):
             data=nginx_settings(region.gateway),
             opts=child,
         )
+        # A node_port region's ports are pinned (config: its node_ports): its runners are set up with
+        # them, from the stack outputs.
+        pinned = region.gateway_node_ports
         ports = [
-            k8s.core.v1.ServicePortArgs(name="http", port=80, target_port="http", protocol="TCP"),
-            k8s.core.v1.ServicePortArgs(name="https", port=443, target_port="https", protocol="TCP"),
+            k8s.core.v1.ServicePortArgs(
+                name="http",
+                port=80,
+                target_port="http",
+                protocol="TCP",
+                node_port=pinned.http if pinned else None,
+            ),
+            k8s.core.v1.ServicePortArgs(
+                name="https",
+                port=443,
+                target_port="https",
+                protocol="TCP",
+                node_port=pinned.https if pinned else None,
+            ),
         ]
         node_port = region.gateway is GatewayMode.NODE_PORT
         self.service = k8s.core.v1.Service(

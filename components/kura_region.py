@@ -74,6 +74,7 @@ class KuraRegion(pulumi.ComponentResource):
     exposed: pulumi.Output[bool]
     gateway_mode: pulumi.Output[str]
     private: pulumi.Output[bool]
+    node_ports: pulumi.Output[dict[str, int] | None]
 
     def __init__(self, name: str, args: KuraRegionArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tuist:kura_region:KuraRegion", name, None, opts)
@@ -164,6 +165,9 @@ class KuraRegion(pulumi.ComponentResource):
         self.exposed = pulumi.Output.from_input(exposed)
         self.gateway_mode = pulumi.Output.from_input(region.gateway.value)
         self.private = pulumi.Output.from_input(region.private)
+        pinned = region.gateway_node_ports
+        node_ports = {"http": pinned.http, "https": pinned.https} if pinned else None
+        self.node_ports = pulumi.Output.from_input(node_ports)
         self.register_outputs(
             {
                 "id": region.id,
@@ -175,5 +179,6 @@ class KuraRegion(pulumi.ComponentResource):
                 "exposed": exposed,
                 "gateway_mode": region.gateway.value,
                 "private": region.private,
+                "node_ports": node_ports,
             }
         )

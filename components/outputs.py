@@ -36,6 +36,7 @@ def _region(region: KuraRegion, failover: FailoverIP | None) -> dict[str, Any]:
         "exposed": region.exposed,
         "gateway_mode": region.gateway_mode,
         "private": region.private,
+        "node_ports": region.node_ports,
     }
 
 

@@ -451,6 +451,31 @@ class FailoverIP(Strict):
 # --- Kura regions -------------------------------------------------------------
 
 
+# The Kubernetes API server's default service-node-port-range (its --service-node-port-range).
+NODE_PORT_MIN, NODE_PORT_MAX = 30000, 32767
+
+
+def _node_port(v: int) -> int:
+    if not NODE_PORT_MIN <= v <= NODE_PORT_MAX:
+        raise ValueError(
+            f"{v} is outside the API server's node port range, {NODE_PORT_MIN}-{NODE_PORT_MAX}: "
+            "it would refuse the Service"
+        )
+    return v
+
+
+NodePort = Annotated[StrictInt, AfterValidator(_node_port)]
+
+
+class NodePorts(Strict):
+    """A node_port region's gateway ports on every node of the cluster, pinned: the runners are
+    configured with them (the stack outputs say them), so they never follow a port the API server
+    picked, which would change whenever the Service is made again."""
+
+    http: NodePort = 30080
+    https: NodePort = 30443
+
+
 class Region(Strict):
     id: DnsLabel  # us-east, eu-central, ...
     cluster_id: DnsLabel  # us-east-1, ...
@@ -475,9 +500,19 @@ class Region(Strict):
     private: StrictBool = False
     # node_port regions: the networks the gateway admits (the runners' Private Network range).
     client_cidrs: list[IPv4Cidr] = Field(default_factory=list)
+    # node_port regions: the gateway's ports (default 30080 and 30443; see gateway_node_ports).
+    node_ports: NodePorts | None = None
     # Which runners the region's cache serves (the reference's runner_platforms); informational for
     # kura-controller, empty for public regions.
     runner_platforms: list[RunnerOS] = Field(default_factory=list)
+
+    @property
+    def gateway_node_ports(self) -> NodePorts | None:
+        """The ports a node_port region's gateway answers on (its node_ports, or the defaults); None
+        for a host_network region."""
+        if self.gateway is not GatewayMode.NODE_PORT:
+            return None
+        return self.node_ports or NodePorts()
 
     @field_validator("gateway")
     @classmethod

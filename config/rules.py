@@ -695,6 +695,7 @@ def failover_ip_rules(view: View) -> Iterator[Problem]:
 def region_rules(view: View) -> Iterator[Problem]:
     env = view.environment
     regions = view.regions
+    yield from _node_port_clashes(regions)
     for attr, what in (
         ("id", "region id"),
         ("cluster_id", "cluster id"),
@@ -828,6 +829,27 @@ def region_rules(view: View) -> Iterator[Problem]:
             )
 
 
+def _node_port_clashes(regions: list[tuple[int, Region]]) -> Iterator[Problem]:
+    """A NodePort is open on every node of the cluster, and a stack is one cluster: no two node_port
+    regions may share a port (the second's Service would be refused, mid-update)."""
+    taken: dict[int, tuple[int, str]] = {}
+    for i, region in regions:
+        ports = region.gateway_node_ports
+        if ports is None:
+            continue
+        for name, port in (("http", ports.http), ("https", ports.https)):
+            if port in taken and taken[port][0] != i:  # within one region: _private_region_rules
+                j, other = taken[port]
+                given = region.node_ports is not None
+                yield Problem(
+                    ("regions", i, "node_ports", name) if given else ("regions", i, "node_ports"),
+                    f"{port} is already regions[{j}]'s {other} node port (a node port is open on every node "
+                    "of the cluster)" + ("" if given else "; give this region node_ports of its own"),
+                )
+            else:
+                taken.setdefault(port, (i, name))
+
+
 def _private_region_rules(i: int, region: Region, raw: Any) -> Iterator[Problem]:
     """node_port regions admit their client networks only; private regions have no public entry."""
     if region.gateway is GatewayMode.NODE_PORT:
@@ -846,6 +868,17 @@ def _private_region_rules(i: int, region: Region, raw: Any) -> Iterator[Problem]
         yield Problem(
             ("regions", i, "client_cidrs"),
             f"only node_port regions admit by client network; a {region.gateway.value} region is public",
+        )
+    if region.node_ports is not None and region.gateway is not GatewayMode.NODE_PORT:
+        yield Problem(
+            ("regions", i, "node_ports"),
+            f"only node_port regions answer on node ports; a {region.gateway.value} region's gateway binds "
+            "ports 80 and 443 of its boxes",
+        )
+    ports = region.gateway_node_ports
+    if ports is not None and ports.http == ports.https:
+        yield Problem(
+            ("regions", i, "node_ports", "https"), f"{ports.https} is the http port too; use another"
         )
     if region.private and region.failover_ip is not None:
         yield Problem(

@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components.kura_region import KuraRegion, KuraRegionArgs
-from config.models import Cluster, Environment, FailoverIP, Fleet, GatewayMode, Kura, Region
+from config.models import Cluster, Environment, FailoverIP, Fleet, GatewayMode, Kura, NodePorts, Region
 from tests.components.conftest import VENDORS, WATCHER_IMAGE, stack_secrets
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
@@ -53,6 +53,7 @@ def render(args: KuraRegionArgs, outputs: dict[str, Any] | None = None) -> Manif
             "node_pool",
             "exposed",
             "gateway_mode",
+            "node_ports",
         ]
         return pulumi.Output.all(*(getattr(kr, n) for n in names)).apply(
             lambda values: sink.update(zip(names, values, strict=True))
@@ -75,6 +76,7 @@ def test_outputs_describe_the_region(
         "node_pool": "kura-us-east",
         "exposed": True,
         "gateway_mode": "host_network",
+        "node_ports": None,
     }
 
 
@@ -252,6 +254,11 @@ def test_a_node_port_region_admits_its_client_networks_only_and_publishes_no_rec
         if m["kind"] == "Service" and m["metadata"]["name"].startswith("kura-gateway")
     ]
     assert (service["spec"]["type"], service["spec"]["externalTrafficPolicy"]) == ("NodePort", "Local")
+    # Pinned, the defaults here: the runners are set up with them (the region's node_ports output).
+    assert [(p["name"], p["port"], p["nodePort"]) for p in service["spec"]["ports"]] == [
+        ("http", 80, 30080),
+        ("https", 443, 30443),
+    ]
     (policy,) = [m for m in recorded.manifests if m["kind"] == "NetworkPolicy"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert policy["spec"]["podSelector"]["matchLabels"] == service["spec"]["selector"]
@@ -268,6 +275,37 @@ def test_a_node_port_region_admits_its_client_networks_only_and_publishes_no_rec
         if m["kind"] == "Deployment" and m["metadata"]["name"].startswith("kura-gateway")
     ]
     assert not deployment["spec"]["template"]["spec"].get("hostNetwork")
+
+
+def test_a_node_port_regions_pinned_ports_are_its_services_and_its_output(
+    region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
+) -> None:
+    private = region.model_copy(
+        update={
+            "gateway": GatewayMode.NODE_PORT,
+            "private": True,
+            "client_cidrs": ["172.16.0.0/22"],
+            "failover_ip": None,
+            "node_ports": NodePorts(http=31080, https=31443),
+        }
+    )
+    outputs: dict[str, Any] = {}
+    recorded = render(region_args(private, fleet, None, kura, cluster), outputs)
+    (service,) = [s for s in recorded.of_kind("Service") if s["metadata"]["name"].startswith("kura-gateway")]
+    assert [(p["name"], p["nodePort"]) for p in service["spec"]["ports"]] == [
+        ("http", 31080),
+        ("https", 31443),
+    ]
+    assert outputs["node_ports"] == {"http": 31080, "https": 31443}
+
+
+def test_a_host_network_gateway_asks_for_no_node_port(
+    region: Region, fleet: Fleet, failover_ip: FailoverIP, kura: Kura, cluster: Cluster
+) -> None:
+    recorded = render(region_args(region, fleet, failover_ip, kura, cluster))
+    (service,) = [s for s in recorded.of_kind("Service") if s["metadata"]["name"].startswith("kura-gateway")]
+    assert service["spec"]["type"] == "ClusterIP"
+    assert all("nodePort" not in p for p in service["spec"]["ports"])
 
 
 @pytest.mark.parametrize(

@@ -181,11 +181,13 @@ def test_the_first_preview_plans_every_slot_and_the_up_makes_them(deployed: Depl
     assert set(outputs["regions"]) == {"eu-central", "ca-east", PRIVATE_REGION}
     assert outputs["regions"]["eu-central"]["node_pool"] == "kura-dedibox"
     private = outputs["regions"][PRIVATE_REGION]
-    assert (private["node_pool"], private["gateway_mode"], private["private"]) == (
+    assert (private["node_pool"], private["gateway_mode"], private["private"], private["node_ports"]) == (
         "kura-scw-fr-par",
         "node_port",
         True,
+        {"http": 30080, "https": 30443},
     )
+    assert outputs["regions"]["eu-central"]["node_ports"] is None
     assert PRIVATE_REGION not in outputs["available_regions"]
     # The Mac fleet's own sizing: one M2-L holds one macOS VM of the standard macOS runner.
     capacity = outputs["capacity"]
@@ -266,7 +268,9 @@ def test_every_workload_is_ready_and_every_gateway_service_has_its_boxes(deploye
             # A node_port gateway: a NodePort Service whose endpoint is its pod, and a NetworkPolicy
             # admitting the runners' Private Network only.
             service = deployed.cluster.core.read_namespaced_service(f"kura-gateway-{region['id']}", KURA)
-            assert service.spec.type == "NodePort" and all(p.node_port for p in service.spec.ports)
+            assert service.spec.type == "NodePort"
+            # The ports the stack outputs say, pinned: the API server took them as asked.
+            assert {p.name: p.node_port for p in service.spec.ports} == region["node_ports"]
             policy = k8s.NetworkingV1Api(deployed.cluster.api).read_namespaced_network_policy(
                 f"kura-gateway-{region['id']}-clients", KURA
             )
