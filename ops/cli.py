@@ -64,6 +64,8 @@ class Context:
     timing: ClientTiming = field(default_factory=lambda: stack_ops.CLI_TIMING)
     project_dir: Path | None = None
     width: int | None = None
+    # Whether someone is at a terminal to answer a question (the reinstall's).
+    interactive: Callable[[], bool] = field(default=lambda: sys.stdin.isatty())
 
 
 StackOpt = Annotated[
@@ -74,6 +76,10 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print what would be 
 FleetOpt = Annotated[
     str | None,
     typer.Option("--fleet", "-f", help="The fleet (needed when the stack has several of the vendor)."),
+]
+YesOpt = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Reinstall without asking (a run with no terminal must say so)."),
 ]
 BoxArg = Annotated[
     str, typer.Argument(help="The box: [<vendor>:]<box id>, e.g. ovh:ns1007.ip-203-0-113.net.")
@@ -120,6 +126,21 @@ def _stack(ctx: typer.Context, name: str) -> Iterator[tuple[Stack, Console, Cons
         _fail(err, " ".join(message.split("\n")))
     finally:
         source.close()
+
+
+def _confirm_wipe(ctx: typer.Context, err: Console, box: str, yes: bool) -> None:
+    """A reinstall wipes the box's disks: `pulumi destroy`'s rule, asked at a terminal, --yes elsewhere.
+    Asked after the plan is printed and before anything is written."""
+    if yes:
+        return
+    if not _context(ctx).interactive():
+        _fail(
+            err,
+            f"{box}: the reinstall wipes its disks; nothing was changed. Rerun with --yes (after --dry-run "
+            "has shown the plan), or at a terminal to be asked",
+        )
+    if not typer.confirm(f"Reinstall {box}, wiping its disks?", default=False, err=True):
+        _fail(err, f"{box}: not confirmed; nothing was changed")
 
 
 def _say(err: Console) -> Callable[[str], None]:
@@ -198,9 +219,11 @@ def prep(
         bool, typer.Option("--reinstall", help="Reinstall even if the box looks ready.")
     ] = False,
     dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
 ) -> None:
     """Make an OVH or Dedibox box ready for the fleet: Ubuntu with the fleet key and sudo password
-    (reinstalled where needed), reachable over SSH, /data checked. Refuses claimed and foreign boxes."""
+    (reinstalled where needed, after asking, or with --yes), reachable over SSH, /data checked. Refuses
+    claimed and foreign boxes."""
     with _stack(ctx, stack_name) as (stack, _out, err):
         ref = estate.parse_box(stack, box, stack.fleet(fleet) if fleet else None)
         plan = box_ops.plan_prep(stack, ref, fleet, force_reinstall=reinstall)
@@ -209,6 +232,8 @@ def prep(
         if dry_run:
             _say(err)("dry run: nothing was changed")
             return
+        if plan.reinstall and not plan.following:
+            _confirm_wipe(ctx, err, str(ref), yes)
         box_ops.run_prep(stack, plan, err, _say(err))
         # A stack with several fleets of the vendor (production's two OVH regions): mark needs the fleet.
         several = len(stack.fleets_of(ref.vendor)) > 1
@@ -265,9 +290,10 @@ def unclaim(
         ),
     ] = False,
     dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
 ) -> None:
     """Return a box whose claim nobody holds to its pool, as a release does: mark it releasing, reinstall
-    it, clear the claim. Also finishes a release that got stuck."""
+    it (after asking, or with --yes), clear the claim. Also finishes a release that got stuck."""
     with _stack(ctx, stack_name) as (stack, _out, err):
         ref = estate.parse_box(stack, box)
         plan = box_ops.plan_unclaim(
@@ -278,6 +304,8 @@ def unclaim(
         if dry_run:
             _say(err)("dry run: nothing was changed")
             return
+        if plan.reinstall:
+            _confirm_wipe(ctx, err, str(ref), yes)
         box_ops.run_unclaim(stack, plan, err, _say(err))
 
 

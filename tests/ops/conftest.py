@@ -161,15 +161,17 @@ class Ops:
     # None: the project holding the working directory, as the CLI finds it run by hand.
     project_dir: Path | None = REPO
 
-    def __call__(self, *args: str) -> Result:
+    def __call__(self, *args: str, answer: str | None = None) -> Result:
+        """`answer`: run as at a terminal, typing it at any question (none: no terminal, as in CI)."""
         values = self.config(self.sim, self.key)
         context = Context(
             source=lambda name: StaticStack(name, values, self.state),
             timing=FAST,
             project_dir=self.project_dir,
             width=240,
+            interactive=lambda: answer is not None,
         )
-        return CliRunner().invoke(app, list(args), obj=context)
+        return CliRunner().invoke(app, list(args), obj=context, input=answer)
 
     def json(self, *args: str) -> Any:
         result = self(*args, "--json")

@@ -55,7 +55,7 @@ def test_prep_reinstalls_a_box_that_refuses_the_fleet_key_then_verifies_it(sim: 
     assert "the box does not accept the fleet key" in dry.stderr
     assert writes(sim, since) == []
 
-    result = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")
+    result = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--yes")
     assert result.exit_code == 0, result.output
     public = " ".join(key.public.split()[:2])
     assert writes(sim, since) == [
@@ -86,7 +86,7 @@ def test_prep_of_a_dedibox_box_installs_ubuntu_with_the_fleet_login_and_sudo_pas
     fleet sudo password, which the self-join then uses."""
     ops = Ops(sim, key=new_fleet_key())
     since = sim.last_audit_id()
-    result = ops("prep", "-s", "dev", "dedibox:fr-par-2/200107")
+    result = ops("prep", "-s", "dev", "dedibox:fr-par-2/200107", "--yes")
     assert result.exit_code == 0, result.output
     installs = [w for w in writes(sim, since) if w[1].endswith("/install")]
     assert len(installs) == 1
@@ -135,14 +135,14 @@ def test_a_vendor_5xx_mid_prep_is_one_line_changes_nothing_and_a_rerun_converges
         {"vendor": "ovh", "route": "/ovh/1.0/dedicated/server/*/reinstall", "error_rate": 1, "status": 500}
     )
 
-    line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}"))
+    line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--yes"))
 
     assert line.startswith(f"error: ovh:{OVH_UNMARKED}: starting the reinstall failed: ovh: POST ")
     assert "HTTP 500" in line
     assert writes(sim, since) == []
     assert authorized_keys(sim, f"ovh-{OVH_UNMARKED}") == before
     sim.clear_faults()
-    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
+    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--yes").exit_code == 0
     assert " ".join(key.public.split()[:2]) in authorized_keys(sim, f"ovh-{OVH_UNMARKED}")
 
 
@@ -158,7 +158,7 @@ def test_prep_whose_newest_reinstall_task_does_not_answer_cannot_tell_and_never_
     --reinstall was not given."""
     key = new_fleet_key()
     ops = Ops(sim, key=key)
-    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}").exit_code == 0
+    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--yes").exit_code == 0
     (task,) = [t for t in sim.state()["ovh"]["tasks"] if t["serviceName"] == OVH_UNMARKED]
     assert task["status"] == "done"
     sim.faults(
@@ -381,7 +381,7 @@ def test_ctrl_c_during_the_reinstall_wait_loses_nothing_and_a_rerun_finishes(
     with monkeypatch.context() as patch:
         # Only the wait's own clock: the SSH and HTTP layers keep theirs.
         patch.setattr(waiting, "time", SimpleNamespace(sleep=interrupted, monotonic=time.monotonic))
-        line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}"))
+        line = error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--yes"))
     assert line == (
         f"error: reinstall ovh:{OVH_UNMARKED}: interrupted; nothing is half-written, the vendor carries on: "
         f"rerun `tuist-ops prep -s dev ovh:{OVH_UNMARKED}` to follow it"
@@ -405,7 +405,7 @@ def test_ctrl_c_during_the_reinstall_wait_loses_nothing_and_a_rerun_finishes(
 
     with monkeypatch.context() as patch:
         patch.setattr(boxes, "get_box", first_read_mid_install)
-        result = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")
+        result = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", "--yes")
 
     assert result.exit_code == 0, result.output
     assert [w[1] for w in writes(sim, since)] == [f"/ovh/1.0/dedicated/server/{OVH_UNMARKED}/reinstall"]
@@ -444,3 +444,27 @@ def test_prep_whose_check_fails_on_the_box_plans_no_reinstall_without_the_flag(
         "(hostname kura-ovh-ns1001-ip-203-0-113-net): --reinstall was given"
     )
     assert writes(sim, since) == []
+
+
+def test_prep_asks_before_a_reinstall_and_never_for_a_box_that_needs_none(sim: Sim) -> None:
+    """A new fleet key the box refuses: prep's reinstall wipes it, so it is asked for (or --yes)."""
+    ops = Ops(sim, key=new_fleet_key())
+    since = sim.last_audit_id()
+    assert error_line(ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")) == (
+        f"error: ovh:{OVH_UNMARKED}: the reinstall wipes its disks; nothing was changed. Rerun with --yes "
+        "(after --dry-run has shown the plan), or at a terminal to be asked"
+    )
+    declined = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", answer="no\n")
+    assert declined.exit_code == 1
+    assert declined.stderr.endswith(f"error: ovh:{OVH_UNMARKED}: not confirmed; nothing was changed\n")
+    assert writes(sim, since) == []
+
+    assert ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}", answer="y\n").exit_code == 0
+    assert [e["path"] for e in sim.audit(since) if e["method"] == "POST"] == [
+        f"/ovh/1.0/dedicated/server/{OVH_UNMARKED}/reinstall"
+    ]
+    # Ready now: a prep that reinstalls nothing asks nothing, with no terminal and no --yes.
+    again = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")
+    assert again.exit_code == 0, again.output
+    assert "wiping" not in again.stderr
+

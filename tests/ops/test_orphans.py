@@ -84,7 +84,7 @@ def test_unclaim_returns_an_orphaned_box_to_the_pool_by_reinstalling_it(sim: Sim
     assert dry.exit_code == 0, dry.output
     assert sim.audit(since) == []
 
-    result = ops("unclaim", "-s", "dev", f"ovh:{box}")
+    result = ops("unclaim", "-s", "dev", f"ovh:{box}", "--yes")
 
     assert result.exit_code == 0, result.output
     base = "tuist-kura-dev-ovh-1"
@@ -102,6 +102,45 @@ def test_unclaim_returns_an_orphaned_box_to_the_pool_by_reinstalling_it(sim: Sim
     assert ops.json("orphans", "-s", "dev")["findings"] == [
         f for f in ops.json("orphans", "-s", "dev")["findings"] if f["kind"] == "unknown-claim"
     ]
+
+
+def test_unclaims_reinstall_is_asked_for_at_a_terminal_and_needs_yes_without_one(sim: Sim, ops: Ops) -> None:
+    """The reinstall wipes the box: with no terminal (CI, a script) unclaim refuses without --yes; at a
+    terminal it asks after printing the plan, and anything but yes changes nothing."""
+    gone = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert gone
+    box = gone["box_id"]
+    since = sim.last_audit_id()
+
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box}")) == (
+        f"error: ovh:{box}: the reinstall wipes its disks; nothing was changed. Rerun with --yes (after "
+        "--dry-run has shown the plan), or at a terminal to be asked"
+    )
+    for answer in ("n\n", "\n"):
+        declined = ops("unclaim", "-s", "dev", f"ovh:{box}", answer=answer)
+        assert declined.exit_code == 1
+        # (At a terminal the answer's newline ends the question's line; the test runner echoes it on stdout.)
+        assert declined.stderr.endswith(
+            f"Reinstall ovh:{box}, wiping its disks? [y/N]:"
+            f"error: ovh:{box}: not confirmed; nothing was changed\n"
+        )
+        # The plan came first, so the question is about something shown.
+        assert declined.stderr.index("reinstall") < declined.stderr.index("wiping its disks?")
+    assert [e for e in sim.audit(since) if e["method"] != "GET"] == []
+
+    done = ops("unclaim", "-s", "dev", f"ovh:{box}", answer="y\n")
+    assert done.exit_code == 0, done.output
+    assert [e["path"] for e in sim.audit(since) if e["method"] == "POST"] == [
+        f"/ovh/1.0/dedicated/server/{box}/reinstall"
+    ]
+
+
+def test_unclaim_without_reinstall_asks_nothing(sim: Sim, ops: Ops) -> None:
+    gone = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert gone
+    done = ops("unclaim", "-s", "dev", f"ovh:{gone['box_id']}", "--no-reinstall")
+    assert done.exit_code == 0, done.output
+    assert "wiping" not in done.stderr
 
 
 def test_unclaim_refuses_a_claim_the_state_holds_and_another_stacks_claim(sim: Sim, ops: Ops) -> None:
@@ -144,7 +183,7 @@ def test_a_stuck_release_is_finished_by_unclaim(sim: Sim, ops: Ops) -> None:
     rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
     assert rows[outs["box_id"]]["state"] == "releasing"
 
-    assert ops("unclaim", "-s", "dev", f"ovh:{outs['box_id']}").exit_code == 0
+    assert ops("unclaim", "-s", "dev", f"ovh:{outs['box_id']}", "--yes").exit_code == 0
 
     rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "ovh")["boxes"]}
     assert (rows[outs["box_id"]]["state"], rows[outs["box_id"]]["holder"]) == ("free", None)
@@ -196,7 +235,7 @@ def test_a_stuck_elastic_metal_or_mac_release_is_finished_by_unclaim_with_its_re
     assert f"  2. reinstall {os_label} with the fleet key and wait for it" in dry.stderr.splitlines()
     assert sim.audit(since) == []
 
-    result = ops("unclaim", "-s", "dev", f"{vendor}:{box}")
+    result = ops("unclaim", "-s", "dev", f"{vendor}:{box}", "--yes")
 
     assert result.exit_code == 0, result.output
     entries = [e for e in sim.audit(since) if e["method"] != "GET"]
@@ -343,7 +382,7 @@ def test_a_releasing_claim_of_a_slot_in_the_config_is_fixed_by_unclaim_not_pulum
         "fix": f"tuist-ops unclaim -s dev ovh:{box}",
     }
     assert audited(sim, since) == []
-    result = ops(*finding["fix"].split()[1:])
+    result = ops(*finding["fix"].split()[1:], "--yes")  # the operator says yes
     assert result.exit_code == 0, result.output
     base = "tuist-kura-dev-ovh-1"
     assert audited(sim, since) == [
@@ -457,12 +496,12 @@ def test_unclaims_resume_hint_has_force_only_when_the_plan_needed_it(
 
     with monkeypatch.context() as patch:
         patch.setattr(waiting, "time", SimpleNamespace(sleep=interrupted, monotonic=time.monotonic))
-        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box}", "--force")) == (
+        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box}", "--force", "--yes")) == (
             f"error: reinstall ovh:{box}: interrupted; nothing is half-written, the vendor carries on: "
             f"rerun `tuist-ops unclaim -s dev ovh:{box}` to finish"
         )
         unknown = "ns1004.ip-203-0-113.net"
-        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{unknown}", "--force")) == (
+        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{unknown}", "--force", "--yes")) == (
             f"error: reinstall ovh:{unknown}: interrupted; nothing is half-written, the vendor carries on: "
             f"rerun `tuist-ops unclaim -s dev ovh:{unknown} --force` to finish"
         )
@@ -488,7 +527,7 @@ def test_unclaims_resume_hint_has_force_only_when_the_plan_needed_it(
 
     # Not in state: the rerun as hinted (no --force) finishes the releasing claim.
     ops.state = []
-    done = ops("unclaim", "-s", "dev", f"ovh:{box}")
+    done = ops("unclaim", "-s", "dev", f"ovh:{box}", "--yes")
     assert done.exit_code == 0, done.output
     assert audited(sim, rerun) == [
         ("PUT", "/ovh/1.0/service/10001001", {"resource": {"displayName": base, "name": box}})
