@@ -285,19 +285,12 @@ class Gateway(pulumi.ComponentResource):
         pinned = region.gateway_node_ports
         ports = [
             k8s.core.v1.ServicePortArgs(
-                name="http",
-                port=80,
-                target_port="http",
-                protocol="TCP",
-                node_port=pinned.http if pinned else None,
-            ),
-            k8s.core.v1.ServicePortArgs(
-                name="https",
-                port=443,
-                target_port="https",
-                protocol="TCP",
-                node_port=pinned.https if pinned else None,
-            ),
+                name=name, port=port, target_port=name, protocol="TCP", node_port=node_port_of
+            )
+            for name, port, node_port_of in (
+                ("http", 80, pinned.http if pinned else None),
+                ("https", 443, pinned.https if pinned else None),
+            )
         ]
         node_port = region.gateway is GatewayMode.NODE_PORT
         self.service = k8s.core.v1.Service(

@@ -17,37 +17,41 @@ from tests.support.netns import ensure_isolated
 
 ensure_isolated()
 
-pytest_plugins = ["tests.support.cluster"]
+pytest_plugins = ["tests.support.cluster", "tests.support.xdist_units"]
 
 
 # --- the order of the run, for pytest-xdist (scripts/test.sh: `--dist loadfile`) ------------------
 #
-# A work unit is one test file (its module fixtures are built once; the session's control plane,
-# `kube_cluster`, at most once per worker). xdist hands each worker two units at the start and one
-# more whenever one of its units ends; a worker runs its units one after another. So the three
-# longest end-to-end files go out first, one to each of the first three workers (scripts/test.sh
-# runs two per core: 4 on 2 cores), the files of tests/cluster (the control plane) next, and only
-# then the other end-to-end files: queued as a second unit behind one of the longest, a fourth file
-# of minutes made that worker the run's critical path (measured on 3 workers: dev stack and S3
-# backend, 475 s, on one worker). Without xdist this changes only the order of files.
+# A work unit is one test file (its module fixtures are built once), except the files that use the
+# session's control plane, `kube_cluster`: they share groups, one control plane each, 2 on 4 workers
+# instead of one per worker (the plugin tests/support/xdist_units.py). xdist hands each worker one unit,
+# then a second, then one more whenever one ends; a worker runs its units one after another. So the
+# units go out longest first: the control-plane groups (about 380 s each on 4 workers of 2 cores),
+# the three longest end-to-end files, the other end-to-end files, then the rest. Queued behind one
+# another, two units of minutes made one worker the run's critical path (measured on 3 workers: dev
+# stack and S3 backend, 475 s, on one worker). Without xdist this changes only the order of files.
 
-# Measured alone: about 300, 230 and 175 s (README, Tests).
+# Measured on 4 workers of 2 cores: about 260, 210 and 170 s (README, Tests).
 LONGEST_FIRST = ("tests/e2e/test_dev_stack.py", "tests/e2e/test_runbook.py", "tests/e2e/test_machines.py")
 
 
-def _rank(item: pytest.Item) -> tuple[int, int]:
+def _rank(item: pytest.Item, kube_group: dict[str, int]) -> tuple[int, int]:
     path = item.nodeid.split("::", 1)[0]
+    if path in kube_group:
+        return 0, kube_group[path]
     if path in LONGEST_FIRST:
-        return 0, LONGEST_FIRST.index(path)
-    if path.startswith("tests/cluster/"):
-        return 1, 0
+        return 1, LONGEST_FIRST.index(path)
     if path.startswith("tests/e2e/") or item.get_closest_marker("e2e") is not None:
         return 2, 0
     return 3, 0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_rank)  # stable: collection order within a rank, so each file stays together
+    # Imported here, not above: pytest_plugins loads it first, so that pytest rewrites its asserts.
+    from tests.support.xdist_units import KUBE_GROUPS
+
+    kube_group = config.stash.get(KUBE_GROUPS, {})
+    items.sort(key=lambda item: _rank(item, kube_group))  # stable: each file stays together
 
 
 # --- where the run's time went, by file ------------------------------------------------------------

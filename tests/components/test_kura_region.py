@@ -236,17 +236,16 @@ def test_every_region_object_is_schema_valid(
         validate_manifest(manifest)
 
 
+def node_port_region(region: Region, **changes: Any) -> Region:
+    """`region` made a private node_port region (the reference's scw-fr-par-runners)."""
+    private = {"gateway": GatewayMode.NODE_PORT, "private": True, "client_cidrs": ["172.16.0.0/22"]}
+    return region.model_copy(update={**private, "failover_ip": None, **changes})
+
+
 def test_a_node_port_region_admits_its_client_networks_only_and_publishes_no_record(
     region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
 ) -> None:
-    private = region.model_copy(
-        update={
-            "gateway": GatewayMode.NODE_PORT,
-            "private": True,
-            "client_cidrs": ["172.16.0.0/22"],
-            "failover_ip": None,
-        }
-    )
+    private = node_port_region(region)
     recorded = render(region_args(private, fleet, None, kura, cluster))
     (service,) = [
         m
@@ -280,15 +279,7 @@ def test_a_node_port_region_admits_its_client_networks_only_and_publishes_no_rec
 def test_a_node_port_regions_pinned_ports_are_its_services_and_its_output(
     region: Region, fleet: Fleet, kura: Kura, cluster: Cluster
 ) -> None:
-    private = region.model_copy(
-        update={
-            "gateway": GatewayMode.NODE_PORT,
-            "private": True,
-            "client_cidrs": ["172.16.0.0/22"],
-            "failover_ip": None,
-            "node_ports": NodePorts(http=31080, https=31443),
-        }
-    )
+    private = node_port_region(region, node_ports=NodePorts(http=31080, https=31443))
     outputs: dict[str, Any] = {}
     recorded = render(region_args(private, fleet, None, kura, cluster), outputs)
     (service,) = [s for s in recorded.of_kind("Service") if s["metadata"]["name"].startswith("kura-gateway")]
