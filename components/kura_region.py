@@ -166,7 +166,7 @@ class KuraRegion(pulumi.ComponentResource):
         self.gateway_mode = pulumi.Output.from_input(region.gateway.value)
         self.private = pulumi.Output.from_input(region.private)
         pinned = region.gateway_node_ports
-        node_ports = {"http": pinned.http, "https": pinned.https} if pinned else None
+        node_ports = pinned.model_dump() if pinned else None
         self.node_ports = pulumi.Output.from_input(node_ports)
         self.register_outputs(
             {

@@ -23,6 +23,7 @@ from pulumi.runtime import mocks as sdk_mocks
 import components
 from components import kube
 from components.kube.base import KubeArgs, translate
+from tests.support.new_process import run_python
 from tests.test_program import ProgramMocks, run_program
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,9 +137,7 @@ def test_the_program_never_loads_the_typed_sdks_modules() -> None:
         "print(sorted({m.rsplit('.', 1)[0] for m in sys.modules\n"
         "              if m.startswith('pulumi_kubernetes.') and m.count('.') >= 3}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "['pulumi_kubernetes.meta.v1']"
+    assert run_python(code).strip().splitlines()[-1] == "['pulumi_kubernetes.meta.v1']"
 
 
 def test_a_dict_an_output_resolves_to_is_translated_by_its_fields_type() -> None:

@@ -7,10 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -18,6 +15,7 @@ import pytest
 from pulumi.runtime import stack as sdk_stack
 
 from components import sdk
+from tests.support.new_process import run_python
 
 SDK_WAIT = sdk_stack.wait_for_rpcs
 WAITS = {"sdk": SDK_WAIT, "ours": sdk.wait_for_rpcs}
@@ -131,6 +129,7 @@ import gc, json
 import pulumi
 from pulumi.runtime import resource, rpc, stack
 from components import sdk
+from tests.support.new_process import run_python
 def installed():
     return {
         "wait": stack.wait_for_rpcs is sdk.wait_for_rpcs,
@@ -148,16 +147,8 @@ print(json.dumps({"before": before, "after": installed()}))
 
 def test_trim_sdk_installs_every_trim_and_the_collectors_schedule_in_a_new_process() -> None:
     # A process of its own: the trims are for the whole of a program's run (the freeze, the patched SDK).
-    done = subprocess.run(
-        [sys.executable, "-c", TRIMS_INSTALLED],
-        cwd=Path(__file__).resolve().parents[2],
-        env={k: v for k, v in os.environ.items() if k != sdk.SDK_DEBUG},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_python(TRIMS_INSTALLED, env={k: v for k, v in os.environ.items() if k != sdk.SDK_DEBUG})
+    seen = json.loads(out.strip().splitlines()[-1])
     trimmed = {"wait": True, "stack": True, "cycles": True, "debug": True}
     assert seen["before"] == {**{k: False for k in trimmed}, "threshold": [700, 10, 10], "frozen": False}
     assert seen["after"] == {**trimmed, "threshold": [1_000_000, 50, 100], "frozen": True}

@@ -4,20 +4,13 @@ import them when they run (a failover move, SSH to a box, a cluster read)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.new_process import run_python
 
 
 def test_the_cli_module_loads_none_of_the_heavy_sdks() -> None:
     heavy = ("pulumi", "kubernetes", "paramiko")
     probe = f"import sys, ops.cli; print(' '.join(m for m in {heavy!r} if m in sys.modules))"
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert loaded.stdout.split() == []
+    assert run_python(probe).split() == []
 
 
 def test_the_cli_module_defers_every_commands_modules() -> None:
@@ -31,7 +24,4 @@ def test_the_cli_module_defers_every_commands_modules() -> None:
         "import sys, ops.cli; print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
         f"{deferred.split()!r} or m.startswith(('ops.', 'providers.')))))"
     )
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert set(loaded.stdout.split()) - {"ops.cli", "providers.lazy"} == set()
+    assert set(run_python(probe).split()) - {"ops.cli", "providers.lazy"} == set()

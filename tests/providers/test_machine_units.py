@@ -7,8 +7,6 @@ import base64
 import functools
 import json
 import pickle
-import subprocess
-import sys
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -36,7 +34,8 @@ from providers.machine.selection import CandidatePools, no_candidate_message, se
 from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
 from providers.machine.spec import parse_claim
 from providers.vendor import Box, Claim
-from tests.providers.test_machine_support import REPO, claim_props, machine_props
+from tests.providers.test_machine_support import claim_props, machine_props
+from tests.support.new_process import run_python
 
 TOKEN = "0123456789ab"
 
@@ -274,9 +273,7 @@ def test_a_provider_process_that_builds_no_client_never_imports_the_config_model
         "claims._config().vendor_client(Vendor.OVH)\n"
         "print(loaded())\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines() == ["[]", "['config.models', 'pydantic']"]
+    assert run_python(code).splitlines() == ["[]", "['config.models', 'pydantic']"]
 
 
 def test_the_provider_pickle_is_the_same_in_another_process() -> None:
@@ -285,10 +282,7 @@ def test_the_provider_pickle_is_the_same_in_another_process() -> None:
         "from providers.machine.provider import MachineProvider\n"
         "print(serialize_provider(MachineProvider()))\n"
     )
-    other = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert other == serialize_provider(MachineProvider())
+    assert run_python(code).strip() == serialize_provider(MachineProvider())
 
 
 def test_a_release_switch_change_updates_the_claim_in_state_only() -> None:
