@@ -2,6 +2,7 @@
 
     python -m bench adoption [--sizes 1,4,16] ...         adoption through the engine (bench/adoption.py)
     python -m bench preview evaluate|engine|up|nochange   preview and up as the stack grows (bench/preview.py)
+    python -m bench suite [-- PYTEST ARGS]                where the test suite's CPU goes, by kind of process
 
 (`python -m bench.NAME` runs the same.)
 """
