@@ -270,6 +270,8 @@ def report(result: dict[str, Any]) -> str:
         result["busy_cpu_s"],
         result["sampled_cpu_s"],
     )
+    # A command that spent next to nothing (a clock tick at most) still gets a report, not a division by 0.
+    busy, wall = max(busy, 1 / TICK), max(wall, 1e-3)
     lines = [
         f"`{shlex.join(result['command'])}` exited {result['returncode']}, load now "
         + " ".join(f"{x:.1f}" for x in os.getloadavg()),

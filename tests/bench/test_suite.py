@@ -163,3 +163,19 @@ def test_a_shell_or_tool_under_a_box_or_the_cluster_script_is_of_their_kind() ->
         "9:9": "other python",
         "10:10": "shells and tools",
     }
+
+
+def test_a_command_that_spent_no_cpu_still_gets_a_report() -> None:
+    idle = {
+        "command": ["true"],
+        "returncode": 0,
+        "wall_s": 0.0,
+        "cores": 2,
+        "busy_cpu_s": 0.0,
+        "sampled_cpu_s": 0.0,
+        "sampler_cpu_s": 0.0,
+        "kinds": {},
+        "costliest": [],
+    }
+    text = report(idle)
+    assert "`true` exited 0" in text and "busy" in text
