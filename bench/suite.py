@@ -103,7 +103,7 @@ class Sampler:
     interval: float = 0.5
     proc: Path = Path("/proc")
     seen: dict[str, Seen] = field(default_factory=dict)
-    _base: dict[str, float] = field(default_factory=dict)
+    _base: dict[str, tuple[float, float]] = field(default_factory=dict)  # (own, waited) at the start
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     own_cpu: float = 0.0
@@ -144,8 +144,8 @@ class Sampler:
             waited = (int(fields[13]) + int(fields[14])) / TICK
             key = f"{entry.name}:{fields[19]}"  # pid and start time: a reused pid is another process
             if first:
-                self._base[key] = own
-                self._base[key + ":waited"] = waited
+                self._base[key] = (own, waited)
+            base_own, base_waited = self._base.get(key, (0.0, 0.0))
             previous = self.seen.get(key)
             # A process reads an empty command line while it execs, and after it exits (a zombie).
             cmdline = cmdline.strip() or (previous.cmdline if previous else "")
@@ -154,8 +154,8 @@ class Sampler:
                 int(entry.name),
                 int(fields[1]),
                 int(fields[19]),
-                own - self._base.get(key, 0.0),
-                waited - self._base.get(key + ":waited", 0.0),
+                own - base_own,
+                waited - base_waited,
             )
 
     def parents(self) -> dict[str, str | None]:

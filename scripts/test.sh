@@ -19,10 +19,12 @@ mypy .
 # time (the engine, sshd, the control plane's node monitor, vendorsim's simulated latency): with
 # cores + 1 the 2-core machine was at most 63% busy. Measured there one after the other, quiet,
 # 2,040 tests: 3 workers 11 min 34 s, 4 workers 10 min 17 s, the same CPU (881 and 893 CPU-seconds:
-# README, Tests). Each test file is one work unit, except the files that use the session's control
-# plane: they share one unit per two workers, one control plane each (tests/support/xdist_units.py,
-# a plugin that gives `--dist loadfile` that scheduler); tests/conftest.py sends the longest units
-# out first. `-n 0` after it (or TEST_WORKERS=0) runs everything in one process.
+# README, Tests). More is slower: at four the cores are 91% busy (`python -m bench suite`), and six
+# took 9 min 31 s against four's 8 min 20 s and 8 min 32 s (2026-12-03). Each test file is one work
+# unit, except the files that use the session's control plane: they share one unit per two workers,
+# one control plane each (tests/support/xdist_units.py, a plugin that gives `--dist loadfile` that
+# scheduler); tests/conftest.py sends the longest units out first. `-n 0` after it (or
+# TEST_WORKERS=0) runs everything in one process.
 cores=$(nproc)
 workers=${TEST_WORKERS:-$((cores * 2 > 8 ? 8 : cores * 2))}
 echo "==> pytest on $workers workers (in a network namespace of its own)"
