@@ -49,6 +49,10 @@ sys.exit(int(sys.argv[2]))
 """
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(tmp_path: Path, mode: str, code: int = 0) -> tuple[subprocess.Popen[str], Path, Path]:
     outer = tmp_path / "outer"
     outer.mkdir()
@@ -60,6 +64,9 @@ def _start(tmp_path: Path, mode: str, code: int = 0) -> tuple[subprocess.Popen[s
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,  # a process group of its own, as a terminal's foreground job
+        # SIGINT as a terminal's job has it, whatever the test run inherited (a run started in the
+        # background, `bash scripts/test.sh &`, ignores it, and the command below would inherit that).
+        preexec_fn=_sigint_default,
     )
     assert proc.stdin is not None
     proc.stdin.write("a line for the command\n")
