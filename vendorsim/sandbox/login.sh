@@ -18,7 +18,10 @@ set -euo pipefail
 
 box_dir=$1
 mode=${2:-session}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# sshd runs this file by its absolute path (vendorsim/boxes.py); resolve anything else. Every session of
+# every box runs what follows, so it keeps to bash builtins where a command would only cost a fork.
+here=${BASH_SOURCE[0]%/*}
+[[ $here == /* ]] || here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # A Mac mini (Apple silicon) records its platform (vendorsim/macos_disk.py): macOS tools, /Users homes.
 platform=linux
@@ -93,7 +96,8 @@ mount -t overlay "box" -o "lowerdir=/,upperdir=$box_dir/$layer/root,workdir=$box
 # The box's own hostname, in its own UTS namespace (a Mac has no /etc/hostname).
 hostfile=$merged/etc/hostname
 if [[ $platform == macos ]]; then hostfile=$merged/var/lib/sim/hostname; fi
-hostname "$(head -n 1 "$hostfile")"
+IFS= read -r box_hostname <"$hostfile" || true
+hostname "$box_hostname"
 
 mount -t proc proc "$merged/proc"
 # The box's own hardware where cAdvisor reads it, as lxcfs does for containers (boxes.py writes them).
@@ -111,7 +115,7 @@ fi
 # A minimal /dev: the character devices scripts use, none of the host's disks.
 mount -t tmpfs -o mode=755,nosuid tmpfs "$merged/dev"
 for dev in null zero full random urandom tty; do
-  touch "$merged/dev/$dev"
+  : >"$merged/dev/$dev"
   mount --bind "/dev/$dev" "$merged/dev/$dev"
 done
 ln -s /proc/self/fd "$merged/dev/fd"
@@ -140,9 +144,9 @@ if [[ $platform == macos ]]; then
   cp "$box_dir/hardware/platform" "$merged/run/sim/platform"
 fi
 # The kubelet the apt shim's package runs: the stand-in built by scripts/bootstrap.sh.
-kubelet_standin=$(readlink -f "$here/../../.toolchain/bin/kubelet-standin" || true)
-if [[ -n $kubelet_standin && -x $kubelet_standin ]]; then
-  touch "$merged/run/sim/kubelet"
+kubelet_standin=$here/../../.toolchain/bin/kubelet-standin
+if [[ -x $kubelet_standin ]]; then
+  : >"$merged/run/sim/kubelet"
   mount --bind "$kubelet_standin" "$merged/run/sim/kubelet"
   mount -o remount,bind,ro "$merged/run/sim/kubelet"
 fi
