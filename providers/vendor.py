@@ -17,7 +17,7 @@ import base64
 import enum
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -259,6 +259,35 @@ class FailoverMoveReader(Protocol):
     failover IP's attach): the task's state, as the vendor words it, for a progress line."""
 
     def failover_move_state(self, ip: str) -> str | None: ...
+
+
+class NetworkAttachment(Protocol):
+    """A server's attachment to a Private Network, as the Elastic Metal client reads it."""
+
+    @property
+    def private_network_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+# Attachment statuses in which the server is on the network or getting there; not `detaching`,
+# `detached`, nor `error` (an attachment Scaleway failed to make carries no traffic).
+ON_NETWORK = frozenset({"attaching", "attached", "locked"})
+
+
+@runtime_checkable
+class PrivateNetworkReader(Protocol):
+    """A vendor whose servers join Private Networks (Elastic Metal): every attachment of one server."""
+
+    def private_networks(self, box_id: str) -> Sequence[NetworkAttachment]: ...
+
+
+def private_network_reader(client: object) -> PrivateNetworkReader:
+    """`client` as a PrivateNetworkReader, or a clear error naming what it is instead."""
+    if not isinstance(client, PrivateNetworkReader):
+        raise VendorInputError(f"{type(client).__name__} cannot read a server's Private Networks")
+    return client
 
 
 def marker_writer(client: object) -> MarkerWriter:

@@ -43,6 +43,7 @@ from providers.machine.robot_install import INSTALL_STATES
 from providers.machine.selection import claim_box
 from providers.machine.settings import Settings, settings_from_config
 from providers.machine.spec import (
+    JOINING,
     LEAVING,
     ClaimSpec,
     MachineSpec,
@@ -71,7 +72,7 @@ from providers.machine.states import (
 )
 from providers.ssh.robot_install import ArtifactPins
 from providers.ssh.runner import SshTarget
-from providers.vendor import Box
+from providers.vendor import ON_NETWORK, Box, private_network_reader
 
 CLAIM_OUTPUTS = (
     "box_id",
@@ -575,8 +576,9 @@ class MachineProvider(_Stateless):
         vendor, box_id = parse_resource_id(id_)
         spec = parse_machine({**props, "vendor": vendor.value, "box_id": box_id})
         settings = self._config()
+        client = settings.vendor_client(vendor)
         try:
-            box = settings.vendor_client(vendor).get_box(box_id)
+            box = client.get_box(box_id)
         except NotFoundError:
             return dyn.ReadResult(id_="", outs={})
         if box.claim is None or box.claim.token != spec.claim_token:
@@ -603,6 +605,17 @@ class MachineProvider(_Stateless):
         state = "ready"
         if spec.api_server:
             held = settings.claim_record(spec.api_server).get(vendor.value, box_id)
+            if held is not None and held.holder.token == spec.claim_token and held.phase == Phase.ADOPTING:
+                # Its last update failed halfway (a create that fails leaves no machine in the stack):
+                # the next `pulumi up` joins it again, even with the change that started it reverted.
+                state = JOINING
+                engine_link.progress(
+                    f"{spec.resource_name}: its last join stopped at {held.state} "
+                    f"({held.error_type or 'no error recorded'}): `pulumi up` joins it again",
+                    spec.urn,
+                    ephemeral=False,
+                    warning=True,
+                )
             if held is not None and held.holder.token == spec.claim_token and held.phase == Phase.LEAVING:
                 # Its delete failed halfway (a drain held past its budget): the Node is cordoned. Kept
                 # in the stack, the next `pulumi up` joins it again and uncordons it (spec.LEAVING);
@@ -616,7 +629,30 @@ class MachineProvider(_Stateless):
                     warning=True,
                 )
         outs = _outputs(props, public_ipv4=box.public_ipv4, datacenter=box.datacenter, state=state)
+        if vendor is Vendor.SCALEWAY_EM:
+            outs["private_network"] = self._private_network_read(spec, client)
         return dyn.ReadResult(id_=id_, outs=outs)
+
+    @staticmethod
+    def _private_network_read(spec: MachineSpec, client: object) -> str | None:
+        """The Private Network the Elastic Metal server is on at Scaleway (None: none), where the stack
+        says `private_network`. They differ after a move that failed halfway (the old network left, the
+        new one not reached); read as Scaleway has it, the next `pulumi up` moves the server to the
+        network its config names, the old one included when the change was reverted."""
+        reader = private_network_reader(client)
+        on = [a.private_network_id for a in reader.private_networks(spec.box_id) if a.status in ON_NETWORK]
+        wanted = spec.private_network or None
+        found = wanted if wanted in on else (on[0] if on else None)
+        if found == wanted:
+            return found
+        engine_link.progress(
+            f"{spec.resource_name}: Elastic Metal server {spec.box_id} is on Private Network "
+            f"{found or '(none)'}, not {wanted or '(none)'}: `pulumi up` moves it",
+            spec.urn,
+            ephemeral=False,
+            warning=True,
+        )
+        return found
 
     def _uncordon(self, spec: MachineSpec, run: Run) -> None:
         """The Node of a leave that stopped halfway, joined again: schedulable again (the leave

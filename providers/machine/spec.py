@@ -275,17 +275,24 @@ CLAIM_FACTS = ("box_id", "box_name", "datacenter", "public_ipv4", "provider_id",
 LEAVING = "leaving"
 
 
-def unfinished_leave(olds: Mapping[str, Any]) -> bool:
-    """A machine that is wanted again after its leave stopped halfway (the shrink reverted): an update
-    joins it again and uncordons its Node (MachineProvider.update)."""
-    return olds.get("state") == LEAVING
+# The machine's `state` output as `pulumi refresh` reads it from the box's record when the machine's
+# last join stopped halfway: an update that failed (a rejoin's SSH step; an Elastic Metal move that left
+# the old Private Network and never reached the new one). The engine kept the machine's old outputs, so
+# a reverted change would otherwise diff as nothing to do while the box is not what they say.
+JOINING = "joining"
+
+
+def unfinished(olds: Mapping[str, Any]) -> bool:
+    """A leave or a join that stopped halfway, as the last refresh read it: an update joins the box
+    again (and uncordons the Node of a leave, MachineProvider.update); a shrink or a change reverted."""
+    return olds.get("state") in (LEAVING, JOINING)
 
 
 def machine_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dyn.DiffResult:
-    """AdoptedMachine: see MACHINE_INPUTS, and a leave that stopped halfway (`unfinished_leave`)."""
+    """AdoptedMachine: see MACHINE_INPUTS, and a leave or join that stopped halfway (`unfinished`)."""
     found = table_diff(MACHINE_INPUTS, olds, _claim_facts_in_preview(olds, news))
     replaces = found[Change.REPLACE]
-    changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN] or unfinished_leave(olds))
+    changed = bool(replaces or found[Change.RECORD] or found[Change.REJOIN] or unfinished(olds))
     return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=bool(replaces))
 
 
@@ -315,10 +322,10 @@ def diff_table_markdown(table: Mapping[str, InputRule]) -> str:
 
 
 def rejoin_needed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
-    """What makes an update join the box again: changed inputs, and `state` for a leave that stopped
-    halfway."""
+    """What makes an update join the box again: changed inputs, and `state` for a leave or a join that
+    stopped halfway."""
     changed = table_diff(MACHINE_INPUTS, olds, news)[Change.REJOIN]
-    return [*changed, "state"] if unfinished_leave(olds) else changed
+    return [*changed, "state"] if unfinished(olds) else changed
 
 
 # --- parsed inputs ------------------------------------------------------------------------------------

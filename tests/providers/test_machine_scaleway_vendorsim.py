@@ -263,6 +263,65 @@ def test_an_elastic_metal_box_moved_to_another_network_then_to_none_leaves_each_
     assert decoy_writes(sim, 0) == []
 
 
+def test_an_elastic_metal_move_that_stopped_off_every_network_converges_once_reverted_and_refreshed(
+    sim: Sim, caplog: pytest.LogCaptureFixture
+) -> None:
+    """private_network A -> B fails after the server left A (Scaleway refuses B's attachment), and the
+    operator reverts the config to A. The engine kept the machine's outputs, which say A, so the
+    reverted stack diffs as nothing to do while the server is on no network at all. `pulumi refresh`
+    reads the server as Scaleway has it, and the next update attaches it to A again."""
+    caplog.set_level(logging.INFO)
+    claim, machine = sim.adopt("kura-scw", 0, machine={"private_network": PRIVATE_NETWORK})
+    server = "e1000000-0000-4000-8000-000000000001"
+    path = f"/scaleway/baremetal/v1/zones/fr-par-2/servers/{server}"
+    urn = f"scaleway_em:{EM_DEV_1}"
+    provider = sim.machines()
+    sim.faults(
+        {
+            "vendor": "scaleway_em",
+            "method": "POST",
+            "route": f"{path}/private-networks",
+            "error_rate": 1,
+            "status": 403,
+        }
+    )
+    with pytest.raises(MachineStepError, match="PN_ATTACHING"):
+        provider.update(urn, machine, {**machine, "private_network": OTHER_NETWORK})
+    sim.clear_faults()
+    assert attachments(sim, server) == []  # A left, B never reached
+
+    assert (
+        provider.diff(urn, machine, machine).changes is False
+    )  # reverted: nothing to do, as far as it knows
+    caplog.clear()
+    read = provider.read(urn, machine).outs
+    assert read is not None and read["private_network"] is None
+    assert (
+        f"kura-scw-0: Elastic Metal server {EM_DEV_1} is on Private Network (none), not {PRIVATE_NETWORK}: "
+        "`pulumi up` moves it"
+    ) in caplog.text
+    refreshed = {**machine, **read}
+    diff = provider.diff(urn, refreshed, machine)
+    assert (diff.changes, diff.replaces) == (True, [])
+
+    since = sim.last_audit_id()
+    caplog.clear()
+    again = provider.update(urn, refreshed, machine).outs
+    assert again is not None and again["private_network"] == PRIVATE_NETWORK
+    assert states(caplog) == ["PN_ATTACHING", "PN_VLAN", "JOINING", "NODE_READY"]  # nothing to detach
+    assert writes(sim, since) == [("POST", f"{path}/private-networks")]
+    [(network, status, vlan)] = attachments(sim, server)
+    assert (network, status) == (PRIVATE_NETWORK, "attached")
+    assert (sim.box_root(f"em-{server}") / "var/lib/sim/ip/links").read_text() == f"pn0 vlan {vlan} enp1s0\n"
+    # Refreshed again: as the stack says, without a word.
+    caplog.clear()
+    reread = provider.read(urn, again).outs
+    assert reread is not None and (reread["private_network"], reread["state"]) == (PRIVATE_NETWORK, "ready")
+    assert "is on Private Network" not in caplog.text
+    sim.destroy(claim, again)
+    assert decoy_writes(sim, 0) == []
+
+
 # --- Apple silicon ---------------------------------------------------------------------------------------
 
 

@@ -391,11 +391,13 @@ def test_a_production_claim_whose_record_does_not_say_its_switches_allow_release
     assert claim_diff({**olds, **no_cluster}, no_cluster).changes is False
 
 
-def test_a_machine_whose_leave_stopped_halfway_is_joined_again_by_the_next_update() -> None:
+@pytest.mark.parametrize("state", ["leaving", "joining"])
+def test_a_machine_whose_leave_or_join_stopped_halfway_is_joined_again_by_the_next_update(state: str) -> None:
     """`pulumi refresh` reads `state: leaving` from the box's record when the machine's delete failed
-    halfway and the machine is still in the stack (the shrink reverted): with no input changed, the
-    diff is an update that joins the box again (and uncordons its Node), never a replace."""
-    olds = {**joined(), "state": "leaving"}
+    halfway and the machine is still in the stack (the shrink reverted), and `state: joining` when its
+    last update failed halfway (the change perhaps reverted since): with no input changed, the diff is
+    an update that joins the box again (and uncordons a leaving Node), never a replace."""
+    olds = {**joined(), "state": state}
     news = {k: v for k, v in joined().items() if k not in ("host_key_fingerprint", "__provider")}
     result = machine_diff(olds, news)
     assert (result.changes, result.replaces) == (True, [])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import logging
 import pickle
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -32,7 +33,7 @@ from providers.machine.record import Holder, ProcessClaimRecord, Progress
 from providers.machine.release import install_resume_state, release_refusal
 from providers.machine.selection import CandidatePools, no_candidate_message, select_boxes, skip_reason
 from providers.machine.settings import DEV_API_SERVER, dev_placeholder_ca
-from providers.machine.spec import parse_claim
+from providers.machine.spec import machine_diff, parse_claim
 from providers.vendor import Box, Claim
 from tests.providers.test_machine_support import claim_props, machine_props
 from tests.support.new_process import run_python
@@ -690,6 +691,44 @@ def _leaving_world(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[tuple[str
     monkeypatch.setattr(kube, "node_exists", lambda _api, node: kube_calls.append(("exists", node)) or True)
     provider = configured(MachineProvider, FakeSettings(record, client, kube="api"))
     return (provider, record), kube_calls, runner.started
+
+
+def test_a_refresh_shows_an_update_that_stopped_halfway_and_the_next_update_joins_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A machine's update failed in its rejoin (the record says Adopting at JOINING) and the change that
+    started it was reverted: the stack's inputs equal its outputs again, so only the refresh's `state:
+    joining` tells the next `pulumi up` the box never finished joining."""
+    caplog.set_level(logging.INFO)
+    record, _ = held_record(
+        phase="Adopting", state="JOINING", error_type="SshStepError", facts={"pin": "SHA256:x"}
+    )
+    runner = FakeRunner(completes_with={"pin": "SHA256:x"}).installed(monkeypatch)
+    client = FakeClient(box("2345601", "tuist-bm-dev-1", vendor=Vendor.ROBOT, claim=Claim("0123456789ab")))
+    monkeypatch.setattr(kube, "node_exists", lambda _api, _node: True)
+    provider = configured(MachineProvider, FakeSettings(record, client, kube="api"))
+    props = {
+        **ROBOT_MACHINE,
+        "api_server": "https://cp.staging.tuist.dev:6443",
+        "host_key_fingerprint": "SHA256:x",
+        "state": "ready",
+    }
+    assert not machine_diff(props, props).changes  # without the refresh: nothing to do
+
+    read = provider.read("robot:2345601", props)
+    assert read.outs is not None and read.outs["state"] == "joining"
+    assert "runners-0: its last join stopped at JOINING (SshStepError): `pulumi up` joins it again" in (
+        caplog.text
+    )
+    olds = {**props, **read.outs}
+    assert machine_diff(olds, props).changes
+    updated = provider.update("robot:2345601", olds, props)
+    assert runner.started == ["JOINING"]  # joined again, never RESCUE_BOOT
+    assert updated.outs is not None and updated.outs["state"] == "ready"
+    saved = record.get("robot", "2345601")
+    assert saved is not None and (saved.phase, saved.state) == ("Ready", "READY")
+    again = provider.read("robot:2345601", props)
+    assert again.outs is not None and again.outs["state"] == "ready"
 
 
 def test_a_refresh_shows_a_leave_that_stopped_halfway_and_the_next_update_rejoins_and_uncordons(
