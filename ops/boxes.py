@@ -68,9 +68,10 @@ def pick_fleet(stack: Stack, vendor: Vendor, name: str | None) -> Fleet:
     return fleets[0]
 
 
-def refuse_unless_free(stack: Stack, ref: BoxRef, box: Box, doing: str) -> None:
-    """One line and no write for a claimed, releasing or other environment's box."""
-    if box.claim is not None:
+def refuse_unless_free(stack: Stack, ref: BoxRef, box: Box, doing: str, *, own_claim: bool = False) -> None:
+    """One line and no write for a claimed, releasing or other environment's box (`own_claim`: a claim
+    the caller checked is its own to act under)."""
+    if box.claim is not None and not own_claim:
         holder = stack.holder(box.claim.token)
         kind = "being released by" if box.claim.releasing else "claimed by"
         raise OpsError(f"refusing to {doing} {ref}: it is {kind} {holder}")
@@ -378,7 +379,7 @@ def plan_mark(stack: Stack, ref: BoxRef, fleet_name: str | None, *, unmark: bool
         return _plan_unmark(stack, ref, fleet_name)
     fleet = pick_fleet(stack, ref.vendor, fleet_name)
     box = get_box(stack, ref)
-    refuse_unless_free(stack, ref, box, "mark")
+    refuse_unless_free(stack, ref, box, "mark", own_claim=held_by_fleet(stack, box, fleet))
     _refuse_unless_writable(stack, ref)
     carrying = marker_of(box, stack.cfg.fleets)
     if carrying is not None and carrying.name == fleet.name:
@@ -390,6 +391,17 @@ def plan_mark(stack: Stack, ref: BoxRef, fleet_name: str | None, *, unmark: bool
             f"refusing to mark {ref}: it has no OS; run `tuist-ops prep -s {stack.name} {ref}` first"
         )
     return MarkPlan(ref, box, fleet, box.marker_field, marked_value(box, fleet))
+
+
+def held_by_fleet(stack: Stack, box: Box, fleet: Fleet) -> bool:
+    """Whether a slot of `fleet` in this stack holds the box (not releasing it). Such a box may be
+    marked: the fleet's marker was renamed in the stack file, and the boxes it holds take the new one
+    while keeping their claims (a claim's update refuses a box without it, and never releases one)."""
+    if box.claim is None or box.claim.releasing:
+        return False
+    holder = stack.holder(box.claim.token)
+    name, _, index = (holder.resource or "").rpartition("-")
+    return holder.stack == stack.name and name == fleet.name and index.isdigit()
 
 
 def _plan_unmark(stack: Stack, ref: BoxRef, fleet_name: str | None) -> MarkPlan:

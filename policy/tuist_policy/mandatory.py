@@ -72,8 +72,8 @@ def _machines_protected(args: ResourceValidationArgs, report: Report) -> None:
         fleet = known(lambda: args.props.get("fleet"))
         report(
             f"{args.name} (fleet {fleet}) is a production machine without protect=True: removing it from "
-            "the program, or a change that replaces it (vendor, fleet, marker), would release its box, "
-            "which reinstalls it and wipes /data. Set protect=True; a release is an explicit "
+            "the program, or a change that replaces it (vendor, fleet, an excluded box), would release its "
+            "box, which reinstalls it and wipes /data. Set protect=True; a release is an explicit "
             "`pulumi state unprotect` plus allow_release and allow_production_release."
         )
 

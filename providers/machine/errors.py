@@ -38,6 +38,11 @@ class ClaimLostError(MachineError):
     """The cluster-side claim of a box is held by someone else, or changed under this process."""
 
 
+class MarkerChangeError(MachineError):
+    """A fleet's marker changed and a box the fleet holds does not carry the new one: the claim is kept
+    (a config edit never releases a box); the operator marks the box or replaces the claim."""
+
+
 class MachineStepError(MachineError):
     """A state of the machine's state machine failed: names the state, the box, the attempt, the
     error's type and the time spent."""

@@ -26,6 +26,7 @@ from providers.machine import engine_link
 from providers.machine.errors import (
     ClaimLostError,
     MachineInputError,
+    MarkerChangeError,
     NotConfiguredError,
     ReleaseRefusedError,
     ReleaseUnfinishedError,
@@ -202,6 +203,15 @@ class ClaimProvider(_Stateless):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         result = claim_diff(olds, news)
+        if olds.get("marker") != news.get("marker") and not result.replaces:
+            engine_link.progress(
+                f"{news.get('resource_name')}: the fleet's marker changed to {news.get('marker')}: the "
+                f"update checks that {olds.get('vendor')} box {olds.get('box_id')} carries it, and refuses "
+                "(never releases) a box that does not",
+                news.get("urn"),
+                ephemeral=False,
+                warning=True,
+            )
         if result.replaces:
             box = olds.get("box_id")
             engine_link.progress(
@@ -317,6 +327,8 @@ class ClaimProvider(_Stateless):
         spec = parse_claim(news)
         vendor, box_id = parse_resource_id(id_)
         token = str(olds.get("claim_token") or spec.token)
+        if olds.get("marker") != spec.marker:
+            self._check_new_marker(spec, vendor, box_id)
         outs = {**{k: v for k, v in olds.items() if k != PROVIDER_KEY}, **_outputs(news)}
         outs.update({key: olds[key] for key in CLAIM_OUTPUTS if key in olds})
         outs["record"] = "cluster" if spec.api_server else olds.get("record", "process")
@@ -330,6 +342,22 @@ class ClaimProvider(_Stateless):
                 record, progress, release_refusal(spec) is None
             )
         return dyn.UpdateResult(outs=outs)
+
+    def _check_new_marker(self, spec: ClaimSpec, vendor: Vendor, box_id: str) -> None:
+        """The claimed box carries the fleet's new marker, or nothing is written: a marker edited in the
+        config must not release (reinstall) the boxes the fleet holds. Re-marked boxes stay claimed;
+        giving one up is the operator's explicit `--replace`."""
+        box = self._config().vendor_client(vendor).get_box(box_id)
+        if box.has_marker(spec.marker):
+            return
+        raise MarkerChangeError(
+            f"{spec.resource_name}: {vendor.value} box {box_id} does not carry the fleet's new marker "
+            f"{spec.marker!r} (it reads {box.marker_field!r}); its claim is kept and nothing was written. "
+            f"Mark it (`tuist-ops mark -s {spec.stack} {vendor.value}:{box_id} --fleet {spec.fleet}`, or "
+            "at the vendor) and run `pulumi up` again; or give the box up: `pulumi up --replace` its "
+            f"claim (`tuist-ops urn -s {spec.stack} {vendor.value}:{box_id}`) releases it, reinstalled, "
+            "and claims a box that carries the marker"
+        )
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         spec = parse_claim(props)

@@ -113,7 +113,11 @@ class InputRule:
 CLAIM_INPUTS: dict[str, InputRule] = {
     "vendor": InputRule(Change.REPLACE, "the claim is of a box at another vendor"),
     "fleet": InputRule(Change.REPLACE, "the claim is of a box of another fleet"),
-    "marker": InputRule(Change.REPLACE, "the marker names the fleet's boxes; other boxes now belong to it"),
+    "marker": InputRule(
+        Change.RECORD,
+        "new claims take boxes carrying it; update checks the claimed box carries it and refuses, never "
+        "releases, one that does not (`--replace` releases it)",
+    ),
     "datacenter_prefix": InputRule(
         Change.REPLACE,
         "only when the claimed box's datacenter no longer starts with it; otherwise state only",

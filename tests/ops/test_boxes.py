@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.ops.conftest import Ops, error_line
-from tests.providers.test_machine_support import Sim, new_fleet_key
+from providers.claims import claim_token
+from providers.vendor import Claim, Vendor
+from tests.ops.conftest import Ops, dev_config, error_line
+from tests.providers.test_machine_support import PROJECT, FleetKey, Sim, new_fleet_key
 
 OVH_FREE = "ns1001.ip-203-0-113.net"
 OVH_UNMARKED = "ns1007.ip-203-0-113.net"
@@ -284,6 +286,43 @@ def test_mark_and_unmark_refuse_claimed_and_foreign_boxes(sim: Sim, ops: Ops) ->
     assert error_line(ops("mark", "-s", "dev", "dedibox:fr-par-2/200106")) == (
         "error: refusing to mark dedibox:fr-par-2/200106: it belongs to another environment "
         "(carries stack production's marker 'tuist-kura-production')"
+    )
+    assert writes(sim, since) == []
+
+
+def renamed_kura_ovh_marker(sim: Sim, key: FleetKey | None) -> dict[str, Any]:
+    """The dev stack with its OVH fleet's marker renamed in the stack file."""
+    values = dev_config(sim, key)
+    values[f"{PROJECT}:fleets"] = [
+        {**f, "marker": "tuist-kura-dev-ovh-b"} if f["name"] == "kura-ovh" else f
+        for f in values[f"{PROJECT}:fleets"]
+    ]
+    return values
+
+
+def test_after_a_fleet_marker_rename_mark_takes_the_boxes_the_fleets_own_slots_hold(sim: Sim) -> None:
+    """The claims of a renamed fleet are kept (their update refuses a box without the new marker, and
+    never releases one): `mark` stamps the new marker on a box a slot of that fleet holds, the claim
+    kept as it is. A box another fleet's slot holds is still refused, with nothing written."""
+    ovh = sim.claims()._config().vendor_client(Vendor.OVH)
+    own = claim_token(PROJECT, "dev", "kura-ovh-0")
+    ovh.set_claim(OVH_FREE, Claim(own))
+    ovh.set_claim(OVH_UNMARKED, Claim(claim_token(PROJECT, "dev", "kura-dedibox-0")))
+    ops = Ops(sim, config=renamed_kura_ovh_marker)
+    since = sim.last_audit_id()
+
+    marked = ops("mark", "-s", "dev", f"ovh:{OVH_FREE}")
+    assert marked.exit_code == 0, marked.output
+    assert f"ovh:{OVH_FREE}: marked for fleet kura-ovh" in marked.stderr
+    [(method, path, body)] = writes(sim, since)
+    assert (method, path) == ("PUT", "/ovh/1.0/service/10001001")
+    assert body["resource"]["displayName"] == f"tuist-kura-dev-ovh-b-ns1001--c-{own}"
+    box = ovh.get_box(OVH_FREE)
+    assert box.has_marker("tuist-kura-dev-ovh-b") and box.claim == Claim(own)
+
+    since = sim.last_audit_id()
+    assert error_line(ops("mark", "-s", "dev", f"ovh:{OVH_UNMARKED}")) == (
+        f"error: refusing to mark ovh:{OVH_UNMARKED}: it is claimed by dev/kura-dedibox-0"
     )
     assert writes(sim, since) == []
 

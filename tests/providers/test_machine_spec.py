@@ -43,7 +43,7 @@ CLAIM_TABLE: dict[str, tuple[str, Any, str]] = {
     # input: (expected kind, new value, why)
     "vendor": ("replace", "dedibox", "a box at another vendor"),
     "fleet": ("replace", "kura-ovh-b", "a box of another fleet"),
-    "marker": ("replace", "tuist-kura-dev-ovh-b", "the fleet now means other boxes"),
+    "marker": ("update", "tuist-kura-dev-ovh-b", "the update checks the box carries it; never a release"),
     "datacenter_prefix": ("replace", "gra", "the claimed box (bhs6) is outside the new datacenter"),
     "excluded_boxes": ("replace", ["ns1"], "the claimed box leaves the fleet: released, another claimed"),
     "environment": ("update", "staging", "release reads it: the production guard"),
@@ -185,7 +185,11 @@ def test_unknown_values_in_a_preview_count_as_changes() -> None:
     news = {**olds, "box_id": Unknown(), "public_ipv4": Unknown()}
     assert machine_diff(olds, news).replaces == ["box_id"]
     assert machine_input_problems(news) == []
-    assert claim_diff(claimed(), {**claim_props("kura-ovh", 0), "marker": rpc.UNKNOWN}).replaces == ["marker"]
+    assert claim_diff(
+        claimed(), {**claim_props("kura-ovh", 0), "datacenter_prefix": rpc.UNKNOWN}
+    ).replaces == ["datacenter_prefix"]
+    unknown_marker = claim_diff(claimed(), {**claim_props("kura-ovh", 0), "marker": rpc.UNKNOWN})
+    assert (unknown_marker.changes, unknown_marker.replaces) == (True, [])  # an update: it checks the box
 
 
 def test_a_preview_of_the_claims_update_in_place_keeps_the_machine_on_its_box() -> None:

@@ -23,6 +23,7 @@ from providers.claims import claim_token
 from providers.machine import provider as machine_provider
 from providers.machine.errors import (
     MachineStepError,
+    MarkerChangeError,
     NotConfiguredError,
     ReleaseRefusedError,
     ReleaseUnfinishedError,
@@ -540,6 +541,44 @@ def test_deleting_a_slot_whose_box_another_slot_holds_now_leaves_the_box_and_its
     assert client.reads == ["ns1.ip-1-2-3.eu"] * 2
     held = record.get("ovh", "ns1.ip-1-2-3.eu")
     assert held is not None and held.holder == theirs
+
+
+def test_a_renamed_fleet_marker_keeps_each_claim_whose_box_carries_it_and_refuses_one_that_does_not() -> None:
+    """The fleet's marker edited in the stack file: an update in place, never a release (a reinstall
+    that wipes the box). The update reads the box: carrying the new marker, the claim records it; not
+    carrying it, the update fails naming the two ways on, and nothing is written."""
+    olds = {**claim_props("kura-ovh", 0), "box_id": "ns1.ip-1-2-3.eu", "claim_token": "0123456789ab"}
+    news = {**claim_props("kura-ovh", 0), "marker": "tuist-kura-dev-ovh-b"}
+    diff = ClaimProvider().diff("ovh:ns1.ip-1-2-3.eu", olds, news)
+    assert (diff.changes, diff.replaces) == (True, [])
+
+    unmarked = FakeClient(
+        box("ns1.ip-1-2-3.eu", "tuist-kura-dev-ovh-ns1", claim=Claim("0123456789ab")),
+        refuse_writes="a box without the new marker: nothing may be written",
+    )
+    provider = configured(ClaimProvider, FakeSettings(ProcessClaimRecord({}), unmarked))
+    with pytest.raises(MarkerChangeError) as refused:
+        provider.update("ovh:ns1.ip-1-2-3.eu", olds, news)
+    assert str(refused.value) == (
+        "kura-ovh-0: ovh box ns1.ip-1-2-3.eu does not carry the fleet's new marker "
+        "'tuist-kura-dev-ovh-b' (it reads 'tuist-kura-dev-ovh-ns1'); its claim is kept and nothing was "
+        "written. Mark it (`tuist-ops mark -s dev ovh:ns1.ip-1-2-3.eu --fleet kura-ovh`, or at the vendor) "
+        "and run `pulumi up` again; or give the box up: `pulumi up --replace` its claim (`tuist-ops urn -s "
+        "dev ovh:ns1.ip-1-2-3.eu`) releases it, reinstalled, and claims a box that carries the marker"
+    )
+    assert unmarked.reads == ["ns1.ip-1-2-3.eu"]
+
+    marked = FakeClient(
+        box("ns1.ip-1-2-3.eu", "tuist-kura-dev-ovh-b-ns1", claim=Claim("0123456789ab")),
+        refuse_writes="a re-marked box: the update only records the marker",
+    )
+    provider = configured(ClaimProvider, FakeSettings(ProcessClaimRecord({}), marked))
+    updated = provider.update("ovh:ns1.ip-1-2-3.eu", olds, news).outs
+    assert updated is not None and updated["marker"] == "tuist-kura-dev-ovh-b"
+    assert updated["claim_token"] == "0123456789ab"
+    # Any other change reads nothing at the vendor.
+    provider.update("ovh:ns1.ip-1-2-3.eu", olds, {**olds, "os": "debian_12"})
+    assert marked.reads == ["ns1.ip-1-2-3.eu"]
 
 
 def test_a_machine_whose_box_another_slot_holds_now_leaves_that_slots_node_alone() -> None:
