@@ -260,9 +260,9 @@ def _mark(
 def mark(
     ctx: typer.Context, stack_name: StackOpt, box: BoxArg, fleet: FleetOpt = None, dry_run: DryRunOpt = False
 ) -> None:
-    """Stamp the fleet marker on a box (OVH displayName, Dedibox tag, Robot server_name). Refuses foreign
-    boxes, and claimed ones but those the fleet's own slots hold (after the fleet's marker was renamed;
-    their claims are kept); a box already marked is left as it is."""
+    """Stamp the fleet marker on a box (OVH displayName, Dedibox or Elastic Metal tag, Robot server_name).
+    Refuses foreign boxes, and claimed ones but those the fleet's own slots hold (after the fleet's
+    marker was renamed; their claims are kept); a box already marked is left as it is."""
     _mark(ctx, stack_name, box, fleet, dry_run, unmark=False)
 
 

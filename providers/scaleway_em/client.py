@@ -24,7 +24,17 @@ from providers.scaleway_em.models import (
     tags_with,
 )
 from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
-from providers.vendor import Box, Claim, InstallState, Reinstall, Vendor, boxes_with_marker, single_line_key
+from providers.vendor import (
+    MARKER_LIMITS,
+    Box,
+    Claim,
+    InstallState,
+    Reinstall,
+    Vendor,
+    boxes_with_marker,
+    single_line_key,
+    split_claim_tags,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +90,26 @@ class ElasticMetalClient(ProjectClient):
         zone, server_id = parse_box_id(box_id)
         current = list(self._server(box_id).tags or [])
         wanted = tags_with(current, claim)
+        if wanted == current:
+            return
+        self._caller.call(
+            f"PATCH {_SERVER}",
+            lambda: self._api.update_server(zone=zone, server_id=server_id, tags=wanted),
+            subject=box_id,
+        )
+
+    def set_marker_field(self, box_id: str, value: str) -> None:
+        """Write the fleet tags (`value`: every tag but the claim's, joined by ","), keeping the claim
+        tag. The PATCH replaces the whole list: safe to repeat."""
+        zone, server_id = parse_box_id(box_id)
+        current = list(self._server(box_id).tags or [])
+        _, claim = split_claim_tags(current)
+        fleet_tags = [tag for tag in value.split(",") if tag]
+        for tag in fleet_tags:
+            problem = MARKER_LIMITS[Vendor.SCALEWAY_EM].value_problem(tag)
+            if problem:
+                raise VendorInputError(f"Elastic Metal server {box_id}: tag {tag!r} {problem}")
+        wanted = tags_with(fleet_tags, claim)
         if wanted == current:
             return
         self._caller.call(

@@ -10,7 +10,7 @@ import pytest
 
 from providers.claims import claim_token
 from providers.vendor import Claim, Vendor
-from tests.ops.conftest import Ops, dev_config, error_line
+from tests.ops.conftest import Ops, dev_config, dev_config_with_scaleway, error_line
 from tests.providers.test_machine_support import PROJECT, FleetKey, Sim, new_fleet_key
 
 OVH_FREE = "ns1001.ip-203-0-113.net"
@@ -325,6 +325,36 @@ def test_after_a_fleet_marker_rename_mark_takes_the_boxes_the_fleets_own_slots_h
         f"error: refusing to mark ovh:{OVH_UNMARKED}: it is claimed by dev/kura-dedibox-0"
     )
     assert writes(sim, since) == []
+
+
+def renamed_kura_scw_marker(sim: Sim, key: FleetKey | None) -> dict[str, Any]:
+    """The dev stack with its Elastic Metal fleet, whose marker is renamed in the stack file."""
+    values = dev_config_with_scaleway(sim, key)
+    values[f"{PROJECT}:fleets"] = [
+        {**f, "marker": "tuist-kura-scw-dev-b"} if f["name"] == "kura-scw" else f
+        for f in values[f"{PROJECT}:fleets"]
+    ]
+    return values
+
+
+def test_mark_an_elastic_metal_box_adds_the_fleet_tag_and_keeps_its_claim(sim: Sim) -> None:
+    """An Elastic Metal fleet's marker is a server tag, as Dedibox's: `mark` PATCHes the whole tag
+    list, the claim tag kept at its end."""
+    em = sim.claims()._config().vendor_client(Vendor.SCALEWAY_EM)
+    box = "fr-par-2/e1000000-0000-4000-8000-000000000001"
+    own = claim_token(PROJECT, "dev", "kura-scw-0")
+    em.set_claim(box, Claim(own))
+    since = sim.last_audit_id()
+    marked = Ops(sim, config=renamed_kura_scw_marker)("mark", "-s", "dev", f"scaleway_em:{box}")
+    assert marked.exit_code == 0, marked.output
+    assert writes(sim, since) == [
+        (
+            "PATCH",
+            "/scaleway/baremetal/v1/zones/fr-par-2/servers/e1000000-0000-4000-8000-000000000001",
+            {"tags": ["tuist-kura-scw-dev", "tuist-kura-scw-dev-b", f"tuist-claim-{own}"]},
+        )
+    ]
+    assert em.get_box(box).claim == Claim(own)
 
 
 def test_unmark_in_a_stack_with_two_fleets_of_the_vendor_takes_the_fleet_from_the_box(

@@ -270,6 +270,28 @@ def test_set_claim_writes_nothing_when_the_claim_is_there(recorder, client) -> N
     assert recorder.calls() == [f"GET {SERVER}"]
 
 
+def test_set_marker_field_writes_the_fleet_tags_and_keeps_the_claim_tag(recorder, client) -> None:
+    recorder.on("GET", SERVER, server(tags=["tuist-kura-scw-dev", "tuist-claim-0123456789ab"]))
+    recorder.on("PATCH", SERVER, server())
+    client.set_marker_field(BOX, "tuist-kura-scw-dev,tuist-kura-scw-dev-b")
+    assert recorder.last("PATCH", SERVER).json() == {
+        "tags": ["tuist-kura-scw-dev", "tuist-kura-scw-dev-b", "tuist-claim-0123456789ab"]
+    }
+
+
+def test_set_marker_field_writes_nothing_when_the_tags_are_there(recorder, client) -> None:
+    recorder.on("GET", SERVER, server(tags=["tuist-kura-scw-dev", "tuist-claim-0123456789ab"]))
+    client.set_marker_field(BOX, "tuist-kura-scw-dev")
+    assert recorder.calls() == [f"GET {SERVER}"]
+
+
+def test_set_marker_field_refuses_a_tag_scaleway_would_not_take_before_any_write(recorder, client) -> None:
+    recorder.on("GET", SERVER, server(tags=[]))
+    with pytest.raises(VendorInputError, match=f"Elastic Metal server {BOX}: tag 'has space'"):
+        client.set_marker_field(BOX, "has space")
+    assert recorder.calls() == [f"GET {SERVER}"]
+
+
 # --- reinstall ------------------------------------------------------------------------------------------
 
 
