@@ -164,7 +164,8 @@ class Sim:
 
     def admin(self, method: str, path: str, body: Any = None) -> Any:
         response = requests.request(method, f"{self.url}/_admin/{path}", json=body, timeout=30)
-        response.raise_for_status()
+        # vendorsim says what it refused (a fault spec missing error_rate, ...): show it, not just the status.
+        assert response.ok, f"{method} /_admin/{path}: {response.status_code} {response.text.strip()}"
         return response.json()
 
     def reset(self) -> Sim:
