@@ -547,6 +547,19 @@ def split_claim_tags(tags: Iterable[str]) -> tuple[tuple[str, ...], Claim | None
     return fleet, (_claim_of_tag(claim_tags[0]) if claim_tags else None)
 
 
+def with_fleet_tags(current: Sequence[str], value: str, *, vendor: Vendor, subject: str) -> list[str]:
+    """A tag-marked server's full tag list once its fleet tags are `value` (every tag but the claim's,
+    joined by ","): the claim tag `current` carries kept at the end. A tag the vendor would not take is
+    refused, naming `subject`, before anything is written."""
+    _, claim = split_claim_tags(current)
+    fleet_tags = [tag for tag in value.split(",") if tag]
+    for tag in fleet_tags:
+        problem = MARKER_LIMITS[vendor].value_problem(tag)
+        if problem:
+            raise VendorInputError(f"{subject}: tag {tag!r} {problem}")
+    return with_claim_tag(fleet_tags, claim, vendor=vendor)
+
+
 def with_claim_tag(tags: Iterable[str], claim: Claim | None, *, vendor: Vendor) -> list[str]:
     """The full tag list carrying `claim`: every other tag kept as it is and in order (the vendor
     took them), old claim tags dropped, the claim tag inside the vendor's MARKER_LIMITS."""

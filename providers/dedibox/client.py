@@ -44,7 +44,6 @@ from providers.dedibox.models import (
     install_partitions,
     install_state_of,
     parse_box_id,
-    parse_tags,
     resolve_os,
     tags_with,
 )
@@ -76,7 +75,6 @@ from providers.retry import (
     verified_write,
 )
 from providers.vendor import (
-    MARKER_LIMITS,
     Box,
     Claim,
     InstallState,
@@ -84,6 +82,7 @@ from providers.vendor import (
     Reinstall,
     Vendor,
     single_line_key,
+    with_fleet_tags,
 )
 
 log = logging.getLogger(__name__)
@@ -188,13 +187,7 @@ class DediboxClient(MarkerFiltering):
         the whole list: safe to repeat."""
         zone, server_id = parse_box_id(box_id)
         current = list(decode_server(self._server(zone, server_id, box_id)).tags or [])
-        _, claim = parse_tags(current)
-        fleet_tags = [tag for tag in value.split(",") if tag]
-        for tag in fleet_tags:
-            problem = MARKER_LIMITS[Vendor.DEDIBOX].value_problem(tag)
-            if problem:
-                raise VendorInputError(f"Dedibox server {box_id}: tag {tag!r} {problem}")
-        wanted = tags_with(fleet_tags, claim)
+        wanted = with_fleet_tags(current, value, vendor=Vendor.DEDIBOX, subject=f"Dedibox server {box_id}")
         if wanted == current:
             return
         self._call(

@@ -25,7 +25,6 @@ from providers.scaleway_em.models import (
 )
 from providers.scaleway_sdk import PAGE_SIZE, Attachment, ProjectClient
 from providers.vendor import (
-    MARKER_LIMITS,
     Box,
     Claim,
     InstallState,
@@ -33,7 +32,7 @@ from providers.vendor import (
     Vendor,
     boxes_with_marker,
     single_line_key,
-    split_claim_tags,
+    with_fleet_tags,
 )
 
 log = logging.getLogger(__name__)
@@ -103,13 +102,8 @@ class ElasticMetalClient(ProjectClient):
         tag. The PATCH replaces the whole list: safe to repeat."""
         zone, server_id = parse_box_id(box_id)
         current = list(self._server(box_id).tags or [])
-        _, claim = split_claim_tags(current)
-        fleet_tags = [tag for tag in value.split(",") if tag]
-        for tag in fleet_tags:
-            problem = MARKER_LIMITS[Vendor.SCALEWAY_EM].value_problem(tag)
-            if problem:
-                raise VendorInputError(f"Elastic Metal server {box_id}: tag {tag!r} {problem}")
-        wanted = tags_with(fleet_tags, claim)
+        subject = f"Elastic Metal server {box_id}"
+        wanted = with_fleet_tags(current, value, vendor=Vendor.SCALEWAY_EM, subject=subject)
         if wanted == current:
             return
         self._caller.call(

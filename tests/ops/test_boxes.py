@@ -4,6 +4,7 @@ what changed on the box, and one clear line with nothing written for every refus
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -290,13 +291,18 @@ def test_mark_and_unmark_refuse_claimed_and_foreign_boxes(sim: Sim, ops: Ops) ->
     assert writes(sim, since) == []
 
 
-def renamed_kura_ovh_marker(sim: Sim, key: FleetKey | None) -> dict[str, Any]:
-    """The dev stack with its OVH fleet's marker renamed in the stack file."""
-    values = dev_config(sim, key)
-    values[f"{PROJECT}:fleets"] = [
-        {**f, "marker": "tuist-kura-dev-ovh-b"} if f["name"] == "kura-ovh" else f
-        for f in values[f"{PROJECT}:fleets"]
-    ]
+Config = Callable[[Sim, FleetKey | None], dict[str, Any]]
+
+
+def renamed_marker(config: Config, fleet: str, marker: str) -> Config:
+    """`config` with `fleet`'s marker renamed in the stack file."""
+
+    def values(sim: Sim, key: FleetKey | None) -> dict[str, Any]:
+        found = config(sim, key)
+        fleets = found[f"{PROJECT}:fleets"]
+        found[f"{PROJECT}:fleets"] = [{**f, "marker": marker} if f["name"] == fleet else f for f in fleets]
+        return found
+
     return values
 
 
@@ -308,7 +314,7 @@ def test_after_a_fleet_marker_rename_mark_takes_the_boxes_the_fleets_own_slots_h
     own = claim_token(PROJECT, "dev", "kura-ovh-0")
     ovh.set_claim(OVH_FREE, Claim(own))
     ovh.set_claim(OVH_UNMARKED, Claim(claim_token(PROJECT, "dev", "kura-dedibox-0")))
-    ops = Ops(sim, config=renamed_kura_ovh_marker)
+    ops = Ops(sim, config=renamed_marker(dev_config, "kura-ovh", "tuist-kura-dev-ovh-b"))
     since = sim.last_audit_id()
 
     marked = ops("mark", "-s", "dev", f"ovh:{OVH_FREE}")
@@ -327,16 +333,6 @@ def test_after_a_fleet_marker_rename_mark_takes_the_boxes_the_fleets_own_slots_h
     assert writes(sim, since) == []
 
 
-def renamed_kura_scw_marker(sim: Sim, key: FleetKey | None) -> dict[str, Any]:
-    """The dev stack with its Elastic Metal fleet, whose marker is renamed in the stack file."""
-    values = dev_config_with_scaleway(sim, key)
-    values[f"{PROJECT}:fleets"] = [
-        {**f, "marker": "tuist-kura-scw-dev-b"} if f["name"] == "kura-scw" else f
-        for f in values[f"{PROJECT}:fleets"]
-    ]
-    return values
-
-
 def test_mark_an_elastic_metal_box_adds_the_fleet_tag_and_keeps_its_claim(sim: Sim) -> None:
     """An Elastic Metal fleet's marker is a server tag, as Dedibox's: `mark` PATCHes the whole tag
     list, the claim tag kept at its end."""
@@ -345,7 +341,8 @@ def test_mark_an_elastic_metal_box_adds_the_fleet_tag_and_keeps_its_claim(sim: S
     own = claim_token(PROJECT, "dev", "kura-scw-0")
     em.set_claim(box, Claim(own))
     since = sim.last_audit_id()
-    marked = Ops(sim, config=renamed_kura_scw_marker)("mark", "-s", "dev", f"scaleway_em:{box}")
+    renamed = renamed_marker(dev_config_with_scaleway, "kura-scw", "tuist-kura-scw-dev-b")
+    marked = Ops(sim, config=renamed)("mark", "-s", "dev", f"scaleway_em:{box}")
     assert marked.exit_code == 0, marked.output
     assert writes(sim, since) == [
         (
@@ -536,4 +533,3 @@ def test_prep_asks_before_a_reinstall_and_never_for_a_box_that_needs_none(sim: S
     again = ops("prep", "-s", "dev", f"ovh:{OVH_UNMARKED}")
     assert again.exit_code == 0, again.output
     assert "wiping" not in again.stderr
-
