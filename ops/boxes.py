@@ -400,8 +400,7 @@ def held_by_fleet(stack: Stack, box: Box, fleet: Fleet) -> bool:
     if box.claim is None or box.claim.releasing:
         return False
     holder = stack.holder(box.claim.token)
-    name, _, index = (holder.resource or "").rpartition("-")
-    return holder.stack == stack.name and name == fleet.name and index.isdigit()
+    return holder.stack == stack.name and holder.fleet == fleet.name
 
 
 def _plan_unmark(stack: Stack, ref: BoxRef, fleet_name: str | None) -> MarkPlan:

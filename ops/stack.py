@@ -226,6 +226,7 @@ class Holder:
     token: str
     stack: str | None = None
     resource: str | None = None
+    fleet: str | None = None  # the fleet whose slot `resource` is
 
     def __str__(self) -> str:
         if self.stack is None:
@@ -347,9 +348,9 @@ class Stack:
                     for index in range(count):
                         resource = f"{name}-{index}"
                         token = claim_token(PROJECT, stack, resource)
-                        known[token] = Holder(token, stack, resource)
+                        known[token] = Holder(token, stack, resource, name)
             for slot in self.slots():
-                known[slot.token] = Holder(slot.token, self.name, slot.resource)
+                known[slot.token] = Holder(slot.token, self.name, slot.resource, slot.fleet)
             self._state_tokens = known
         return self._state_tokens
 

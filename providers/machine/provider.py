@@ -633,24 +633,25 @@ class MachineProvider(_Stateless):
         state = "ready"
         if spec.api_server:
             held = settings.claim_record(spec.api_server).get(vendor.value, box_id)
-            if held is not None and held.holder.token == spec.claim_token and held.phase == Phase.ADOPTING:
+            mine = held if held is not None and held.holder.token == spec.claim_token else None
+            if mine is not None and mine.phase == Phase.ADOPTING:
                 # Its last update failed halfway (a create that fails leaves no machine in the stack):
                 # the next `pulumi up` joins it again, even with the change that started it reverted.
                 state = JOINING
                 engine_link.progress(
-                    f"{spec.resource_name}: its last join stopped at {held.state} "
-                    f"({held.error_type or 'no error recorded'}): `pulumi up` joins it again",
+                    f"{spec.resource_name}: its last join stopped at {mine.state} "
+                    f"({mine.error_type or 'no error recorded'}): `pulumi up` joins it again",
                     spec.urn,
                     ephemeral=False,
                     warning=True,
                 )
-            if held is not None and held.holder.token == spec.claim_token and held.phase == Phase.LEAVING:
+            elif mine is not None and mine.phase == Phase.LEAVING:
                 # Its delete failed halfway (a drain held past its budget): the Node is cordoned. Kept
                 # in the stack, the next `pulumi up` joins it again and uncordons it (spec.LEAVING);
                 # removed from the stack, it finishes leaving.
                 state = LEAVING
                 engine_link.progress(
-                    f"{spec.resource_name}: its leave stopped at {held.state}: Node {spec.node_name} is "
+                    f"{spec.resource_name}: its leave stopped at {mine.state}: Node {spec.node_name} is "
                     "cordoned; `pulumi up` rejoins it, or finishes the leave if the machine is removed",
                     spec.urn,
                     ephemeral=False,

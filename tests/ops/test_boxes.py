@@ -309,7 +309,8 @@ def renamed_marker(config: Config, fleet: str, marker: str) -> Config:
 def test_after_a_fleet_marker_rename_mark_takes_the_boxes_the_fleets_own_slots_hold(sim: Sim) -> None:
     """The claims of a renamed fleet are kept (their update refuses a box without the new marker, and
     never releases one): `mark` stamps the new marker on a box a slot of that fleet holds, the claim
-    kept as it is. A box another fleet's slot holds is still refused, with nothing written."""
+    kept as it is. A box another fleet's slot, or another stack's, holds is still refused, with nothing
+    written."""
     ovh = sim.claims()._config().vendor_client(Vendor.OVH)
     own = claim_token(PROJECT, "dev", "kura-ovh-0")
     ovh.set_claim(OVH_FREE, Claim(own))
@@ -326,9 +327,15 @@ def test_after_a_fleet_marker_rename_mark_takes_the_boxes_the_fleets_own_slots_h
     box = ovh.get_box(OVH_FREE)
     assert box.has_marker("tuist-kura-dev-ovh-b") and box.claim == Claim(own)
 
+    # Refused: another fleet's slot of this stack, and the same fleet's slot of another stack.
+    dedibox = sim.claims()._config().vendor_client(Vendor.DEDIBOX)
+    dedibox.set_claim("fr-par-2/200107", Claim(claim_token(PROJECT, "staging", "kura-dedibox-0")))
     since = sim.last_audit_id()
     assert error_line(ops("mark", "-s", "dev", f"ovh:{OVH_UNMARKED}")) == (
         f"error: refusing to mark ovh:{OVH_UNMARKED}: it is claimed by dev/kura-dedibox-0"
+    )
+    assert error_line(ops("mark", "-s", "dev", "dedibox:fr-par-2/200107")) == (
+        "error: refusing to mark dedibox:fr-par-2/200107: it is claimed by staging/kura-dedibox-0"
     )
     assert writes(sim, since) == []
 
