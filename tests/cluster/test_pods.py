@@ -159,7 +159,7 @@ def test_deletion_waits_for_the_prestop_sleep(
     started = time.monotonic()
     kube_cluster.core.delete_namespaced_pod("draining", namespace)
     wait_deleted(kube_cluster, namespace, "draining")
-    assert 3.0 <= time.monotonic() - started < 10
+    assert 3.0 <= time.monotonic() - started < 20  # not the 30 s grace period
 
 
 def test_the_grace_period_cuts_a_longer_prestop_short(
@@ -172,7 +172,7 @@ def test_the_grace_period_cuts_a_longer_prestop_short(
     started = time.monotonic()
     kube_cluster.core.delete_namespaced_pod("slow", namespace)
     wait_deleted(kube_cluster, namespace, "slow")
-    assert 2.0 <= time.monotonic() - started < 8
+    assert 2.0 <= time.monotonic() - started < 15  # not the hook's 20 s
 
 
 def create_deployment(cluster: KubeCluster, namespace: str, name: str, replicas: int) -> None:

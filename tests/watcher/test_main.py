@@ -116,7 +116,9 @@ def assert_each_timed_out_call_is_sent_once(api: Any, calls: list[Callable[[], A
             started = time.monotonic()
             with pytest.raises(urllib3.exceptions.MaxRetryError, match="Read timed out"):
                 call()
-            assert time.monotonic() - started < 1.0
+            # A resend is what server.accepted counts; this only says no call waits for more than
+            # its timeouts (a loaded machine may add a second or two).
+            assert time.monotonic() - started < 5.0
         assert server.accepted == len(calls)
     finally:
         server.close()

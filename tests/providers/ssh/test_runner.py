@@ -69,9 +69,10 @@ def test_pin_mismatch_is_refused_naming_host_expected_and_seen_without_retrying(
             env_secrets={},
             expected_host_key=wrong,
             retries=3,
-            retry_delay=5,
+            retry_delay=30,
         )
-    assert time.monotonic() - started < 4, "a pin mismatch must not be retried"
+    # One retry would wait 30 s: the margin is for a loaded machine's handshake, not for a retry.
+    assert time.monotonic() - started < 20, "a pin mismatch must not be retried"
     assert str(err.value) == (
         f"host key of 127.0.0.1:{box.info.ssh_port} does not match its pin: expected {wrong}, "
         f"seen {box.info.host_key_fingerprint}. Refusing to connect: the box was reinstalled or "
@@ -118,9 +119,9 @@ def test_a_key_the_box_does_not_hold_is_refused_and_not_retried(make_box: Callab
             env_secrets={},
             expected_host_key=None,
             retries=3,
-            retry_delay=5,
+            retry_delay=30,
         )
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 20, "a refused key must not be retried"
     assert str(err.value) == (
         f"ubuntu@127.0.0.1:{box.info.ssh_port} refused the key (the box does not hold this fleet key "
         "for user ubuntu)"
@@ -172,7 +173,7 @@ def test_handshake_timeout_against_a_port_that_never_speaks_ssh(silent_port: int
         )
     elapsed = time.monotonic() - started
     assert str(err.value) == f"ssh handshake on ubuntu@127.0.0.1:{silent_port} timed out after 0.5s"
-    assert 1.0 <= elapsed < 5, "two attempts of 0.5s each"
+    assert 1.0 <= elapsed < 15, "two attempts of 0.5s each"
 
 
 def test_fetch_host_key_times_out_on_a_silent_port(silent_port: int):
@@ -384,7 +385,7 @@ def test_close_all_sessions_hangs_up_a_running_script(make_box: Callable[..., Bo
     time.sleep(0.5)  # the script is running on the box now
     started = time.monotonic()
     assert close_all_sessions() == 1
-    worker.join(timeout=15)
-    assert not worker.is_alive() and time.monotonic() - started < 10
+    worker.join(timeout=40)
+    assert not worker.is_alive() and time.monotonic() - started < 30  # not the script's 60 s
     assert len(failures) == 1 and isinstance(failures[0], SshError), failures
     assert close_all_sessions() == 0
