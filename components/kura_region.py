@@ -1,6 +1,6 @@
 """One Kura cache region on its fleet's pool: gateway, peer demux (with its route reconciler),
-DNS records (with the public plane's reconciler), the failover watcher and the local volumes Kura's
-claims bind to.
+DNS records (with the public plane's reconciler), the failover watcher, the local volumes Kura's
+claims bind to and, for a region that scrubs them, the released-volume scrubber.
 
 What kura-controller is told about the region (pool, taints, storage, egress, replicas) is part of
 its Deployment's environment (components/kura_controller.py), one controller for every region.
@@ -21,8 +21,19 @@ from components.k8s import child_options
 from components.kura_controller import region_exposed
 from components.peer_demux import PeerDemux, PeerDemuxArgs
 from components.storage import LocalVolumes, LocalVolumesArgs
+from components.volume_scrubber import VolumeScrubber, VolumeScrubberArgs
 from config.loader import Secrets
-from config.models import Cluster, Environment, FailoverIP, Fleet, GatewayMode, Kura, Region, Vendors
+from config.models import (
+    Cluster,
+    Environment,
+    FailoverIP,
+    Fleet,
+    GatewayMode,
+    Kura,
+    Region,
+    ReleasedVolumes,
+    Vendors,
+)
 
 __all__ = ["KuraRegion", "KuraRegionArgs"]
 
@@ -35,8 +46,8 @@ class KuraRegionArgs:
     kura: Kura
     environment: Environment
     cluster: Cluster
-    # Image that runs `python -m watcher`, `python -m demux` (the demux's route reconciler) and
-    # `python -m regional_dns` (the public DNS reconciler).
+    # Image that runs `python -m watcher`, `python -m demux` (the demux's route reconciler),
+    # `python -m regional_dns` (the public DNS reconciler) and `python -m watcher.released_volumes`.
     watcher_image: str
     # Node names of the fleet's boxes (BareMetalFleet outputs): each gets the region's local volumes.
     node_names: Sequence[pulumi.Input[str]] = field(default_factory=tuple)
@@ -135,6 +146,19 @@ class KuraRegion(pulumi.ComponentResource):
         self.volumes = LocalVolumes(
             f"{name}-volumes", LocalVolumesArgs(region=region, node_names=args.node_names), child
         )
+        self.volume_scrubber: VolumeScrubber | None = None
+        if region.released_volumes is ReleasedVolumes.SCRUB:
+            self.volume_scrubber = VolumeScrubber(
+                f"{name}-released-volumes",
+                VolumeScrubberArgs(
+                    region=region,
+                    fleet=fleet,
+                    namespace=ns,
+                    image=args.watcher_image,
+                    volume_names=self.volumes.names,
+                ),
+                child,
+            )
         self.failover_watcher: FailoverWatcher | None = None
         if fip is not None and address is not None:
             self.failover_watcher = FailoverWatcher(

@@ -13,6 +13,12 @@ is on: it is created after the box joins and deleted when the box is released. T
 (providers/kube.py) deletes the claims of the classes in NODE_LOCAL_STORAGE_CLASSES, the names
 config requires Kura regions to use, so the box's claims go with its reinstall.
 
+A volume whose claim is deleted while its box stays (kura-controller drops a claim, an account's
+instance goes) turns Released, and Kubernetes never binds a Released volume again. Each volume says
+what then becomes of its data (`tuist.dev/on-release`, the region's `released_volumes`): `keep`
+leaves it to an operator (docs/runbook.md), `scrub` has the region's scrubber on the box empty it
+and make it Available (components/volume_scrubber.py, watcher/released_volumes.py).
+
 A volume bound to a claim cannot go before the claim does (pv-protection), and the claim goes
 during the box's release, after Pulumi has asked for the volume's deletion: the volume therefore
 skips Pulumi's delete await and disappears once the release has deleted its claim.
@@ -28,6 +34,7 @@ import pulumi
 from components import kube as k8s
 from components.k8s import MANAGED_BY, child_options
 from config.models import Region
+from providers.constants import ON_RELEASE_ANNOTATION, VOLUME_ROOT
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 
 __all__ = [
@@ -40,7 +47,6 @@ __all__ = [
     "volume_name",
 ]
 
-VOLUME_ROOT = "/data/kura-volumes"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 
@@ -94,6 +100,7 @@ class LocalVolumes(pulumi.ComponentResource):
         super().__init__("tuist:storage:LocalVolumes", name, None, opts)
         region = args.region
         self.volumes: list[k8s.core.v1.PersistentVolume] = []
+        self.names: list[pulumi.Output[str]] = []
         for box, node in enumerate(args.node_names):
             for index in range(region.volumes_per_box):
                 # The node's name is in the volume's: a box replaced in the same fleet slot gets new
@@ -101,6 +108,7 @@ class LocalVolumes(pulumi.ComponentResource):
                 pv_name: pulumi.Output[str] = pulumi.Output.from_input(node).apply(
                     lambda n, i=index: volume_name(n, i)  # type: ignore[misc]
                 )
+                self.names.append(pv_name)
                 self.volumes.append(
                     k8s.core.v1.PersistentVolume(
                         f"{name}-{box}-{index}",
@@ -111,7 +119,11 @@ class LocalVolumes(pulumi.ComponentResource):
                                 "app.kubernetes.io/part-of": "kura",
                                 "tuist.dev/region": region.id,
                             },
-                            annotations={"pulumi.com/skipAwait": "true"},
+                            annotations={
+                                "pulumi.com/skipAwait": "true",
+                                # Read by the region's scrubber (watcher/released_volumes.py), if any.
+                                ON_RELEASE_ANNOTATION: region.released_volumes.value,
+                            },
                         ),
                         spec=k8s.core.v1.PersistentVolumeSpecArgs(
                             capacity={"storage": f"{region.storage_size_gi}Gi"},

@@ -187,6 +187,15 @@ class GatewayMode(StrEnum):
     LOAD_BALANCER = "load_balancer"
 
 
+class ReleasedVolumes(StrEnum):
+    """What becomes of a local volume's data once its claim is deleted (components/storage.py)."""
+
+    # Left Released, data and all, for an operator (docs/runbook.md): Kubernetes' Retain.
+    KEEP = "keep"
+    # Emptied on its box and made Available again (watcher/released_volumes.py).
+    SCRUB = "scrub"
+
+
 class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"
@@ -490,6 +499,10 @@ class Region(Strict):
     # Local volumes (each storage_size_gi, on /data) pre-created per box for Kura's claims:
     # an account's instance takes one per replica (components/storage.py).
     volumes_per_box: StrictInt = Field(default=4, ge=1)
+    # A volume whose claim is deleted: `keep` leaves it Released with its data (the box has a volume
+    # fewer until an operator acts), `scrub` empties it and hands it back (the region's Kura data is
+    # a cache: a deleted claim's is not needed again).
+    released_volumes: ReleasedVolumes = ReleasedVolumes.KEEP
     # Public host of the region, e.g. eu-central.staging.kura.tuist.dev; the peer
     # plane is peer.<host> and *.peer.<host>.
     host: DnsName

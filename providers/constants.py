@@ -47,6 +47,16 @@ SECRET_KEYS = (
     HCLOUD_TOKEN,
 )
 
+# Kura's local volumes (components/storage.py): one folder per static PersistentVolume, named after it,
+# under the box's /data disk. The released-volume scrubber (watcher/released_volumes.py) empties
+# folders of exactly that form and nothing else.
+VOLUME_ROOT = "/data/kura-volumes"
+# What becomes of a local volume's data once its claim is deleted (a region's `released_volumes`),
+# written on each volume by the program: the scrubber acts on that decision only, never on its own.
+ON_RELEASE_ANNOTATION = "tuist.dev/on-release"
+# Written by the scrubber when it empties a volume: which claim's data went, and when.
+SCRUBBED_ANNOTATION = "tuist.dev/scrubbed"
+
 # The cluster-side claim of a box (providers/machine/record.py, components/claims_crd.py).
 CLAIM_GROUP = "infra.tuist.dev"
 CLAIM_VERSION = "v1alpha1"

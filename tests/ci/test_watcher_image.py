@@ -30,12 +30,12 @@ def test_the_build_stage_copies_the_lock_and_the_packages_the_watcher_imports() 
     assert copies[:2] == ["pyproject.toml", "requirements.lock"]
     # The project packages a running watcher has loaded (its imports, transitively).
     loaded = subprocess.run(
-        # The image also runs each region's demux route reconciler (python -m demux) and public DNS
-        # reconciler (python -m regional_dns).
+        # The image also runs each region's demux route reconciler (python -m demux), public DNS
+        # reconciler (python -m regional_dns) and released-volume scrubber.
         [
             sys.executable,
             "-c",
-            "import sys, watcher.__main__, demux.__main__, regional_dns.__main__\n"
+            "import sys, watcher.__main__, demux.__main__, regional_dns.__main__, watcher.released_volumes\n"
             "print(' '.join(sys.modules))",
         ],
         cwd=REPO,
@@ -118,4 +118,16 @@ def test_the_installed_copy_runs_the_watcher(tmp_path: Path) -> None:
     assert dns.stderr.strip() == (
         "regional_dns: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, GATEWAY_DEPLOYMENT, "
         "NODE_POOL, DNSENDPOINT required"
+    )
+    scrubber = subprocess.run(
+        [sys.executable, "-m", "watcher.released_volumes"],
+        cwd=elsewhere,
+        env=env,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    assert scrubber.returncode == 1, scrubber.stderr
+    assert scrubber.stderr.strip() == (
+        "released_volumes: environment variable(s) REGION, NODE_NAME, KURA_NAMESPACE required"
     )

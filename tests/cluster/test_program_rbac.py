@@ -50,6 +50,9 @@ class Workload:
     service_account: str
     args: list[str]
     env: dict[str, str]
+    # The stack's local volumes of the workload's region (REGION), what a scrubber acts on, and the rest.
+    region_volumes: tuple[str, ...] = ()
+    other_volumes: tuple[str, ...] = ()
 
     def arg(self, flag: str) -> str:
         found = [a.split("=", 1)[1] for a in self.args if a.startswith(f"--{flag}=")]
@@ -59,11 +62,16 @@ class Workload:
 
 def workloads(manifests: list[dict[str, Any]]) -> list[Workload]:
     found = []
+    volumes: dict[str, list[str]] = {}
+    for m in manifests:
+        if m["kind"] == "PersistentVolume":
+            volumes.setdefault(m["metadata"]["labels"]["tuist.dev/region"], []).append(m["metadata"]["name"])
     for m in manifests:
         if m["kind"] not in ("Deployment", "DaemonSet", "StatefulSet"):
             continue
         pod = m["spec"]["template"]["spec"]
         (container,) = pod["containers"]
+        env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
         found.append(
             Workload(
                 kind=m["kind"],
@@ -71,7 +79,11 @@ def workloads(manifests: list[dict[str, Any]]) -> list[Workload]:
                 namespace=m["metadata"]["namespace"],
                 service_account=pod.get("serviceAccountName") or "default",
                 args=list(container.get("args") or []),
-                env={e["name"]: e.get("value", "") for e in container.get("env") or []},
+                env=env,
+                region_volumes=tuple(sorted(volumes.get(env.get("REGION", ""), []))),
+                other_volumes=tuple(
+                    sorted(v for r, vs in volumes.items() if r != env.get("REGION") for v in vs)
+                ),
             )
         )
     return found
@@ -284,6 +296,28 @@ def regional_dns(w: Workload) -> tuple[list[Check], list[Check]]:
     return needs, never
 
 
+def released_volumes(w: Workload) -> tuple[list[Check], list[Check]]:
+    ns = w.env["KURA_NAMESPACE"]
+    assert w.region_volumes and w.other_volumes, f"{w.name}: the dev stack has volumes in several regions"
+    needs = [
+        Check("list", "persistentvolumes"),
+        # It hands an emptied volume back by clearing its claimRef (a JSON patch).
+        *(Check("patch", "persistentvolumes", name=v) for v in w.region_volumes),
+        Check("get", "persistentvolumeclaims", ns),  # is the volume's claim really gone
+    ]
+    never = [
+        # Another region's volumes, and what would lose a volume rather than hand it back.
+        *(Check("patch", "persistentvolumes", name=v) for v in w.other_volumes[:2]),
+        Check("delete", "persistentvolumes", name=w.region_volumes[0]),
+        Check("update", "persistentvolumes", subresource="status", name=w.region_volumes[0]),
+        Check("delete", "persistentvolumeclaims", ns),
+        Check("get", "persistentvolumeclaims", "tuist-runners"),
+        Check("get", "secrets", ns),
+        Check("patch", "nodes"),
+    ]
+    return needs, never
+
+
 def peer_demux(w: Workload) -> tuple[list[Check], list[Check]]:
     # nginx reads its config and routes from files the kubelet mounts: no API access at all.
     ns = w.namespace
@@ -300,6 +334,7 @@ FACTS: list[tuple[str, str, Callable[[Workload], tuple[list[Check], list[Check]]
     ("Deployment", "kura-failover-watcher-", failover_watcher),
     ("Deployment", "kura-regional-dns-", regional_dns),
     ("DaemonSet", "kura-peer-demux-", peer_demux),
+    ("DaemonSet", "kura-released-volumes-", released_volumes),
 ]
 
 # Whoever it is, none of the program's identities may do these.

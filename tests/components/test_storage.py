@@ -9,7 +9,7 @@ import re
 import pytest
 
 from components.storage import LocalStorageClass, LocalStorageClassArgs, LocalVolumes, LocalVolumesArgs
-from config.models import Region
+from config.models import Region, ReleasedVolumes
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES, node_local_claims
 from tests.support.k8s_schema import ManifestRecorder, collect_manifests, validate_manifest
 
@@ -95,7 +95,24 @@ def test_the_release_finds_the_claims_of_these_volumes(region: Region) -> None:
 def test_a_volume_skips_pulumi_s_delete_wait(region: Region) -> None:
     # Bound volumes outlive their delete until the release deletes the claim (pv-protection).
     pv = volumes(region).find("PersistentVolume", "kura-ns1001.ip-203-0-113.net-0")
-    assert pv["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert pv["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+
+
+@pytest.mark.parametrize("decision", ["keep", "scrub"])
+def test_each_volume_says_what_becomes_of_its_data_once_its_claim_goes(region: Region, decision: str) -> None:
+    # The region's decision, on the volume the scrubber on its box reads (watcher/released_volumes.py);
+    # the reclaim policy stays Retain either way: Kubernetes never deletes a local volume's data.
+    chosen = region.model_copy(update={"released_volumes": ReleasedVolumes(decision)})
+    for pv in volumes(chosen).of_kind("PersistentVolume"):
+        assert pv["metadata"]["annotations"] == {
+            "pulumi.com/skipAwait": "true",
+            "tuist.dev/on-release": decision,
+        }
+        assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def test_a_region_keeps_released_volumes_unless_its_config_says_scrub(region: Region) -> None:
+    assert region.released_volumes is ReleasedVolumes.KEEP
 
 
 def test_no_box_no_volume(region: Region) -> None:

@@ -47,6 +47,7 @@ KUBE_FILE_SECONDS = {
     "tests/cluster/test_k8s_peer_demux.py": 26,
     "tests/ops/test_cluster.py": 21,
     "tests/cluster/test_pods.py": 21,
+    "tests/watcher/test_released_volumes.py": 30,
 }
 # file -> group number, on a worker's config once it collected.
 KUBE_GROUPS = pytest.StashKey[dict[str, int]]()
