@@ -337,7 +337,11 @@ def run_prep(stack: Stack, plan: PrepPlan, console: Console, say: Say) -> Probe:
 
 
 def _short_name(box: Box) -> str:
-    return box.id.split(".", 1)[0].replace("/", "-") if box.vendor is Vendor.OVH else box.id.replace("/", "-")
+    if box.vendor is Vendor.OVH:
+        return box.id.split(".", 1)[0]
+    if box.vendor is Vendor.APPLESILICON:
+        return box.id.rsplit("-", 1)[-1]  # the server id's last group: the zone and whole id are too long
+    return box.id.replace("/", "-")
 
 
 def marked_value(box: Box, fleet: Fleet) -> str:
@@ -358,7 +362,8 @@ def unmarked_value(box: Box, fleet: Fleet) -> str:
     if box.vendor in TAG_MARKED_VENDORS:
         return ",".join(t for t in box.marker_field.split(",") if t and t != fleet.marker)
     # OVH's own default displayName is the service name; Robot's server_name becomes the number.
-    return box.id
+    # An Apple silicon name is a hostname label: the zone and the server id, joined by '-'.
+    return box.id.replace("/", "-") if box.vendor is Vendor.APPLESILICON else box.id
 
 
 @dataclass

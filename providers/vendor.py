@@ -247,8 +247,8 @@ class MarkerWriter(Protocol):
     """A vendor whose fleet marker an operator stamps through the API (ops/: `tuist-ops mark`).
 
     `value` is the whole marker field as `Box.marker_field` reads it, claim left out: the OVH
-    displayName / Robot server_name before any claim suffix, or the Dedibox / Elastic Metal tags joined
-    by ",".
+    displayName / Robot server_name / Apple silicon server name before any claim suffix, or the
+    Dedibox / Elastic Metal tags joined by ",".
     The box's claim, if any, is kept as it is."""
 
     def set_marker_field(self, box_id: str, value: str) -> None: ...

@@ -13,6 +13,7 @@ key is registered in IAM before every reinstall, and the sudo password is read b
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from scaleway.applesilicon.v1alpha1 import ApplesiliconV1Alpha1API, ApplesiliconV1Alpha1PrivateNetworkAPI
 from scaleway.applesilicon.v1alpha1.types import Server, ServerType
@@ -76,10 +77,19 @@ class AppleSiliconClient(ProjectClient):
 
     def set_claim(self, box_id: str, claim: Claim | None) -> None:
         """PATCH the server's name: the fleet part kept, the claim suffix replaced."""
+        self._rewrite_name(box_id, lambda base, _claim: compose_name(base, claim))
+
+    def set_marker_field(self, box_id: str, value: str) -> None:
+        """PATCH the server's name: the fleet marker part replaced, the claim suffix kept. Safe to
+        repeat."""
+        self._rewrite_name(box_id, lambda _base, claim: compose_name(value, claim))
+
+    def _rewrite_name(self, box_id: str, wanted_from: Callable[[str, Claim | None], str]) -> None:
+        """Read the name, split into marker part and claim; PATCH what `wanted_from` makes of them,
+        unless it is already there."""
         zone, server_id = parse_box_id(box_id)
         current = str(self._server(box_id).name or "")
-        base, _ = parse_name(current)
-        wanted = compose_name(base, claim)
+        wanted = wanted_from(*parse_name(current))
         if wanted == current:
             return
         self._caller.call(

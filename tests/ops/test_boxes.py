@@ -361,6 +361,44 @@ def test_mark_an_elastic_metal_box_adds_the_fleet_tag_and_keeps_its_claim(sim: S
     assert em.get_box(box).claim == Claim(own)
 
 
+def test_unmark_and_mark_an_apple_silicon_mac_rename_it_and_keep_its_claim(sim: Sim) -> None:
+    """An Apple silicon fleet's marker is a name prefix (the only field an operator can write): `unmark`
+    names the Mac after its zone and id, `mark` after the marker and the id's last group; a claim
+    suffix stays as it is."""
+    ops = Ops(sim, config=dev_config_with_scaleway)
+    mac = "fr-par-3/a5000000-0000-4000-8000-000000000003"
+    path = "/scaleway/apple-silicon/v1alpha1/zones/fr-par-3/servers/a5000000-0000-4000-8000-000000000003"
+    since = sim.last_audit_id()
+    dry = ops("unmark", "-s", "dev", f"applesilicon:{mac}", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert (
+        f"applesilicon:{mac}: Apple silicon server name 'tuist-macos-dev-3' -> "
+        "'fr-par-3-a5000000-0000-4000-8000-000000000003'"
+    ) in dry.stderr
+    assert writes(sim, since) == []
+
+    assert ops("unmark", "-s", "dev", f"applesilicon:{mac}").exit_code == 0
+    assert writes(sim, since) == [("PATCH", path, {"name": "fr-par-3-a5000000-0000-4000-8000-000000000003"})]
+    rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "applesilicon")["boxes"]}
+    assert rows[mac]["state"] == "unmarked"
+
+    marked = ops("mark", "-s", "dev", f"applesilicon:{mac}")
+    assert marked.exit_code == 0, marked.output
+    assert writes(sim, since)[1:] == [("PATCH", path, {"name": "tuist-macos-dev-000000000003"})]
+    rows = {r["box"]: r for r in ops.json("inventory", "-s", "dev", "--vendor", "applesilicon")["boxes"]}
+    assert (rows[mac]["fleet"], rows[mac]["state"]) == ("runners-macos", "free")
+
+    # A Mac the fleet's own slot holds keeps its claim through a marker rename.
+    macs = sim.claims()._config().vendor_client(Vendor.APPLESILICON)
+    own = claim_token(PROJECT, "dev", "runners-macos-0")
+    macs.set_claim(mac, Claim(own))
+    since = sim.last_audit_id()
+    renamed = Ops(sim, config=renamed_marker(dev_config_with_scaleway, "runners-macos", "tuist-macos-dev-b"))
+    assert renamed("mark", "-s", "dev", f"applesilicon:{mac}").exit_code == 0
+    assert writes(sim, since) == [("PATCH", path, {"name": f"tuist-macos-dev-b-000000000003--c-{own}"})]
+    assert macs.get_box(mac).claim == Claim(own)
+
+
 def test_unmark_in_a_stack_with_two_fleets_of_the_vendor_takes_the_fleet_from_the_box(
     sim: Sim, on_production: Ops
 ) -> None:
