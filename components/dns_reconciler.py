@@ -21,6 +21,8 @@ from components.external_dns import DNSENDPOINT_GROUP, dns_namespace
 from components.gateway import gateway_name
 from components.k8s import (
     CONTROLLER_RESOURCES,
+    bound_cluster_role,
+    bound_role,
     child_options,
     heartbeat_probe,
     heartbeat_volume,
@@ -99,35 +101,25 @@ class DnsReconciler(pulumi.ComponentResource):
         settings = reconciler_settings(region, args.fleet, ns)
         child = child_options(self, opts)
         subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=rname, namespace=home)
-        role_ref = k8s.rbac.v1.RoleRefArgs
 
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=metadata(rname, home, labels), opts=child
         )
-        self.cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-clusterrole",
-            metadata=metadata(rname, None, labels),
+        self.cluster_role, self.cluster_role_binding = bound_cluster_role(
+            name,
+            role_name=rname,
+            labels=labels,
             rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["list"])],
+            subject=subject,
             opts=child,
         )
-        self.cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-clusterrolebinding",
-            metadata=metadata(rname, None, labels),
-            role_ref=role_ref(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=rname),
-            subjects=[subject],
-            opts=child,
-        )
-        self.role = k8s.rbac.v1.Role(
-            f"{name}-role",
-            metadata=metadata(rname, ns, labels),
+        self.role, self.role_binding = bound_role(
+            name,
+            role_name=rname,
+            namespace=ns,
+            labels=labels,
             rules=dns_reconciler_rules(region.id),
-            opts=child,
-        )
-        self.role_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-rolebinding",
-            metadata=metadata(rname, ns, labels),
-            role_ref=role_ref(api_group="rbac.authorization.k8s.io", kind="Role", name=rname),
-            subjects=[subject],
+            subject=subject,
             opts=child,
         )
         self.deployment = k8s.apps.v1.Deployment(

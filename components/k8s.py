@@ -221,6 +221,31 @@ def bound_role(
     return role, binding
 
 
+def bound_cluster_role(
+    name: str,
+    *,
+    role_name: str,
+    labels: dict[str, str],
+    rules: Sequence[k8s.rbac.v1.PolicyRuleArgs],
+    subject: k8s.rbac.v1.SubjectArgs,
+    opts: pulumi.ResourceOptions,
+) -> tuple[k8s.rbac.v1.ClusterRole, k8s.rbac.v1.ClusterRoleBinding]:
+    """bound_role's cluster-scoped sibling: the ClusterRole `role_name` and its ClusterRoleBinding of
+    `subject`; their Pulumi names are `<name>-clusterrole` and `<name>-clusterrolebinding`."""
+    meta = metadata(role_name, None, labels)
+    role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta, rules=list(rules), opts=opts)
+    binding = k8s.rbac.v1.ClusterRoleBinding(
+        f"{name}-clusterrolebinding",
+        metadata=meta,
+        role_ref=k8s.rbac.v1.RoleRefArgs(
+            api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name
+        ),
+        subjects=[subject],
+        opts=opts,
+    )
+    return role, binding
+
+
 def pod_field_env(name: str, field_path: str) -> k8s.core.v1.EnvVarArgs:
     """An environment variable the downward API fills from the pod's own `field_path`
     (`metadata.name`, `metadata.namespace`)."""

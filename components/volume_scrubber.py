@@ -22,6 +22,8 @@ import pulumi
 
 from components import kube as k8s
 from components.k8s import (
+    bound_cluster_role,
+    bound_role,
     child_options,
     heartbeat_probe,
     heartbeat_volume,
@@ -80,7 +82,6 @@ class VolumeScrubber(pulumi.ComponentResource):
         labels = region_labels(name="kura-released-volumes", component="released-volumes", region=region.id)
         child = child_options(self, opts)
         rule = k8s.rbac.v1.PolicyRuleArgs
-        role_ref = k8s.rbac.v1.RoleRefArgs
         subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=sname, namespace=ns)
 
         volume_rules = [rule(api_groups=[""], resources=["persistentvolumes"], verbs=["list"])]
@@ -97,28 +98,12 @@ class VolumeScrubber(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=metadata(sname, ns, labels), opts=child
         )
-        self.cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-clusterrole", metadata=metadata(sname, None, labels), rules=volume_rules, opts=child
+        self.cluster_role, self.cluster_role_binding = bound_cluster_role(
+            name, role_name=sname, labels=labels, rules=volume_rules, subject=subject, opts=child
         )
-        self.cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-clusterrolebinding",
-            metadata=metadata(sname, None, labels),
-            role_ref=role_ref(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=sname),
-            subjects=[subject],
-            opts=child,
-        )
-        self.role = k8s.rbac.v1.Role(
-            f"{name}-role",
-            metadata=metadata(sname, ns, labels),
-            rules=[rule(api_groups=[""], resources=["persistentvolumeclaims"], verbs=["get"])],
-            opts=child,
-        )
-        self.role_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-rolebinding",
-            metadata=metadata(sname, ns, labels),
-            role_ref=role_ref(api_group="rbac.authorization.k8s.io", kind="Role", name=sname),
-            subjects=[subject],
-            opts=child,
+        claims = [rule(api_groups=[""], resources=["persistentvolumeclaims"], verbs=["get"])]
+        self.role, self.role_binding = bound_role(
+            name, role_name=sname, namespace=ns, labels=labels, rules=claims, subject=subject, opts=child
         )
         settings = scrubber_settings(region, ns)
         self.daemon_set = k8s.apps.v1.DaemonSet(

@@ -33,6 +33,7 @@ from regional_dns.records import (
     kubelets_unheard,
     wildcard_endpoints,
 )
+from watcher.environment import positive_seconds
 from watcher.heartbeat import write_heartbeat
 from watcher.loop import condition_true, pod_view
 
@@ -104,16 +105,9 @@ class Settings:
         missing = [name for name in cls.ENV.values() if not env.get(name)]
         if missing:
             raise ValueError(f"environment variable(s) {', '.join(missing)} required")
-        raw = env.get("REFRESH_SECONDS", "30")
-        try:
-            refresh = float(raw)
-        except ValueError:
-            refresh = 0.0
-        if not refresh > 0:
-            raise ValueError(f"REFRESH_SECONDS '{raw}' is not a positive number of seconds")
         return cls(
             **{field: env[name] for field, name in cls.ENV.items()},
-            refresh_seconds=refresh,
+            refresh_seconds=positive_seconds(env, "REFRESH_SECONDS", "30"),
             heartbeat_file=env.get("HEARTBEAT_FILE") or None,
         )
 

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from providers.constants import ON_RELEASE_ANNOTATION, SCRUBBED_ANNOTATION, VOLUME_ROOT
+from watcher.environment import positive_seconds
 from watcher.heartbeat import write_heartbeat
 
 __all__ = [
@@ -101,19 +102,12 @@ class ScrubberSettings:
         missing = [name for name in ("REGION", "NODE_NAME", "KURA_NAMESPACE") if not env.get(name)]
         if missing:
             raise ValueError(f"environment variable(s) {', '.join(missing)} required")
-        raw = env.get("POLL_SECONDS", "30")
-        try:
-            poll = float(raw)
-        except ValueError:
-            poll = 0.0
-        if not poll > 0:
-            raise ValueError(f"POLL_SECONDS '{raw}' is not a positive number of seconds")
         return cls(
             region=env["REGION"],
             node=env["NODE_NAME"],
             namespace=env["KURA_NAMESPACE"],
             volume_mount=Path(env.get("VOLUME_MOUNT") or "/volumes"),
-            poll_seconds=poll,
+            poll_seconds=positive_seconds(env, "POLL_SECONDS", "30"),
             heartbeat_file=env.get("HEARTBEAT_FILE") or None,
         )
 

@@ -92,42 +92,32 @@ def test_the_installed_copy_runs_the_watcher(tmp_path: Path) -> None:
         check=True,
     ).stdout.strip()
     assert where.startswith(str(site)), f"imported {where}, not the installed copy"
-    started = subprocess.run(
-        [sys.executable, "-m", "watcher"], cwd=elsewhere, env=env, text=True, capture_output=True, check=False
-    )
-    # Every import went through; it stops at its first missing setting, as in a Pod without env.
-    assert started.returncode == 1, started.stderr
-    assert started.stderr.strip() == "watcher: environment variable FAILOVER_VENDOR is required"
-    reconciler = subprocess.run(
-        [sys.executable, "-m", "demux"], cwd=elsewhere, env=env, text=True, capture_output=True, check=False
-    )
-    assert reconciler.returncode == 1, reconciler.stderr
-    assert reconciler.stderr.strip() == (
-        "demux: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, PEER_PORT, "
-        "CLUSTER_DOMAIN required"
-    )
-    dns = subprocess.run(
-        [sys.executable, "-m", "regional_dns"],
-        cwd=elsewhere,
-        env=env,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
-    assert dns.returncode == 1, dns.stderr
-    assert dns.stderr.strip() == (
-        "regional_dns: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, GATEWAY_DEPLOYMENT, "
-        "NODE_POOL, DNSENDPOINT required"
-    )
-    scrubber = subprocess.run(
-        [sys.executable, "-m", "watcher.released_volumes"],
-        cwd=elsewhere,
-        env=env,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
-    assert scrubber.returncode == 1, scrubber.stderr
-    assert scrubber.stderr.strip() == (
-        "released_volumes: environment variable(s) REGION, NODE_NAME, KURA_NAMESPACE required"
-    )
+    # Every module the image runs: each import goes through, and each stops at its first missing
+    # setting, as in a Pod without its environment.
+    for module, refusal in (
+        ("watcher", "watcher: environment variable FAILOVER_VENDOR is required"),
+        (
+            "demux",
+            "demux: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, PEER_PORT, "
+            "CLUSTER_DOMAIN required",
+        ),
+        (
+            "regional_dns",
+            "regional_dns: environment variable(s) REGION, REGION_HOST, KURA_NAMESPACE, GATEWAY_DEPLOYMENT, "
+            "NODE_POOL, DNSENDPOINT required",
+        ),
+        (
+            "watcher.released_volumes",
+            "released_volumes: environment variable(s) REGION, NODE_NAME, KURA_NAMESPACE required",
+        ),
+    ):
+        started = subprocess.run(
+            [sys.executable, "-m", module],
+            cwd=elsewhere,
+            env=env,
+            text=True,
+            capture_output=True,
+            check=False,
+        )
+        assert started.returncode == 1, f"{module}: {started.stderr}"
+        assert started.stderr.strip() == refusal
