@@ -17,7 +17,7 @@ a DaemonSet with the box's VOLUME_ROOT mounted). Each pass takes the region's vo
 - marked `scrub` by the program (a `keep` or unmarked volume is left to an operator, and said once),
 - at the folder the program gives them (VOLUME_ROOT/<name>; any other path is refused, and said),
 - claimed last from the Kura namespace by a claim that is gone (read again: absent, or a new claim
-  of the same name with another uid),
+  of the same name with another uid that does not ask for this volume by name, which is a rebind),
 
 and for each empties its folder (the folder stays; nothing is followed through a symlink), then, in
 one JSON patch that first tests the old claim's uid, clears its claimRef and records whose data went
@@ -259,9 +259,17 @@ class ScrubberLoop:
             if error.status == 404:
                 return True
             raise
-        uid = json.loads(response.data)["metadata"]["uid"]
-        if uid == volume.claim_uid:
+        claim = json.loads(response.data)
+        if claim["metadata"]["uid"] == volume.claim_uid:
             self._say_once(volume.name, f"kept: its claim {volume.claim} still exists (being deleted?)")
+            return False
+        if (claim.get("spec") or {}).get("volumeName") == volume.name:
+            # Someone wants this data back: the usual rebind is to drop the claimRef's uid.
+            self._say_once(
+                volume.name,
+                f"kept: a new claim {volume.claim} asks for this volume by name (a rebind: remove the "
+                "volume's spec.claimRef.uid to hand it the data)",
+            )
             return False
         return True  # a new claim of the same name: the one whose data this is, is gone
 

@@ -449,6 +449,11 @@ class RecordingCore:
     [
         (404, True),  # gone
         ({"metadata": {"uid": "u-2"}}, True),  # a new claim of the same name
+        ({"metadata": {"uid": "u-2"}, "spec": {"volumeName": "kura-box-0-2"}}, True),  # for another volume
+        (
+            {"metadata": {"uid": "u-2"}, "spec": {"volumeName": "kura-box-0-1"}},
+            False,
+        ),  # a rebind: the data wanted
         ({"metadata": {"uid": "u-1"}}, False),  # still there (being deleted)
     ],
 )
