@@ -14,7 +14,8 @@ is on: it is created after the box joins and deleted when the box is released. T
 config requires Kura regions to use, so the box's claims go with its reinstall.
 
 A volume whose claim is deleted while its box stays (kura-controller drops a claim, an account's
-instance goes) turns Released, and Kubernetes never binds a Released volume again. Each volume says
+instance goes) turns Released (Failed, when kura-controller first flipped it to reclaim policy Delete:
+no deleter removes a hostPath volume outside /tmp), and Kubernetes never binds it again. Each volume says
 what then becomes of its data (`tuist.dev/on-release`, the region's `released_volumes`): `keep`
 leaves it to an operator (docs/runbook.md), `scrub` has the region's scrubber on the box empty it
 and make it Available (components/volume_scrubber.py, watcher/released_volumes.py).
@@ -34,7 +35,7 @@ import pulumi
 from components import kube as k8s
 from components.k8s import MANAGED_BY, child_options
 from config.models import Region
-from providers.constants import ON_RELEASE_ANNOTATION, VOLUME_ROOT
+from providers.constants import HOSTNAME_LABEL, ON_RELEASE_ANNOTATION, VOLUME_ROOT
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 
 __all__ = [
@@ -47,7 +48,6 @@ __all__ = [
     "volume_name",
 ]
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 
 

@@ -51,6 +51,8 @@ SECRET_KEYS = (
 # under the box's /data disk. The released-volume scrubber (watcher/released_volumes.py) empties
 # folders of exactly that form and nothing else.
 VOLUME_ROOT = "/data/kura-volumes"
+# The Node label a local volume's node affinity pins it to its box with.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 # What becomes of a local volume's data once its claim is deleted (a region's `released_volumes`),
 # written on each volume by the program: the scrubber acts on that decision only, never on its own.
 ON_RELEASE_ANNOTATION = "tuist.dev/on-release"

@@ -50,12 +50,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from providers.constants import ON_RELEASE_ANNOTATION, SCRUBBED_ANNOTATION, VOLUME_ROOT
+from providers.constants import HOSTNAME_LABEL, ON_RELEASE_ANNOTATION, SCRUBBED_ANNOTATION, VOLUME_ROOT
 from watcher.environment import positive_seconds
 from watcher.heartbeat import write_heartbeat
 
 __all__ = [
-    "HOSTNAME_LABEL",
     "KUBE_TIMEOUT",
     "Scrubbable",
     "ScrubberLoop",
@@ -67,7 +66,6 @@ __all__ = [
 
 log = logging.getLogger("released-volumes")
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 KUBE_TIMEOUT = (5, 30)  # (connect, read) seconds of each API call
 # How long a pass may take before the liveness probe restarts the loop: the reads, and emptying a
 # volume of up to its whole size (a restart mid-way empties it again, from where it got).
