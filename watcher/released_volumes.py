@@ -23,9 +23,10 @@ and for each empties its folder (the folder stays; nothing is followed through a
 one JSON patch that first tests the old claim's uid, clears its claimRef and records whose data went
 (`tuist.dev/scrubbed`). The PV controller makes it Available and the next claim on the box binds it.
 A crash between the two empties the folder again on the next pass: the volume still names that
-claim. Deleting the claim (and kura-controller's flip to Delete) is the decision to drop its data;
-`scrub` on the region is the decision that a dropped claim's data is wiped on its box rather than
-kept for an operator.
+claim. A volume that fails (its claim's read, its folder, its patch) is said once and tried again at
+the next pass; the others go on. Deleting the claim (and kura-controller's flip to Delete) is the
+decision to drop its data; `scrub` on the region is the decision that a dropped claim's data is
+wiped on its box rather than kept for an operator.
 
 Settings, from the DaemonSet's environment: REGION, NODE_NAME (the downward API), KURA_NAMESPACE,
 VOLUME_MOUNT (where the box's VOLUME_ROOT is mounted; default /volumes), POLL_SECONDS (default 30)
@@ -214,6 +215,15 @@ def release_patch(volume: Scrubbable, when: dt.datetime) -> list[dict[str, Any]]
     ]
 
 
+def _describe(error: Exception) -> str:
+    """One line: an API error's status and reason (its str carries the response's headers), else the
+    error's own message."""
+    status = getattr(error, "status", None)
+    if status is not None:
+        return f"the API answered {status} {getattr(error, 'reason', None) or ''}".rstrip()
+    return f"{type(error).__name__}: {error}"
+
+
 class ScrubberLoop:
     """One box's loop. `core_v1` is a kubernetes CoreV1Api (any object with its three methods)."""
 
@@ -230,7 +240,9 @@ class ScrubberLoop:
         self._said: set[tuple[str, str]] = set()
 
     def scrub_once(self) -> list[str]:
-        """One pass; returns the volumes emptied and handed back. API errors propagate."""
+        """One pass; returns the volumes emptied and handed back. A failed listing propagates; a volume
+        that fails (its claim's read, its folder, its patch) is left as it is, said, and tried again at
+        the next pass, while the pass goes on to the others."""
         listed = self._core.list_persistent_volume(
             label_selector=self.settings.selector, _preload_content=False, _request_timeout=KUBE_TIMEOUT
         )
@@ -239,8 +251,12 @@ class ScrubberLoop:
             verdict = assess(pv, self.settings)
             if isinstance(verdict, str):
                 self._say_once(pv["metadata"]["name"], verdict)
-            elif verdict is not None and self._claim_gone(verdict) and self._scrub(verdict):
-                done.append(verdict.name)
+            elif verdict is not None:
+                try:
+                    if self._claim_gone(verdict) and self._scrub(verdict):
+                        done.append(verdict.name)
+                except Exception as error:  # one volume's failure must not hold the others back
+                    self._say_once(verdict.name, f"left for the next pass: {_describe(error)}")
         return done
 
     def _claim_gone(self, volume: Scrubbable) -> bool:
@@ -310,7 +326,7 @@ class ScrubberLoop:
             self.beat(PASS_BUDGET_SECONDS)
             try:
                 self.scrub_once()
-            except Exception:  # an API or disk error: the volume is left as it was and tried again
+            except Exception:  # the listing failed: every volume is left as it was and tried again
                 log.exception("pass failed; retrying in %g s", self.settings.poll_seconds)
             self.beat(self.settings.poll_seconds + PASS_BUDGET_SECONDS)
             stop.wait(self.settings.poll_seconds)

@@ -263,8 +263,7 @@ def test_a_pass_cut_between_the_wipe_and_the_patch_empties_it_again_and_hands_it
         def patch_persistent_volume(self, *_: Any, **__: Any) -> Any:
             raise ConnectionResetError("the API server went away")
 
-    with pytest.raises(ConnectionResetError):
-        ScrubberLoop(settings, CutBeforePatch()).scrub_once()
+    assert ScrubberLoop(settings, CutBeforePatch()).scrub_once() == []
     assert list((root / volume).iterdir()) == []
     assert phase(kube_cluster, volume) == "Released"
     # Written again meanwhile (a box's leftovers): the next pass empties it again before handing it back.
@@ -427,12 +426,13 @@ def test_the_patch_tests_the_claim_then_forgets_it_and_says_whose_data_went() ->
 class RecordingCore:
     """The three calls a pass makes, recorded; the claim answers as given."""
 
-    def __init__(self, pv: dict[str, Any], claim: dict[str, Any] | int) -> None:
-        self.pv, self.claim, self.calls = pv, claim, []  # type: ignore[var-annotated]
+    def __init__(self, pv: dict[str, Any] | list[dict[str, Any]], claim: dict[str, Any] | int) -> None:
+        self.pvs = pv if isinstance(pv, list) else [pv]
+        self.claim, self.calls = claim, []  # type: ignore[var-annotated]
 
     def list_persistent_volume(self, **kwargs: Any) -> Any:
         self.calls.append(("list", kwargs))
-        return type("R", (), {"data": json.dumps({"items": [self.pv]})})()
+        return type("R", (), {"data": json.dumps({"items": self.pvs})})()
 
     def read_namespaced_persistent_volume_claim(self, name: str, namespace: str, **kwargs: Any) -> Any:
         self.calls.append(("read", name, namespace))
@@ -479,13 +479,40 @@ def test_a_volume_is_emptied_only_once_its_claim_is_read_gone(
     assert (tmp_path / "kura-box-0-1" / "data").exists() is not emptied
 
 
-def test_a_claim_read_failure_leaves_the_volume_for_the_next_pass(tmp_path: Path) -> None:
+def test_a_claim_read_failure_leaves_the_volume_for_the_next_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "kura-box-0-1").mkdir()
     (tmp_path / "kura-box-0-1" / "data").write_text("x")
     settings = ScrubberSettings(region="eu-central", node="box-0", namespace="kura", volume_mount=tmp_path)
-    with pytest.raises(ApiException):
-        ScrubberLoop(settings, RecordingCore(volume(), 403)).scrub_once()
+    core = RecordingCore(volume(), 403)
+    assert ScrubberLoop(settings, core).scrub_once() == []
     assert (tmp_path / "kura-box-0-1" / "data").exists()
+    assert [c[0] for c in core.calls] == ["list", "read"]
+    assert caplog.messages == ["released volume kura-box-0-1 left for the next pass: the API answered 403"]
+
+
+def test_a_volume_that_fails_does_not_hold_back_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first volume's folder was replaced by a symlink: refused, said once, the second emptied.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "keep").write_text("x")
+    (tmp_path / "kura-box-0-1").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "kura-box-0-2").mkdir()
+    (tmp_path / "kura-box-0-2" / "data").write_text("x")
+    second = volume(metadata__name="kura-box-0-2", spec__hostPath={"path": "/data/kura-volumes/kura-box-0-2"})
+    settings = ScrubberSettings(region="eu-central", node="box-0", namespace="kura", volume_mount=tmp_path)
+    loop = ScrubberLoop(settings, RecordingCore([volume(), second], 404))
+    assert loop.scrub_once() == ["kura-box-0-2"]
+    assert (tmp_path / "elsewhere" / "keep").exists()
+    assert list((tmp_path / "kura-box-0-2").iterdir()) == []
+    assert loop.scrub_once() == ["kura-box-0-2"]  # (the fake still reads it Released)
+    said = [m for m in caplog.messages if "kura-box-0-1" in m]
+    assert said == [
+        f"released volume kura-box-0-1 left for the next pass: NotADirectoryError: {tmp_path}/kura-box-0-1 "
+        "is not a directory (a 'l' entry)"
+    ]
 
 
 def test_emptying_a_folder_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
