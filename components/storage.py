@@ -35,12 +35,10 @@ import pulumi
 from components import kube as k8s
 from components.k8s import MANAGED_BY, child_options
 from config.models import Region
-from providers.constants import HOSTNAME_LABEL, ON_RELEASE_ANNOTATION, VOLUME_ROOT
+from providers.constants import HOSTNAME_LABEL, ON_RELEASE_ANNOTATION, volume_path
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 
 __all__ = [
-    "HOSTNAME_LABEL",
-    "VOLUME_ROOT",
     "LocalStorageClass",
     "LocalStorageClassArgs",
     "LocalVolumes",
@@ -133,7 +131,7 @@ class LocalVolumes(pulumi.ComponentResource):
                             persistent_volume_reclaim_policy="Retain",
                             # Created on first use, under the box's /data disk.
                             host_path=k8s.core.v1.HostPathVolumeSourceArgs(
-                                path=pv_name.apply(lambda n: f"{VOLUME_ROOT}/{n}"), type="DirectoryOrCreate"
+                                path=pv_name.apply(volume_path), type="DirectoryOrCreate"
                             ),
                             node_affinity=k8s.core.v1.VolumeNodeAffinityArgs(
                                 required=k8s.core.v1.NodeSelectorArgs(

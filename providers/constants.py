@@ -51,6 +51,13 @@ SECRET_KEYS = (
 # under the box's /data disk. The released-volume scrubber (watcher/released_volumes.py) empties
 # folders of exactly that form and nothing else.
 VOLUME_ROOT = "/data/kura-volumes"
+
+
+def volume_path(name: str) -> str:
+    """Where the local volume `name` lives on its box (the PV's hostPath)."""
+    return f"{VOLUME_ROOT}/{name}"
+
+
 # The Node label a local volume's node affinity pins it to its box with.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # What becomes of a local volume's data once its claim is deleted (a region's `released_volumes`),

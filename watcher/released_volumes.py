@@ -51,7 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from providers.constants import HOSTNAME_LABEL, ON_RELEASE_ANNOTATION, SCRUBBED_ANNOTATION, VOLUME_ROOT
+from providers.constants import (
+    HOSTNAME_LABEL,
+    ON_RELEASE_ANNOTATION,
+    SCRUBBED_ANNOTATION,
+    VOLUME_ROOT,
+    volume_path,
+)
 from watcher.environment import positive_seconds
 from watcher.heartbeat import write_heartbeat
 
@@ -165,7 +171,7 @@ def assess(pv: Mapping[str, Any], settings: ScrubberSettings) -> Scrubbable | st
         shown = f"'{decision}'" if decision else "not set"
         return f"kept for an operator: {ON_RELEASE_ANNOTATION} is {shown}"
     path = (spec.get("hostPath") or {}).get("path")
-    if not VOLUME_NAME.match(name) or path != f"{VOLUME_ROOT}/{name}":
+    if not VOLUME_NAME.match(name) or path != volume_path(name):
         return f"refused: its path {path!r} is not the program's {VOLUME_ROOT}/<volume name>"
     ref = spec.get("claimRef") or {}
     if not (ref.get("namespace") and ref.get("name") and ref.get("uid")):
