@@ -2,7 +2,7 @@
 Dedibox (or OVH) fleet of N boxes, against vendorsim with a latency model, for each N.
 
     python -m bench adoption [--sizes 1,4,16] [--with-64] [--vendor dedibox|ovh] [--api-ms 100] [--scale 120]
-                             [--task-seconds S] [--apt-seconds S] [--parallel 64] [--project DIR]
+                             [--task-seconds S] [--apt-seconds S] [--parallel 64] [--project DIR] [--gate]
 
 Run it in the box network's namespace (the boxes answer SSH on 198.18.0.0/15):
 
@@ -24,6 +24,8 @@ second, default 120): every vendor call takes `--api-ms` (100); a reinstall (rel
 `--apt-seconds` (one real minute / scale = 0.5 s; a real join is 2 to 5 minutes). The account holds the
 fleet's N boxes plus the dev inventory's seven boxes at that vendor (other stacks' and environments'
 decoys); the other vendors' accounts are empty.
+
+`--gate` checks issue 16.1 and 16.2's goals on the sizes measured and exits 1 if one fails (bench/goals.py).
 
 `--project DIR` benchmarks the program and providers of another checkout (e.g. the revision before a
 change) with this checkout's vendorsim and timing probe (bench/probe/sitecustomize.py). The engine runs
@@ -49,6 +51,7 @@ from typing import Any
 
 import yaml
 
+from bench.goals import Verdict, gate, goal
 from bench.project import copy_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -378,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         " boxes share every core with the engine, which a real box does not)",
     )
     parser.add_argument("--parallel", type=int, default=64, help="the engine's --parallel")
+    parser.add_argument(
+        "--gate", action="store_true", help="check issue 16's goals (bench/goals.py); exit 1 if one fails"
+    )
     parser.add_argument("--project", type=Path, default=REPO, help="the checkout whose program is measured")
     parser.add_argument(
         "--keep", type=Path, help="work in this new folder and keep it (logs, timings, vendorsim state)"
@@ -413,13 +419,38 @@ def main(argv: list[str] | None = None) -> int:
         (project / ".venv").symlink_to(REPO / ".venv")
         (project / ".toolchain").symlink_to(REPO / ".toolchain")
         (root / "state").mkdir()
+        results: dict[int, tuple[Phase, Phase]] = {}
         for n in sizes:
             up, down = run_one(root, project, args.vendor, n, model, args.parallel)
+            results[n] = (up, down)
             print(row(n, "up", up), flush=True)
             print(row(n, "destroy", down), flush=True)
     goal = "goal: <= 1.10 at N=16, <= 1.25 at N=64"
     print(f"ratio = phase / critical ({goal}); calls/box: {args.vendor} API calls / N")
+    if args.gate:
+        verdicts, skipped = gate_verdicts(results)
+        return gate(verdicts, skipped)
     return 0
+
+
+def gate_verdicts(results: dict[int, tuple[Phase, Phase]]) -> tuple[list[Verdict], list[str]]:
+    """Issue 16.1 and 16.2's goals (bench/goals.py) from the sizes measured: the ratio at N = 16 and 64,
+    and the calls per adopted box at the largest N against the smallest."""
+    verdicts, skipped = [], []
+    for n in (16, 64):
+        for index, command in enumerate(("up", "destroy")):
+            key = f"adoption.{command}.{n}"
+            if n in results:
+                verdicts.append(Verdict(goal(key), results[n][index].ratio))
+            else:
+                skipped.append(f"{key}: N={n} not measured (--sizes)")
+    if len(results) >= 2:
+        small, large = min(results), max(results)
+        per_box = {n: results[n][0].calls / n for n in (small, large)}
+        verdicts.append(Verdict(goal("adoption.calls"), per_box[large] / per_box[small]))
+    else:
+        skipped.append("adoption.calls: needs two sizes")
+    return verdicts, skipped
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ a real stack's fleets and regions (bench/scale.py), measured side by side in one
         the dev stack up once against vendorsim, then a no-change `pulumi preview` of it beside the
         same engine previewing an empty program
 
-The engine runs with scripts/engine.env (as every run of the project does); --set adds a setting
-to compare. Figures are wall-clock on a shared machine: read the ratios and the exponent, not the seconds.
+`--gate` (evaluate, engine, nochange) checks issue 16.3 and 16.4's goals on what was measured and
+exits 1 if one fails (bench/goals.py). The engine runs with scripts/engine.env (as every run of the
+project does); --set adds a setting to compare. Figures are wall-clock on a shared machine: read the
+ratios and the exponent, not the seconds.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any
 import boto3
 import yaml
 
+from bench.goals import Verdict, gate, goal
 from bench.project import copy_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,6 +79,7 @@ def _evaluate_here(stack: str, times: int) -> dict[str, Any]:
 
     from bench.scale import grow
     from config.loader import read_stack_file
+
     # The test suite's mocks of the whole program (tests/ is outside mypy's run: imported by name).
     ProgramMocks: Any = importlib.import_module("tests.test_program").ProgramMocks
 
@@ -186,7 +190,10 @@ def _evaluate(*child_args: str) -> dict[str, Any]:
     return result
 
 
-def evaluate(args: argparse.Namespace) -> None:
+Gated = tuple[list[Verdict], list[str]]  # what a `--gate` checks (bench/goals.py), and what it could not
+
+
+def evaluate(args: argparse.Namespace) -> Gated:
     from bench.scale import grow, machines
     from config.loader import read_stack_file
 
@@ -202,10 +209,12 @@ def evaluate(args: argparse.Namespace) -> None:
         f" {'program':>9} {'cpu':>7} {'cpu ms/res':>11} {'floor cpu':>10} {'x floor':>8}"
         f" {'trimmed':>8} {'x trimmed':>10} {'walked/res':>11}"
     )
+    measured: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for times in args.times:
         r = _evaluate("_evaluate", "--stack", args.stack, "--times", str(times))
         floor = _evaluate("_floor", "--resources", str(r["resources"]))
         trimmed = _evaluate("_floor", "--resources", str(r["resources"]), "--trimmed")
+        measured.append((times, r, floor))
         per = 1000 * r["evaluate_cpu_s"] / r["resources"]
         print(
             f"{'x' + str(times):>5} {machines(grow(raw, times)):>9} {r['resources']:>10}"
@@ -215,6 +224,28 @@ def evaluate(args: argparse.Namespace) -> None:
             f" {trimmed['evaluate_cpu_s']:>7.2f}s {r['evaluate_cpu_s'] / trimmed['evaluate_cpu_s']:>10.2f}"
             f" {r['cycle_check_visits'] / r['resources']:>11.1f}"
         )
+    return evaluate_verdicts(measured)
+
+
+def evaluate_verdicts(measured: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> Gated:
+    """Issue 16.4's goals from (size, the program's run, the SDK floor's run, as shipped) per size: the
+    program's CPU grows linearly with its resources, stays within its guard of the SDK's floor at the
+    largest size, and (reported) x100 in 10 s."""
+    verdicts, skipped = [], []
+    points = [(r["resources"], r["evaluate_cpu_s"]) for _, r, _ in measured]
+    if len(points) >= 2:
+        verdicts.append(Verdict(goal("evaluate.exponent"), exponent(points)))
+    else:
+        skipped.append("evaluate.exponent: needs two sizes")
+    if measured:
+        _, largest, floor = max(measured, key=lambda m: m[0])
+        verdicts.append(Verdict(goal("evaluate.floor"), largest["evaluate_cpu_s"] / floor["evaluate_cpu_s"]))
+    x100 = [r for times, r, _ in measured if times == 100]
+    if x100:
+        verdicts.append(Verdict(goal("evaluate.x100"), x100[0]["evaluate_cpu_s"]))
+    else:
+        skipped.append("evaluate.x100: x100 not measured (--times)")
+    return verdicts, skipped
 
 
 # --- the program through the engine ---------------------------------------------------------------
@@ -318,11 +349,13 @@ def exponent(points: list[tuple[int, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
-def engine(args: argparse.Namespace) -> None:
+def engine(args: argparse.Namespace) -> Gated:
     from bench.scale import grow, machines
     from config.loader import read_stack_file
 
     raw = engine_stack(read_stack_file(REPO / f"Pulumi.{args.stack}.yaml"))
+    verdicts: list[Verdict] = []
+    skipped: list[str] = []
     for backend in ("file", "s3") if args.backend == "both" else (args.backend,):
         with (
             tempfile.TemporaryDirectory(prefix="bench-preview-") as tmp_name,
@@ -351,6 +384,10 @@ def engine(args: argparse.Namespace) -> None:
                 )
             if len(points) > 1:
                 print(f"fitted exponent (time ~ resources^k): k = {exponent(points):.2f}  (goal <= 1.1)")
+                verdicts.append(Verdict(goal("preview.exponent"), exponent(points)))
+            else:
+                skipped.append(f"preview.exponent ({backend}): needs two sizes")
+    return verdicts, skipped
 
 
 # --- `pulumi up` and the backend ------------------------------------------------------------------
@@ -458,7 +495,7 @@ def _timed_cpu(p: Project, *args: str) -> tuple[float, float]:
 EMPTY = "import pulumi\n"
 
 
-def nochange(args: argparse.Namespace) -> None:
+def nochange(args: argparse.Namespace) -> Gated:
     """The dev stack, up once against vendorsim (rendering its objects, no cluster), then previewed with
     nothing to change, beside the same engine previewing a program that registers nothing. Runs in a
     network namespace (the boxes' addresses): scripts/netns.sh exec -- python -m bench.preview nochange."""
@@ -561,6 +598,8 @@ def nochange(args: argparse.Namespace) -> None:
         for title, top in profiles:
             print(f"  the CLI's own CPU (`pulumi --profiling`, go tool pprof -top), {title}:")
             print("\n".join("    " + line for line in top.splitlines()))
+        # The gate reads CPU, not wall: on a shared machine the wall of a 1-second run is mostly others'.
+        return [Verdict(goal("nochange.cpu"), dc / nc)], []
 
 
 def _cli_profiles(dev: Project, empty: Project, out: Path, quiet: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -670,18 +709,20 @@ def _sizes(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="the program alone under mocks")
     ev.add_argument("--stack", default="production")
     ev.add_argument("--times", type=_sizes, default=[1, 10, 100])
+    ev.add_argument("--gate", action="store_true", help=GATE_HELP)
     ev.set_defaults(func=evaluate)
     en = sub.add_parser("engine", help="`pulumi preview` through the real engine")
     en.add_argument("--stack", default="dev")
     en.add_argument("--times", type=_sizes, default=[1, 10, 30])
     en.add_argument("--backend", choices=["file", "s3", "both"], default="file")
     en.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE")
+    en.add_argument("--gate", action="store_true", help=GATE_HELP)
     en.set_defaults(func=engine)
     u = sub.add_parser("up", help="`pulumi up` of N no-op resources: the engine and the backend alone")
     u.add_argument("--resources", type=_sizes, default=[80, 680, 2000])
@@ -692,6 +733,7 @@ def main() -> None:
     nc.add_argument("--rounds", type=int, default=3)
     nc.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE")
     nc.add_argument("--cli-profile", action="store_true", help="print where the CLI's own CPU goes")
+    nc.add_argument("--gate", action="store_true", help=GATE_HELP)
     nc.set_defaults(func=nochange)
     child = sub.add_parser("_evaluate")
     child.add_argument("--stack", default="production")
@@ -702,8 +744,13 @@ def main() -> None:
     fl.add_argument("--trimmed", action="store_true")
     fl.set_defaults(func=lambda a: print(json.dumps(_floor_here(a.resources, a.trimmed))))
     args = parser.parse_args()
-    args.func(args)
+    result = args.func(args)
+    if getattr(args, "gate", False):
+        return gate(*result)
+    return 0
 
+
+GATE_HELP = "check issue 16's goals (bench/goals.py); exit 1 if one fails"
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

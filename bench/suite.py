@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.goals import Verdict, gate, goal
+
 REPO = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -301,6 +303,9 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between readings of /proc")
     parser.add_argument("--top", type=int, default=15, help="how many of the costliest processes to list")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--gate", action="store_true", help="report issue 16.5's goal (bench/goals.py); never fails the run"
+    )
     parser.add_argument("args", nargs="*", help="after --: arguments for scripts/test.sh")
     args = parser.parse_args()
     if args.command and args.args:
@@ -310,7 +315,18 @@ def main() -> int:
     command = shlex.split(args.command) if args.command else ["bash", "scripts/test.sh", *args.args]
     result = measure(command, interval=args.interval, top=args.top)
     print(json.dumps(result, indent=2) if args.json else report(result))
+    if args.gate and not args.json:
+        gated = gate(*suite_verdicts(result, whole=not (args.command or args.args)))
+        return int(result["returncode"]) or gated
     return int(result["returncode"])
+
+
+def suite_verdicts(result: dict[str, Any], *, whole: bool) -> tuple[list[Verdict], list[str]]:
+    """Issue 16.5's goal, reported: the least wall the suite's CPU allows on this machine's cores. Only a
+    whole run of the README's test command measures it."""
+    if not whole:
+        return [], ["suite.floor: not the whole suite (--command or arguments after --)"]
+    return [Verdict(goal("suite.floor"), result["busy_cpu_s"] / result["cores"])], []
 
 
 if __name__ == "__main__":

@@ -161,3 +161,55 @@ def _as_nobody(path: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=30,
     )
+
+
+def test_the_benchmark_gates_run_the_quick_set_on_pull_requests_and_the_full_set_each_night() -> None:
+    doc = workflow("bench.yml")
+    triggers = doc[True]  # YAML 1.1 reads the key `on` as true
+    assert set(triggers) == {"pull_request", "schedule", "workflow_dispatch"}
+    # A pull request that changes what the benchmarks measure (or the benchmarks) runs them.
+    paths = triggers["pull_request"]["paths"]
+    assert {"providers/**", "components/**", "bench/**", "vendorsim/**", "__main__.py"} <= set(paths)
+    assert _run_steps(doc) == [
+        "bash scripts/ci/bench.sh \"${{ github.event_name == 'pull_request' && 'quick' || 'full' }}\""
+    ]
+    upload = doc["jobs"]["gate"]["steps"][-1]
+    assert upload["with"]["path"] == "bench-results/" and upload["if"] == "${{ !cancelled() }}"
+
+
+def test_the_benchmark_script_refuses_an_unknown_set_and_runs_as_root_through_sudo() -> None:
+    refused = subprocess.run(
+        ["bash", "scripts/ci/bench.sh", "nightly"], cwd=REPO, capture_output=True, text=True
+    )
+    assert (refused.returncode, refused.stderr) == (2, "usage: bash scripts/ci/bench.sh quick|full\n")
+    with tempfile.TemporaryDirectory(dir="/tmp") as name:
+        fake = Path(name)
+        fake.chmod(0o755)
+        (fake / "sudo").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+        (fake / "sudo").chmod(0o755)
+        path = f"{fake}:/usr/bin:/bin"
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "bash",
+                "scripts/ci/bench.sh",
+                "quick",
+            ],
+            cwd=REPO,
+            env={"PATH": path, "HOME": "/nonexistent"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "-E",
+        "env",
+        f"PATH={path}",
+        "bash",
+        f"{REPO}/scripts/ci/bench.sh",
+        "quick",
+    ]
