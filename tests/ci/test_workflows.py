@@ -138,29 +138,32 @@ def test_the_watcher_image_is_pushed_by_digest_and_the_digest_is_what_gets_pinne
 
 
 def test_the_test_job_runs_ci_run_as_root_through_sudo_keeping_home_and_path() -> None:
-    # The runner's user is not root; the tests are (scripts/netns.sh). A stand-in sudo records
-    # what it was asked to run, in a folder the unprivileged user can read: under /tmp itself, since
-    # pytest's folders and the run's TMPDIR (scripts/private-tmp.sh, mode 0700) are root's alone.
+    path, done = _through_stand_in_sudo("scripts/ci/test.sh")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["-E", "env", f"PATH={path}", "bash", f"{REPO}/.ci/run"]
+
+
+def _through_stand_in_sudo(*command: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """Run `bash COMMAND...` as nobody, with a stand-in sudo first on PATH; (that PATH, the run).
+
+    The runner's user is not root; the tests and benchmarks are (scripts/netns.sh). The stand-in
+    records what it was asked to run, in a folder the unprivileged user can read: under /tmp itself,
+    since pytest's folders and the run's TMPDIR (scripts/private-tmp.sh, mode 0700) are root's alone."""
     with tempfile.TemporaryDirectory(dir="/tmp") as name:
         fake = Path(name)
         fake.chmod(0o755)
         (fake / "sudo").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
         (fake / "sudo").chmod(0o755)
         path = f"{fake}:/usr/bin:/bin"
-        done = _as_nobody(path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["-E", "env", f"PATH={path}", "bash", f"{REPO}/.ci/run"]
-
-
-def _as_nobody(path: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "scripts/ci/test.sh"],
-        cwd=REPO,
-        env={"PATH": path, "HOME": "/nonexistent"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", *command],
+            cwd=REPO,
+            env={"PATH": path, "HOME": "/nonexistent"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    return path, done
 
 
 def test_the_benchmark_gates_run_the_quick_set_on_pull_requests_and_the_full_set_each_night() -> None:
@@ -182,28 +185,7 @@ def test_the_benchmark_script_refuses_an_unknown_set_and_runs_as_root_through_su
         ["bash", "scripts/ci/bench.sh", "nightly"], cwd=REPO, capture_output=True, text=True
     )
     assert (refused.returncode, refused.stderr) == (2, "usage: bash scripts/ci/bench.sh quick|full\n")
-    with tempfile.TemporaryDirectory(dir="/tmp") as name:
-        fake = Path(name)
-        fake.chmod(0o755)
-        (fake / "sudo").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
-        (fake / "sudo").chmod(0o755)
-        path = f"{fake}:/usr/bin:/bin"
-        done = subprocess.run(
-            [
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "bash",
-                "scripts/ci/bench.sh",
-                "quick",
-            ],
-            cwd=REPO,
-            env={"PATH": path, "HOME": "/nonexistent"},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+    path, done = _through_stand_in_sudo("scripts/ci/bench.sh", "quick")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "-E",
