@@ -146,6 +146,7 @@ def goal(key: str) -> Goal:
 class Verdict:
     goal: Goal
     value: float
+    where: str = ""  # which of several runs of one goal (a backend), shown beside its key
 
     @property
     def met(self) -> bool:
@@ -177,7 +178,8 @@ class Verdict:
     def line(self) -> str:
         verdict = "ok  " if self.passes else "FAIL"
         figure = f"{self.value:8.2f} <= {self.goal.limit:<6g}"
-        return f"  {verdict} {self.goal.key:<20} {figure} {self.status}: {self.goal.what}"
+        key = f"{self.goal.key}[{self.where}]" if self.where else self.goal.key
+        return f"  {verdict} {key:<20} {figure} {self.status}: {self.goal.what}"
 
 
 def gate(verdicts: Iterable[Verdict], skipped: Sequence[str] = ()) -> int:
@@ -189,7 +191,7 @@ def gate(verdicts: Iterable[Verdict], skipped: Sequence[str] = ()) -> int:
         print(v.line())
     for reason in skipped:
         print(f"  skip {reason}")
-    failed = [v.goal.key for v in verdicts if not v.passes]
+    failed = [f"{v.goal.key}[{v.where}]" if v.where else v.goal.key for v in verdicts if not v.passes]
     if failed:
         print(f"gate FAILED: {', '.join(failed)}")
         return 1

@@ -384,7 +384,7 @@ def engine(args: argparse.Namespace) -> Gated:
                 )
             if len(points) > 1:
                 print(f"fitted exponent (time ~ resources^k): k = {exponent(points):.2f}  (goal <= 1.1)")
-                verdicts.append(Verdict(goal("preview.exponent"), exponent(points)))
+                verdicts.append(Verdict(goal("preview.exponent"), exponent(points), where=backend))
             else:
                 skipped.append(f"preview.exponent ({backend}): needs two sizes")
     return verdicts, skipped

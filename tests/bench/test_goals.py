@@ -67,6 +67,10 @@ def test_the_gate_fails_on_any_failed_verdict_and_when_nothing_was_measured(
     assert "gate passed" in out and "skip adoption.calls: needs two sizes" in out
     assert gate([ok, over]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "gate FAILED: adoption.up.64"
+    s3 = Verdict(goal("preview.exponent"), 1.2, where="s3")
+    assert s3.line().split()[:2] == ["FAIL", "preview.exponent[s3]"]
+    assert gate([ok, s3]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "gate FAILED: preview.exponent[s3]"
     assert gate([], ["evaluate.exponent: needs two sizes"]) == 1
     assert "nothing measured" in capsys.readouterr().out
 
