@@ -38,6 +38,11 @@ class ClaimLostError(MachineError):
     """The cluster-side claim of a box is held by someone else, or changed under this process."""
 
 
+class BoxStillListedError(MachineError):
+    """The vendor answered 404 for a box its account still lists (a wrong zone or endpoint, the
+    vendor's own passing fault): the box is not taken as gone, and nothing about it is forgotten."""
+
+
 class MarkerChangeError(MachineError):
     """A fleet's marker changed and a box the fleet holds does not carry the new one: the claim is kept
     (a config edit never releases a box); the operator marks the box or replaces the claim."""

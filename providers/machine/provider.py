@@ -41,7 +41,7 @@ from providers.machine.release import (
     resume_state,
 )
 from providers.machine.robot_install import INSTALL_STATES
-from providers.machine.selection import claim_box
+from providers.machine.selection import claim_box, confirm_gone
 from providers.machine.settings import Settings, settings_from_config
 from providers.machine.spec import (
     JOINING,
@@ -289,9 +289,11 @@ class ClaimProvider(_Stateless):
         spec = parse_claim(props)
         token = str(props.get("claim_token") or spec.token)
         settings = self._config()
+        client = settings.vendor_client(vendor)
         try:
-            box = settings.vendor_client(vendor).get_box(box_id)
-        except NotFoundError:
+            box = client.get_box(box_id)
+        except NotFoundError as error:
+            confirm_gone(client, vendor, box_id, error)
             engine_link.progress(
                 f"{spec.resource_name}: {vendor.value} box {box_id} no longer exists", spec.urn
             )
@@ -385,7 +387,8 @@ class ClaimProvider(_Stateless):
         # unclaimed it and another slot claimed it) is left alone, not refused on every run.
         try:
             box = client.get_box(box_id)
-        except NotFoundError:
+        except NotFoundError as error:
+            confirm_gone(client, vendor, box_id, error)
             log(f"{spec.resource_name}: {box_id} no longer exists at {vendor.value}; nothing to release")
             let_go()
             return
@@ -607,7 +610,8 @@ class MachineProvider(_Stateless):
         client = settings.vendor_client(vendor)
         try:
             box = client.get_box(box_id)
-        except NotFoundError:
+        except NotFoundError as error:
+            confirm_gone(client, vendor, box_id, error)
             return dyn.ReadResult(id_="", outs={})
         if box.claim is None or box.claim.token != spec.claim_token:
             engine_link.progress(

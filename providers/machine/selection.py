@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from providers.constants import ENVIRONMENTS
 from providers.errors import NotFoundError
-from providers.machine.errors import NoAdoptableBoxError
+from providers.machine.errors import BoxStillListedError, NoAdoptableBoxError
 from providers.machine.record import ClaimHeldError, ClaimRecord, Holder, Phase, Progress
 from providers.machine.spec import ClaimSpec, Vendor
 from providers.vendor import Box, Claim, VendorClient
@@ -304,6 +304,20 @@ def claim_box(
         skipped.append((box.id, f"claimed by {holder_text} before this claim was read back"))
 
 
+def confirm_gone(client: VendorClient, vendor: Vendor, box_id: str, not_found: NotFoundError) -> None:
+    """Returns when `box_id`, which the vendor just answered 404 for, is really gone: not in the
+    account's listing either. Else raises BoxStillListedError. A box taken as gone is let go of (its
+    record deleted, its state dropped) while it still carries this slot's marker: if it is there after
+    all, no later run finds it again. One 404 does not prove that (a wrong zone or endpoint, a vendor's
+    passing fault); the listing costs calls only on this rare path."""
+    if box_id in client.list_box_ids():
+        raise BoxStillListedError(
+            f"{vendor.value} answered 404 for box {box_id} ({not_found.call}), but its account still lists "
+            "it: the box is not taken as gone and its claim is kept; run again, and if this repeats check "
+            "the vendor's endpoint and zones in the stack config"
+        ) from not_found
+
+
 def _resume_own(
     client: VendorClient,
     record: ClaimRecord,
@@ -320,7 +334,8 @@ def _resume_own(
     records), the box's marker left as it is, and the box added to `skipped`."""
     try:
         box = client.get_box(box_id)
-    except NotFoundError:
+    except NotFoundError as error:
+        confirm_gone(client, spec.vendor, box_id, error)
         _let_go_own_record(record, spec, box_id, f"it no longer exists at {spec.vendor.value}", log)
         skipped.append((box_id, f"no longer exists at {spec.vendor.value}"))
         return None

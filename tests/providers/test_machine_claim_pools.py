@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from providers.errors import NotFoundError
-from providers.machine.errors import NoAdoptableBoxError
+from providers.machine.errors import BoxStillListedError, NoAdoptableBoxError
 from providers.machine.record import Phase, ProcessClaimRecord, Progress
 from providers.machine.selection import CandidatePools, claim_box, holder_of
 from providers.machine.spec import ClaimSpec, parse_claim
@@ -47,6 +47,7 @@ class FakeVendor:
             for i in range(free + others)
         }
         self.calls: Counter[str] = Counter()
+        self.answer_404: set[str] = set()  # boxes whose read answers 404 though the account lists them
         self.writes: list[tuple[str, Claim | None]] = []  # every marker write, in order
         self.listing_started = threading.Event()
         self.listing_may_end = threading.Event()
@@ -59,10 +60,15 @@ class FakeVendor:
         with self.lock:
             return list(self.boxes.values())
 
+    def list_box_ids(self) -> list[str]:
+        with self.lock:
+            self.calls["list_box_ids"] += 1
+            return list(self.boxes)
+
     def get_box(self, box_id: str) -> Box:
         with self.lock:
             self.calls["get_box"] += 1
-            if box_id not in self.boxes:
+            if box_id not in self.boxes or box_id in self.answer_404:
                 raise NotFoundError(vendor=self.vendor.value, call="GET /server", message="not found")
             return self.boxes[box_id]
 
@@ -286,6 +292,28 @@ def test_a_record_of_its_own_on_a_box_gone_at_the_vendor_is_released_and_another
         "kura-ovh-0: this claim's process record is on ovh box ns099, but it no longer exists at ovh: the "
         "record is released (the box itself is left as it is); claiming another box"
     )
+
+
+def test_a_404_for_a_box_the_account_still_lists_keeps_the_record_and_claims_nothing_else() -> None:
+    """One 404 (a wrong zone, the vendor's passing fault) is not proof: the box still carries this slot's
+    marker, and taking it as gone would leave it held by nobody that any later run finds."""
+    ovh = FakeVendor(Vendor.OVH, "tuist-kura-dev-ovh", free=2)
+    mine = spec("kura-ovh", 0)
+    ovh.boxes["ns000"] = replace(ovh.boxes["ns000"], claim=Claim(mine.token))
+    record = ProcessClaimRecord({})
+    record.acquire(Progress("ovh", "ns000", "kura-ovh", holder_of(mine)))
+    ovh.answer_404.add("ns000")
+    with pytest.raises(BoxStillListedError) as raised:
+        _claim_logged(ovh, record, mine)
+    assert str(raised.value) == (
+        "ovh answered 404 for box ns000 (GET /server), but its account still lists it: the box is not "
+        "taken as gone and its claim is kept; run again, and if this repeats check the vendor's endpoint "
+        "and zones in the stack config"
+    )
+    assert ovh.writes == [] and record.held("ovh") == {"ns000": holder_of(mine)}
+    ovh.answer_404.clear()  # the next run reads it, and resumes on it
+    box, _ = _claim_logged(ovh, record, mine)
+    assert box.id == "ns000" and record.held("ovh") == {"ns000": holder_of(mine)}
 
 
 def test_a_stale_record_of_its_own_is_released_and_the_box_its_marker_names_resumed() -> None:

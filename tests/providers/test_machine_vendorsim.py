@@ -27,6 +27,7 @@ from config.models import Vendor
 from providers.claims import claim_token
 from providers.machine import record as claim_records
 from providers.machine.errors import (
+    BoxStillListedError,
     MachineHostKeyMismatchError,
     MachineStepError,
     NoAdoptableBoxError,
@@ -386,6 +387,40 @@ def test_read_uses_the_id_and_reports_a_lost_claim_as_gone(sim: Sim) -> None:
     client.set_claim(DEDIBOX_BOXES[0], Claim("0123456789ab"))
     assert claims.read(f"dedibox:{DEDIBOX_BOXES[0]}", claim).id == ""
     assert machines.read(f"dedibox:{DEDIBOX_BOXES[0]}", machine).id == ""
+
+
+def test_a_404_for_a_box_its_account_still_lists_is_not_taken_as_gone(sim: Sim) -> None:
+    """Refresh and destroy take a box that answers 404 as gone: refresh drops it from state, destroy lets
+    go of its record. If the account still lists it (a wrong zone, the vendor's passing fault), the box
+    still carries this slot's marker and nothing would find it again: both refuse, and keep it all."""
+    claim, machine = sim.adopt("kura-dedibox", 0)
+    id_ = f"dedibox:{DEDIBOX_BOXES[0]}"
+    claims, machines = sim.claims(), sim.machines()
+    marker = claims_in_state(sim.state())[DEDIBOX_BOXES[0]]
+    generation = sim.box("dedibox-200101")["generation"]
+    server = "/dedibox/dedibox/v1/zones/fr-par-2/servers/200101"
+    sim.faults({"vendor": "dedibox", "method": "GET", "route": server, "error_rate": 1, "status": 404})
+    still_listed = re.escape(
+        f"dedibox answered 404 for box {DEDIBOX_BOXES[0]} "
+        "(GET /dedibox/v1/zones/{zone}/servers/{server_id}), but its account still lists it: the box is "
+        "not taken as gone and its claim is kept"
+    )
+    try:
+        with pytest.raises(BoxStillListedError, match=still_listed):
+            claims.read(id_, claim)
+        with pytest.raises(BoxStillListedError, match=still_listed):
+            machines.read(id_, machine)
+        machines.delete(id_, machine)  # no cluster here: the machine has nothing to leave
+        with pytest.raises(BoxStillListedError, match=still_listed):
+            claims.delete(id_, claim)
+    finally:
+        sim.clear_faults()
+    assert claims_in_state(sim.state())[DEDIBOX_BOXES[0]] == marker
+    assert list(ProcessClaimRecord().held("dedibox")) == [DEDIBOX_BOXES[0]]
+    claims.delete(id_, claim)  # once the box reads again, the release goes on: reinstalled and let go of
+    assert sim.box("dedibox-200101")["generation"] == generation + 1
+    assert claims_in_state(sim.state())[DEDIBOX_BOXES[0]] == "tuist-kura-dev"
+    assert ProcessClaimRecord().held("dedibox") == {}
 
 
 def test_a_label_edit_changes_no_machine_and_a_minor_bump_rejoins(sim: Sim) -> None:
