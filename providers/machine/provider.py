@@ -661,7 +661,18 @@ class MachineProvider(_Stateless):
                     ephemeral=False,
                     warning=True,
                 )
-        outs = _outputs(props, public_ipv4=box.public_ipv4, datacenter=box.datacenter, state=state)
+        joined_as = props.get("public_ipv4")
+        if box.public_ipv4 and joined_as and box.public_ipv4 != joined_as:
+            # Kept as joined: it is the kubelet's --node-ip, so the claim's new address (which the same
+            # refresh reads) shows in the next diff as the rejoin it needs, not as nothing to do.
+            engine_link.progress(
+                f"{spec.resource_name}: {vendor.value} now gives box {box_id} the address {box.public_ipv4}; "
+                f"it joined as {joined_as} (its kubelet's --node-ip): `pulumi up` rejoins it at the new one",
+                spec.urn,
+                ephemeral=False,
+                warning=True,
+            )
+        outs = _outputs(props, datacenter=box.datacenter, state=state)
         if vendor is Vendor.SCALEWAY_EM:
             outs["private_network"] = self._private_network_read(spec, client)
         return dyn.ReadResult(id_=id_, outs=outs)

@@ -770,6 +770,34 @@ def test_a_refresh_shows_an_update_that_stopped_halfway_and_the_next_update_join
     assert again.outs is not None and again.outs["state"] == "ready"
 
 
+def test_a_refresh_keeps_the_address_a_machine_joined_with_so_a_new_one_shows_as_a_rejoin(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The vendor gives the box another address. The refresh reads it into the claim, and so into the
+    machine's inputs; the machine keeps the one its kubelet advertises (--node-ip), so the next `pulumi
+    up` rejoins it at the new one rather than seeing inputs equal to outputs."""
+    caplog.set_level(logging.INFO)
+    record, _ = held_record(phase="Ready", state="READY", facts={"pin": "SHA256:x"})
+    runner = FakeRunner(completes_with={"pin": "SHA256:x"}).installed(monkeypatch)
+    moved = box(
+        "2345601", "tuist-bm-dev-1", vendor=Vendor.ROBOT, claim=Claim("0123456789ab"), ip="198.18.3.77"
+    )
+    provider = configured(MachineProvider, FakeSettings(record, FakeClient(moved)))
+    props = {**ROBOT_MACHINE, "host_key_fingerprint": "SHA256:x", "state": "ready"}
+
+    read = provider.read("robot:2345601", props)
+    assert read.outs is not None and read.outs["public_ipv4"] == "198.18.3.1"
+    assert (
+        "runners-0: robot now gives box 2345601 the address 198.18.3.77; it joined as 198.18.3.1 (its "
+        "kubelet's --node-ip): `pulumi up` rejoins it at the new one"
+    ) in caplog.text
+    news = {**props, "public_ipv4": "198.18.3.77"}  # from the claim, which the same refresh read
+    diff = machine_diff(read.outs, news)
+    assert diff.changes and diff.replaces == []
+    provider.update("robot:2345601", read.outs, news)
+    assert runner.started == ["JOINING"]
+
+
 def test_a_refresh_shows_a_leave_that_stopped_halfway_and_the_next_update_rejoins_and_uncordons(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
