@@ -14,9 +14,11 @@ makes the write fail with 409 and the edit is done again on the fresh Node.
 The Node's extended resources (`capacity`: the fleet's egress budget, which every Kura pod requests
 its floor of) exist only in the Node's status: no kubelet flag sets them, so they are patched there
 once the Node is registered, and again on every update. The kubelet keeps an extended resource it
-does not manage across its status updates and copies it to allocatable; a kubelet that starts on an
-empty state directory (a reinstalled box: a new Node) zeroes them, and the next join's NodeLabels
-advertises them again.
+does not manage across its status updates and copies it to allocatable. A Node registered again (its
+kubelet started on an empty state directory, or the Node was deleted and the machine joined again)
+has none of them and only the labels and taints it registered with, while this resource's inputs did
+not change: its `read` compares the Node with what it applied, so a refresh shows the update and the
+next `pulumi up` applies the sets again.
 
 Without a cluster (the dev stack) the resource only records the sets. delete leaves the Node alone:
 the machine's delete deletes it.
@@ -96,6 +98,45 @@ def advertise(api: Any, node: str, *, old: Mapping[str, str], new: Mapping[str, 
     return True
 
 
+def drift(
+    api: Any,
+    node: str,
+    *,
+    labels: Mapping[str, str],
+    taints: Sequence[Mapping[str, Any]],
+    capacity: Mapping[str, str],
+) -> list[str] | None:
+    """What of these sets the Node does not carry (a label, a taint, an extended resource in its
+    capacity); None when there is no such Node. A Node registered again (its kubelet started on an
+    empty state directory, or the Node was deleted and the machine joined again) carries the labels and
+    taints it registered with, and none of the extended resources."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.utils import parse_quantity
+
+    try:
+        current = k8s.CoreV1Api(api).read_node(node)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise NodeLabelsError(f"read Node {node} failed (HTTP {error.status})") from None
+    has_labels = current.metadata.labels or {}
+    has_taints = {(t.key, t.effect, t.value or "") for t in current.spec.taints or []}
+    has_capacity = (current.status.capacity if current.status else None) or {}
+    missing = [f"label {key}={value}" for key, value in labels.items() if has_labels.get(key) != value]
+    missing += [
+        f"taint {t['key']}:{t['effect']}"
+        for t in taints
+        if (t["key"], t["effect"], t.get("value") or "") not in has_taints
+    ]
+    missing += [
+        f"extended resource {key}={count}"
+        for key, count in capacity.items()
+        if key not in has_capacity or parse_quantity(has_capacity[key]) != parse_quantity(count)
+    ]
+    return missing
+
+
 def taint_dict(taint: Mapping[str, Any]) -> dict[str, Any]:
     body = {"key": taint["key"], "effect": taint["effect"]}
     if taint.get("value"):
@@ -155,9 +196,10 @@ class NodeLabelsProvider(_Stateless):
         found = table_diff(NODE_LABELS_INPUTS, olds, news)
         replaces = found[Change.REPLACE]
         changed = bool(replaces or found[Change.REJOIN] or found[Change.RECORD])
-        # A Node that was not registered when its extended resources were due gets them on the next up.
-        unadvertised = bool(news.get("api_server") and news.get("capacity") and olds.get("applied") is False)
-        changed = changed or unadvertised
+        # A Node that was not registered when its extended resources were due gets them on the next up,
+        # and so does one a refresh found without some of its sets (registered again: `read`).
+        unapplied = olds.get("applied") is False and bool(olds.get("drift") or news.get("capacity"))
+        changed = changed or (bool(news.get("api_server")) and unapplied)
         return dyn.DiffResult(changes=changed, replaces=replaces, delete_before_replace=False)
 
     def _apply(
@@ -203,7 +245,32 @@ class NodeLabelsProvider(_Stateless):
         return dyn.UpdateResult(outs={**outs, "applied": applied})
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
-        return dyn.ReadResult(id_=id_, outs={k: v for k, v in props.items() if k != PROVIDER_KEY})
+        """What is in state, unless the Node lacks part of it: then `applied` is False and the next `pulumi
+        up` applies the sets again (diff). A Node that is not registered is the machine's to find (its
+        read drops it; its create joins it again): an extended resource is still due once it registers."""
+        outs = {k: v for k, v in props.items() if k not in (PROVIDER_KEY, "drift")}
+        if not props.get("api_server"):
+            return dyn.ReadResult(id_=id_, outs=outs)
+        node = str(props["node_name"])
+        missing = drift(
+            self._config().kube_api(),
+            node,
+            labels=props.get("labels") or {},
+            taints=props.get("taints") or [],
+            capacity=props.get("capacity") or {},
+        )
+        if missing is None:
+            return dyn.ReadResult(id_=id_, outs={**outs, "applied": False})
+        if missing:
+            engine_link.progress(
+                f"{props.get('resource_name')}: Node {node} lacks {', '.join(missing)} (registered again?): "
+                "`pulumi up` applies its labels, taints and extended resources again",
+                props.get("urn"),
+                ephemeral=False,
+                warning=True,
+            )
+            return dyn.ReadResult(id_=id_, outs={**outs, "applied": False, "drift": True})
+        return dyn.ReadResult(id_=id_, outs={**outs, "applied": True})
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
         return None  # the Node goes with the machine's delete

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import logging
 import re
 import threading
 import time
@@ -21,7 +22,9 @@ import yaml
 from kubernetes import client as k8s
 
 from providers import kube
-from providers.machine.node_labels import advertise, relabel
+from providers.machine.node_labels import NodeLabelsProvider, advertise, relabel
+from providers.machine.record import ProcessClaimRecord
+from tests.providers.test_machine_units import FakeSettings, configured
 from tests.support.cluster import KubeCluster, Kubelet, node_ready, wait_until
 
 FLEET = "kube-tests"
@@ -487,6 +490,65 @@ def test_advertise_gives_the_node_its_egress_budget_the_kubelet_keeps_and_the_sc
     assert egress not in (kube_cluster.core.read_node("kube-egress-1").status.capacity or {})
     assert advertise(api, "kube-missing-1", old={}, new={egress: "1000"}) is False
     kube_cluster.delete_namespace(namespace)
+
+
+def test_a_refresh_finds_a_node_registered_again_without_its_sets_and_the_next_up_applies_them(
+    kube_cluster: KubeCluster,
+    api: k8s.ApiClient,
+    join: Callable[..., Kubelet],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Node deleted and registered again (the machine joined again after a refresh dropped it, or its
+    kubelet started on an empty state directory) carries what it registered with and no extended
+    resources: NodeLabels' inputs did not change, so only its refresh can see it."""
+    caplog.set_level(logging.INFO)
+    egress, pool = "tuist.dev/egress-mbps", "node.cluster.x-k8s.io/pool"
+    join(
+        "kube-again-1",
+        fleet=FLEET,
+        labels={pool: "kura-ovh"},
+        taints=["tuist.dev/kura-cache=true:NoSchedule"],
+    )
+    provider = configured(NodeLabelsProvider, FakeSettings(ProcessClaimRecord({}), kube=api))
+    props = {
+        "node_name": "kube-again-1",
+        "labels": {pool: "kura-ovh", "tuist.dev/zone": "a"},
+        "taints": [{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoSchedule"}],
+        "capacity": {egress: "1000"},
+        "api_server": kube_cluster.api_server,
+        "resource_name": "kura-ovh-0-labels",
+        "urn": None,
+    }
+    created = provider.create(props).outs
+    assert created is not None and created["applied"] is True
+    read = provider.read("kube-again-1", created)
+    assert read.outs == created and not provider.diff("kube-again-1", read.outs, props).changes
+
+    # What registering again leaves: the registration's labels and taints, no extended resource.
+    assert advertise(api, "kube-again-1", old={egress: "1000"}, new={})
+    kube_cluster.core.patch_node("kube-again-1", {"metadata": {"labels": {"tuist.dev/zone": None}}})
+    read = provider.read("kube-again-1", created)
+    assert read.outs is not None and (read.outs["applied"], read.outs["drift"]) == (False, True)
+    assert (
+        "kura-ovh-0-labels: Node kube-again-1 lacks label tuist.dev/zone=a, extended resource "
+        f"{egress}=1000 (registered again?): `pulumi up` applies its labels, taints and extended "
+        "resources again"
+    ) in caplog.text
+    diff = provider.diff("kube-again-1", read.outs, props)
+    assert (diff.changes, diff.replaces) == (True, [])
+    updated = provider.update("kube-again-1", read.outs, props).outs
+    assert updated is not None and updated["applied"] is True and "drift" not in updated
+    node = kube_cluster.core.read_node("kube-again-1")
+    assert (node.metadata.labels["tuist.dev/zone"], node.status.capacity[egress]) == ("a", "1k")
+    assert provider.read("kube-again-1", updated).outs == updated
+
+    # No Node at all is the machine's to find: its extended resources are due once it registers, and a
+    # Mac, which advertises none (and whose agent may register no Node), has nothing to catch up on.
+    gone = provider.read("kube-missing-2", {**created, "node_name": "kube-missing-2"}).outs
+    assert gone is not None and gone["applied"] is False and "drift" not in gone
+    assert provider.diff("kube-missing-2", gone, {**props, "node_name": "kube-missing-2"}).changes
+    mac = {**props, "node_name": "kube-missing-2", "capacity": {}}
+    assert not provider.diff("kube-missing-2", {**gone, "capacity": {}}, mac).changes
 
 
 # --- the kubeconfig secret ------------------------------------------------------------------------------
