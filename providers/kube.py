@@ -297,6 +297,14 @@ def node_exists(api: k8s.ApiClient, node: str) -> bool:
     return _missing_ok(f"read Node {node}", lambda: k8s.CoreV1Api(api).read_node(node))
 
 
+def nodes_with_provider_id(api: k8s.ApiClient, provider_id: str) -> list[str]:
+    """The Nodes whose providerID is `provider_id`, by name. A box the program joined is Node
+    `<fleet>-<box>`; one imported keeps the name it was joined under (by hand, or by the Cluster API
+    provider), which only its providerID ties to the box."""
+    nodes = _call("list Nodes", lambda: k8s.CoreV1Api(api).list_node().items)
+    return sorted(n.metadata.name for n in nodes if n.spec and n.spec.provider_id == provider_id)
+
+
 @dataclass(frozen=True)
 class NodeStatus:
     provider_id: str | None

@@ -43,6 +43,11 @@ class BoxStillListedError(MachineError):
     vendor's own passing fault): the box is not taken as gone, and nothing about it is forgotten."""
 
 
+class AmbiguousNodeError(MachineError):
+    """Several Nodes carry one box's providerID: which one runs on the box is not known, so it is not
+    wiped under any of them."""
+
+
 class MarkerChangeError(MachineError):
     """A fleet's marker changed and a box the fleet holds does not carry the new one: the claim is kept
     (a config edit never releases a box); the operator marks the box or replaces the claim."""

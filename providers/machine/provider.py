@@ -24,6 +24,7 @@ from providers import kube
 from providers.errors import NotFoundError
 from providers.machine import engine_link
 from providers.machine.errors import (
+    AmbiguousNodeError,
     ClaimLostError,
     MachineInputError,
     MarkerChangeError,
@@ -401,7 +402,8 @@ class ClaimProvider(_Stateless):
             Progress(vendor=vendor.value, box_id=box_id, fleet=spec.fleet, holder=holder)
         )
         if spec.api_server and progress.phase != Phase.RELEASING:
-            progress = self._leave_first(spec, vendor, box_id, record, progress)
+            provider_id = provider_id_for(vendor, box_id, box.datacenter)
+            progress = self._leave_first(spec, vendor, box_id, provider_id, record, progress)
         table = release_table(vendor)
         start = resume_state(
             table, progress.phase == Phase.RELEASING, progress.state, progress.facts, progress.error_type
@@ -427,18 +429,34 @@ class ClaimProvider(_Stateless):
         log(f"{spec.resource_name}: {box_id} returned to the {spec.fleet} pool")
 
     def _leave_first(
-        self, spec: ClaimSpec, vendor: Vendor, box_id: str, record: ClaimRecord, progress: Progress
+        self,
+        spec: ClaimSpec,
+        vendor: Vendor,
+        box_id: str,
+        provider_id: str,
+        record: ClaimRecord,
+        progress: Progress,
     ) -> Progress:
         """A Node of the box still in the cluster when its claim is deleted: its machine is not in state
         (a create that failed after the kubelet registered, or a pending create cleared by hand), so
         nothing else will leave. The box leaves as a machine's delete would (cordon, drain, the Node
         and its local claims), then is wiped; a wiped box under a live Node and its claims is what the
-        reference's incidents were made of."""
+        reference's incidents were made of. The Node is the program's name for the box's, or else the
+        one that carries the box's providerID (an imported box keeps the name it was joined under)."""
         settings = self._config()
         api = settings.kube_api()
         node = node_name_for(spec.fleet, box_id)
         if not kube.node_exists(api, node):
-            return progress
+            named = kube.nodes_with_provider_id(api, provider_id)
+            if not named:
+                return progress
+            if len(named) > 1:
+                raise AmbiguousNodeError(
+                    f"{spec.resource_name}: Nodes {', '.join(named)} all carry providerID {provider_id} of "
+                    f"{vendor.value} box {box_id}: the box is not wiped while it is not known which of them "
+                    "runs on it; delete the stale ones (`kubectl delete node`), then run again"
+                )
+            node = named[0]
         run = self._run(spec.resource_name, vendor, box_id, spec, spec.urn, spec=_LeavingNode(node), kube=api)
         run.log(
             f"{spec.resource_name}: Node {node} of {run.box_label} is still in the cluster: it leaves first"

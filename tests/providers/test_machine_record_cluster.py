@@ -20,9 +20,16 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from providers.constants import CLAIM_GROUP, CLAIM_PLURAL, CLAIM_VERSION
-from providers.machine.errors import ClaimLostError
+from providers.machine.errors import AmbiguousNodeError, ClaimLostError
 from providers.machine.record import ClaimHeldError, Holder, KubeClaimRecord, Progress
-from tests.providers.test_machine_support import REPO, Sim, claim_props, claims_in_state, running_sim
+from tests.providers.test_machine_support import (
+    REPO,
+    Sim,
+    claim_props,
+    claims_in_state,
+    resource_id,
+    running_sim,
+)
 from tests.support.cluster import KubeCluster, wait_until
 
 A = Holder("tuist-infra", "dev", "kura-dedibox-0", "0123456789ab")
@@ -240,6 +247,33 @@ def test_a_claim_deleted_without_its_machine_leaves_the_cluster_before_the_wipe(
     assert node not in {n.metadata.name for n in crd.core.list_node().items}
     assert record.get("dedibox", claim["box_id"]) is None
     assert claims_in_state(sim.state())[claim["box_id"]] == "tuist-kura-dev"
+
+
+def test_a_claim_deleted_alone_finds_an_imported_boxs_node_by_its_provider_id(
+    sim: Sim, crd: KubeCluster, record: KubeClaimRecord, fleet_rbac: Callable[[str], None]
+) -> None:
+    """An imported box keeps the Node name it was joined under (by hand, or by the Cluster API provider),
+    not the program's `<fleet>-<box>`: only its providerID ties the two. Its claim deleted alone leaves
+    that Node before the wipe; two Nodes with the box's providerID stop the release, wiping nothing."""
+    fleet_rbac("kura-dedibox")
+    claims = sim.claims(kubeconfig=crd.kubeconfig.read_text())
+    claim = claims.create(claim_props("kura-dedibox", 7, api_server=crd.api_server)).outs
+    assert claim is not None
+    box, provider_id = claim["box_id"], claim["provider_id"]
+    for name in ("capi-kura-md-0-x7k2p", "capi-kura-md-0-old"):
+        crd.core.create_node({"metadata": {"name": name}, "spec": {"providerID": provider_id}})
+
+    with pytest.raises(AmbiguousNodeError, match="Nodes capi-kura-md-0-old, capi-kura-md-0-x7k2p all carry"):
+        claims.delete(resource_id(claim), claim)
+    assert claims_in_state(sim.state())[box] == f"tuist-kura-dev,tuist-claim-{claim['claim_token']}"
+    held = record.get("dedibox", box)
+    assert held is not None and held.holder.token == claim["claim_token"]
+
+    crd.core.delete_node("capi-kura-md-0-old")  # the operator removes the stale one, and runs again
+    claims.delete(resource_id(claim), claim)
+    assert "capi-kura-md-0-x7k2p" not in {n.metadata.name for n in crd.core.list_node().items}
+    assert record.get("dedibox", box) is None
+    assert claims_in_state(sim.state())[box] == "tuist-kura-dev"
 
 
 # --- the identity the providers need ---------------------------------------------------------------------
