@@ -496,6 +496,21 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
             f"refusing to unclaim {ref}: its claim token {box.claim.token} names no slot of this project's "
             "stacks; if you know nobody holds it, rerun with --force"
         )
+    # A claim of a slot the config has and the state does not hold (yet: a create under way, or a
+    # state write lost) is one the next `pulumi up` resumes; wiping it would pull the box from under
+    # that up. A releasing one is a release cut short, which unclaim finishes.
+    resumable = (
+        holder.stack == stack.name
+        and not in_state
+        and not box.claim.releasing
+        and holder.resource in stack.configured_slots()
+    )
+    if resumable and not force:
+        raise OpsError(
+            f"refusing to unclaim {ref}: its holder {holder} is a slot of stack {stack.name}'s config that "
+            "its state does not hold: `pulumi up` resumes that claim (`tuist-ops orphans` says so); to "
+            "give the box up instead, rerun with --force"
+        )
     foreign = foreign_marker(stack, box)
     if foreign:
         raise OpsError(f"refusing to unclaim {ref}: it belongs to another environment ({foreign})")
@@ -545,6 +560,8 @@ def plan_unclaim(stack: Stack, ref: BoxRef, *, reinstall: bool, force: bool, nod
         forced_past = f"its holder is in stack {stack.name}'s state ({in_state[0].short_urn})"
     elif holder.stack is None:
         forced_past = f"its claim token {box.claim.token} names no slot of this project's stacks"
+    elif resumable:
+        forced_past = f"its holder {holder} is a slot of stack {stack.name}'s config"
     return UnclaimPlan(ref, box, box.claim, fleet, reinstall, record, forced_past)
 
 
@@ -572,6 +589,15 @@ def run_unclaim(stack: Stack, plan: UnclaimPlan, console: Console, say: Say) -> 
     ref, client = plan.ref, stack.client(plan.ref.vendor)
     flags = " --no-reinstall" * (not plan.reinstall) + " --force" * (plan.forced_past is not None)
     resume = f"rerun `tuist-ops unclaim -s {stack.name} {ref}{flags}` to finish"
+    # The plan was read before the question, which may have waited on a person: a claim that changed
+    # meanwhile (another holder, or cleared) is not the one shown, and nothing is written over it.
+    now = get_box(stack, ref).claim
+    if now is None or now.token != plan.claim.token:
+        became = now.token if now else "none"
+        raise OpsError(
+            f"{ref}: its claim changed since the plan ({plan.claim.token} -> {became}); nothing was "
+            "changed: run unclaim again to see the new plan"
+        )
     try:
         client.set_claim(plan.box.id, Claim(plan.claim.token, releasing=True))
         say(f"{ref}: claim {plan.claim.token} marked releasing")

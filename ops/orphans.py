@@ -41,7 +41,7 @@ class Finding:
 def find_orphans(stack: Stack) -> tuple[list[Finding], list[str]]:
     slots = stack.slots()
     by_token = {s.token: s for s in slots}
-    in_config = {f"{f.name}-{i}" for f in stack.cfg.fleets if f.enabled for i in range(f.size)}
+    in_config = stack.configured_slots()
     findings: list[Finding] = []
     problems: list[str] = []
     seen_boxes: dict[tuple[str, str], Box] = {}

@@ -375,6 +375,11 @@ class Stack:
     def holder(self, token: str) -> Holder:
         return self.holders().get(token, Holder(token))
 
+    def configured_slots(self) -> set[str]:
+        """The slots this stack's config has now (`<fleet>-<i>` below each enabled fleet's size): a
+        claim of one that state does not hold is one its next `pulumi up` resumes."""
+        return {f"{f.name}-{i}" for f in self.cfg.fleets if f.enabled for i in range(f.size)}
+
     @staticmethod
     def _fleet_dicts(cfg: StackConfig) -> list[Mapping[str, Any]]:
         return [{"name": f.name, "size": f.size} for f in cfg.fleets]

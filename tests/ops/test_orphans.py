@@ -170,6 +170,55 @@ def test_unclaim_refuses_a_claim_the_state_holds_and_another_stacks_claim(sim: S
     assert sim.audit(since) == []
 
 
+def test_unclaim_leaves_a_claim_the_next_up_resumes_unless_forced(sim: Sim, ops: Ops) -> None:
+    """A claim of a slot the config has, which the state does not hold (a create under way, a lost state
+    write), is the one `pulumi up` resumes (orphans says so): unclaim would wipe the box from under it.
+    --force gives the box up, and its resume hint keeps --force."""
+    resumed = sim.claims().create(claim_props("kura-ovh", 1)).outs
+    assert resumed
+    box = resumed["box_id"]
+    since = sim.last_audit_id()
+    for extra in ([], ["--yes"], ["--dry-run"]):
+        assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box}", *extra)) == (
+            f"error: refusing to unclaim ovh:{box}: its holder dev/kura-ovh-1 is a slot of stack dev's "
+            "config that its state does not hold: `pulumi up` resumes that claim (`tuist-ops orphans` says "
+            "so); to give the box up instead, rerun with --force"
+        )
+    assert sim.audit(since) == []
+    forced = ops("unclaim", "-s", "dev", f"ovh:{box}", "--force", "--no-reinstall", "--yes")
+    assert forced.exit_code == 0, forced.output
+    assert [e["body"]["resource"]["displayName"] for e in sim.audit(since) if e["method"] == "PUT"] == [
+        f"tuist-kura-dev-ovh-1--r-{token('kura-ovh-1')}",
+        "tuist-kura-dev-ovh-1",
+    ]
+
+
+def test_unclaim_reads_the_claim_again_after_its_question_and_writes_over_no_other(
+    sim: Sim, ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The question may wait on a person; a claim that changed meanwhile is not the one the plan showed."""
+    import typer
+
+    from providers.vendor import Claim, Vendor
+
+    gone = sim.claims().create(claim_props("kura-ovh", 7)).outs
+    assert gone
+    box = gone["box_id"]
+
+    def another_holder_meanwhile(*_args: object, **_kwargs: object) -> bool:
+        sim.claims()._config().vendor_client(Vendor.OVH).set_claim(box, Claim(token("kura-ovh-8")))
+        return True
+
+    monkeypatch.setattr(typer, "confirm", another_holder_meanwhile)
+    since = sim.last_audit_id()
+    assert error_line(ops("unclaim", "-s", "dev", f"ovh:{box}", answer="y\n")) == (
+        f"error: ovh:{box}: its claim changed since the plan ({token('kura-ovh-7')} -> "
+        f"{token('kura-ovh-8')}); nothing was changed: run unclaim again to see the new plan"
+    )
+    writes = [e["body"]["resource"]["displayName"] for e in sim.audit(since) if e["method"] != "GET"]
+    assert writes == [f"tuist-kura-dev-ovh-1--c-{token('kura-ovh-8')}"]  # the other holder's, alone
+
+
 def test_a_stuck_release_is_finished_by_unclaim(sim: Sim, ops: Ops) -> None:
     """A release that died after marking the box releasing (the claim is `--r-`, the slot gone from
     state): unclaim carries on from there and leaves the box free."""
