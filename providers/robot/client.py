@@ -377,6 +377,10 @@ class RobotClient(MarkerFiltering):
     # --- failover IPs ---------------------------------------------------------------------
 
     def failover_target(self, ip: str) -> str | None:
+        """The server number the IP is routed to; None when unrouted. Routed to a server that is not in
+        this account (cancelled while it carried the IP, or another account's), it is that server's
+        address, which no server number equals: the box the IP is on is none of the fleet's, so the
+        watcher and the deploy move it to one that is (as OVH's other service names do)."""
         active = self._failover(ip).get("active_server_ip")
         if not active:
             return None
@@ -384,14 +388,7 @@ class RobotClient(MarkerFiltering):
         if number is None:
             self._servers()
             number = self._numbers_by_ip.get(str(active))
-        if number is None:
-            raise VendorError(
-                vendor=VENDOR,
-                call="GET /failover/{ip}",
-                subject=ip,
-                message=f"routed to {active}, which is no server of this account",
-            )
-        return number
+        return number if number is not None else str(active)
 
     def _failover(self, ip: str) -> Mapping[str, Any]:
         address = _check_ip(ip)

@@ -165,6 +165,19 @@ B_DOWN = ([node("a"), node("b", ready=False)], [demux("a"), demux("b")])
 ALL_DOWN = ([node("a", ready=False), node("b", ready=False)], [demux("a"), demux("b")])
 
 
+def test_an_ip_routed_outside_the_fleet_moves_to_an_eligible_box() -> None:
+    """Robot reads a target outside the account as its address (providers/robot/client.py), OVH as
+    another service's name: no box of the pool, so the IP moves as if it were on an ineligible one."""
+    nodes = [NodeView("bm-321", "321", ready=True)]
+    pods = [PodView("demux-a", "bm-321", ready=True)]
+    decision = decide("136.243.9.99", nodes, pods)
+    assert (decision.action, decision.target, decision.reason) == (
+        Action.MOVE,
+        "321",
+        "current box 136.243.9.99 is not eligible; lowest eligible node is bm-321",
+    )
+
+
 def test_flapping_current_box_never_moves() -> None:
     assert run_polls([A_DOWN, UP, A_DOWN, UP, A_DOWN, UP], "box-a") == ["box-a"] * 6
 

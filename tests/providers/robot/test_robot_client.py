@@ -371,6 +371,23 @@ def test_failover_target_and_move(recorder, client):
     assert recorder.last("POST", "/failover/78.46.1.9").body == b"active_server_ip=136.243.1.21"
 
 
+def test_a_failover_ip_routed_outside_the_account_reads_as_that_address_and_moves(recorder, client):
+    """A server cancelled while it carried the IP (or another account's): the target is its address,
+    no box of the fleet, so the watcher and the deploy move the IP instead of failing every read."""
+    failover = {"failover": {"ip": "78.46.1.9", "server_number": 321, "active_server_ip": "136.243.9.99"}}
+    recorder.on("GET", "/failover/78.46.1.9", failover)
+    recorder.on("GET", "/server", [server(), server(322, ip="136.243.1.22")])
+    assert client.failover_target("78.46.1.9") == "136.243.9.99"  # tests/watcher: decided as a move
+    recorder.on("GET", "/server/321", server())
+    recorder.on(
+        "POST",
+        "/failover/78.46.1.9",
+        {"failover": {**failover["failover"], "active_server_ip": "136.243.1.21"}},
+    )
+    client.move_failover("78.46.1.9", "321")
+    assert recorder.last("POST", "/failover/78.46.1.9").body == b"active_server_ip=136.243.1.21"
+
+
 def test_move_already_routed_is_success_and_noop(recorder, client):
     recorder.on("GET", "/server/321", server())
     recorder.on(
