@@ -13,6 +13,7 @@ nothing) and the reason is alert-worthy.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -108,8 +109,15 @@ def ineligibility(node: NodeView, demux_pods: list[PodView]) -> str | None:
     return None
 
 
-def decide(current: str | None, nodes: list[NodeView], demux_pods: list[PodView]) -> Decision:
-    """`current` is the box id the vendor routes the IP to now (None: unrouted)."""
+def decide(
+    current: str | None,
+    nodes: list[NodeView],
+    demux_pods: list[PodView],
+    avoid: Collection[str] = (),
+) -> Decision:
+    """`current` is the box id the vendor routes the IP to now (None: unrouted). `avoid`: boxes the
+    vendor refused the last moves to (an OVH box that is no allowed destination, say); another eligible
+    box is chosen before them, and one of them only when no other is eligible."""
     reasons = {n.name: ineligibility(n, demux_pods) for n in nodes}
     # Eligible box id -> its node's name (the placement order). Highest name first, so that if two
     # nodes ever named one box, the lower name is the one kept.
@@ -118,7 +126,8 @@ def decide(current: str | None, nodes: list[NodeView], demux_pods: list[PodView]
         for n in sorted(nodes, key=lambda n: n.name, reverse=True)
         if reasons[n.name] is None and n.box_id is not None
     }
-    target = failover_placement(current, eligible)
+    preferred = {box: name for box, name in eligible.items() if box not in avoid or box == current}
+    target = failover_placement(current, preferred or eligible)
     if target is None:
         why = ", ".join(f"{n}: {r}" for n, r in sorted(reasons.items())) or "pool has no nodes"
         return Decision(Action.STAY, None, None, f"no eligible box in pool ({why}); IP left on {current}")
@@ -127,7 +136,14 @@ def decide(current: str | None, nodes: list[NodeView], demux_pods: list[PodView]
         return Decision(Action.KEEP, current, node, f"current box {current} ({node}) is eligible")
     was = "unrouted" if current is None else f"current box {current} is not eligible"
     drain = any(n.box_id == current and _draining(n, demux_pods) for n in nodes)
-    return Decision(Action.MOVE, target, node, f"{was}; lowest eligible node is {node}", drain=drain)
+    skipped = sorted(box for box in eligible if box not in preferred) if preferred else []
+    why = f"{was}; lowest eligible node is {node}"
+    if skipped:
+        why = (
+            f"{was}; lowest eligible node whose box refused no recent move is {node} "
+            f"(skipped {', '.join(skipped)})"
+        )
+    return Decision(Action.MOVE, target, node, why, drain=drain)
 
 
 def _draining(node: NodeView, demux_pods: list[PodView]) -> bool:

@@ -192,6 +192,9 @@ class FailoverWatcher:
         # Failed moves since the IP was last seen on an eligible box or moved by this loop: each
         # doubles the wait before the next read and move.
         self._failed_moves = 0
+        # Box -> until when a move to it is tried only if no other box is eligible: the vendor refused
+        # the last move there (it may refuse that box for good: not an allowed destination).
+        self._refused: dict[str, float] = {}
         # Whether the vendor's last answer refused the credential; a read that succeeds clears it.
         self._auth_refused = False
 
@@ -257,7 +260,9 @@ class FailoverWatcher:
             # A failed read is not evidence a box died: keep the route and read again when due.
             log.warning("failover %s: read failed, keeping the current route: %s", ip, exc)
             return None
-        decision = decide(current, nodes, pods)
+        now = self._clock()
+        self._refused = {box: until for box, until in self._refused.items() if until > now}
+        decision = decide(current, nodes, pods, avoid=self._refused)
         # Every decision goes through the confirmer: a KEEP or STAY between two polls that decide a move
         # ends the streak, so a box that is unready for single polls now and then keeps the IP.
         confirmed = self._confirmer.confirm(decision)
@@ -267,6 +272,7 @@ class FailoverWatcher:
             # The IP is on an eligible box, whatever the failed moves before did: a later failure
             # starts over at the shortest wait.
             self._failed_moves = 0
+            self._refused.clear()
             log.info("failover %s: keep: %s", ip, decision.reason)
         elif not confirmed:
             log.info(
@@ -320,8 +326,11 @@ class FailoverWatcher:
                 )
                 backoff = period * 2 ** min(self._failed_moves, 5)
                 self._next_read_at = self._clock() + backoff
+                # Until the read after next, another eligible box goes first (decide's `avoid`).
+                self._refused[decision.target] = self._next_read_at + backoff
                 log.error(
-                    "failover %s: move to %s failed, retrying after the next vendor read in %.0fs: %s",
+                    "failover %s: ALERT move to %s failed, retrying after the next vendor read in %.0fs "
+                    "(another eligible box first, if there is one): %s",
                     ip,
                     decision.target,
                     backoff,
@@ -332,6 +341,7 @@ class FailoverWatcher:
                 call_guard.reset(fenced)
             log.info("failover %s: moved to %s (%s): %s", ip, decision.target, decision.node, decision.reason)
             self._route, self._failed_moves = (decision.target,), 0
+            self._refused.clear()
             # The move read the route itself (Robot checks it before the POST): the next read waits.
             self._next_read_at = self._clock() + self.settings.route_read_seconds
             self._confirmer.reset()

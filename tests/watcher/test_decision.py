@@ -178,6 +178,30 @@ def test_an_ip_routed_outside_the_fleet_moves_to_an_eligible_box() -> None:
     )
 
 
+def test_a_box_that_refused_the_last_move_comes_after_every_other_eligible_box() -> None:
+    """A vendor may refuse one box for good (OVH: not an allowed destination of the IP): the next try
+    goes to another eligible box, and to that one again only when no other is eligible."""
+    nodes = [
+        NodeView("bm-a", "a", ready=False),
+        NodeView("bm-b", "b", ready=True),
+        NodeView("bm-c", "c", ready=True),
+    ]
+    pods = [PodView("demux-b", "bm-b", ready=True), PodView("demux-c", "bm-c", ready=True)]
+    assert decide("a", nodes, pods).target == "b"
+    moved_on = decide("a", nodes, pods, avoid={"b"})
+    assert (moved_on.action, moved_on.target, moved_on.reason) == (
+        Action.MOVE,
+        "c",
+        "current box a is not eligible; lowest eligible node whose box refused no recent move is bm-c "
+        "(skipped b)",
+    )
+    assert decide("a", nodes, pods, avoid={"b", "c"}).target == "b"  # none other: the lowest again
+    assert decide("a", nodes[:2], pods, avoid={"b"}).target == "b"
+    # The box the IP is on stays while eligible, whatever failed on the way there.
+    kept = decide("b", nodes, pods, avoid={"b"})
+    assert (kept.action, kept.target) == (Action.KEEP, "b")
+
+
 def test_flapping_current_box_never_moves() -> None:
     assert run_polls([A_DOWN, UP, A_DOWN, UP, A_DOWN, UP], "box-a") == ["box-a"] * 6
 

@@ -23,7 +23,7 @@ from providers.errors import RateLimitError
 from providers.retry import RetryPolicy, call_guard, call_with_retries
 from providers.vendor import Vendor
 from tests.support.cluster import KubeCluster, Kubelet, Kubelets, node_ready, wait_until
-from watcher.decision import Action
+from watcher.decision import Action, NodeView, PodView
 from watcher.lease import LeaseFence, LeaseSettings
 from watcher.loop import FailoverWatcher, WatcherSettings, kube_listers
 from watcher.mover import min_poll_seconds
@@ -489,10 +489,49 @@ def test_a_refused_move_is_retried_after_a_growing_wait_not_every_poll(
     assert mover.route == BOX[B]  # the eighth move went through
     assert clock.t == sum(waits)
     assert caplog.messages == [
-        f"failover {IP}: move to {BOX[B]} failed, retrying after the next vendor read in {wait}s: "
-        "vendor said 503"
+        f"failover {IP}: ALERT move to {BOX[B]} failed, retrying after the next vendor read in {wait}s "
+        "(another eligible box first, if there is one): vendor said 503"
         for wait in waits
     ]
+
+
+def test_a_box_the_vendor_keeps_refusing_is_passed_over_for_another_eligible_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The IP's box is NotReady and the vendor refuses every move to the lowest eligible box (OVH: not
+    an allowed destination of this IP). The try after the wait goes to the next eligible box instead
+    of the refused one again, every 16 minutes, for good. (Nodes as the listers give them: no cluster.)"""
+
+    @dataclass
+    class RefusesB(RecordingMover):
+        def move_failover(self, ip: str, box_id: str) -> None:
+            self.calls.append(("move_failover", ip, box_id))
+            if box_id == "b":
+                raise RuntimeError("customerError: not an allowed destination")
+            self.route = box_id
+
+    nodes = [
+        NodeView("n-a", "a", ready=False),
+        NodeView("n-b", "b", ready=True),
+        NodeView("n-c", "c", ready=True),
+    ]
+    pods = [PodView("demux-b", "n-b", ready=True), PodView("demux-c", "n-c", ready=True)]
+    settings = WatcherSettings(ip=IP, region="r", node_pool="p", poll_seconds=5, route_read_seconds=0)
+    clock, mover = Clock(), RefusesB("a")
+    w = FailoverWatcher(settings, lambda: nodes, lambda: pods, mover, clock=clock)
+    with caplog.at_level(logging.INFO, logger="watcher"):
+        while mover.route == "a" and clock.t < 600:
+            w.poll_once()
+            clock.t += 5
+    assert mover.route == "c"
+    assert [c for c in mover.calls if c[0] == "move_failover"] == [
+        ("move_failover", IP, "b"),
+        ("move_failover", IP, "c"),
+    ]
+    assert (
+        f"failover {IP}: moved to c (n-c): current box a is not eligible; lowest eligible node whose box "
+        "refused no recent move is n-c (skipped b)"
+    ) in caplog.messages
 
 
 def test_a_poll_that_keeps_the_ip_starts_the_failed_moves_over(
@@ -533,7 +572,8 @@ def test_a_poll_that_keeps_the_ip_starts_the_failed_moves_over(
         ("failover_target", IP),
     ]
     assert caplog.messages == [
-        f"failover {IP}: move to {box} failed, retrying after the next vendor read in 60s: read timed out"
+        f"failover {IP}: ALERT move to {box} failed, retrying after the next vendor read in 60s "
+        "(another eligible box first, if there is one): read timed out"
         for box in (BOX[B], BOX[A])
     ]
 
