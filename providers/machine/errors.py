@@ -48,6 +48,10 @@ class AmbiguousNodeError(MachineError):
     wiped under any of them."""
 
 
+class UnrecordedNodeError(MachineError):
+    """A box to be installed (wiped) already runs a Node, which its claim's record does not know of."""
+
+
 class MarkerChangeError(MachineError):
     """A fleet's marker changed and a box the fleet holds does not carry the new one: the claim is kept
     (a config edit never releases a box); the operator marks the box or replaces the claim."""

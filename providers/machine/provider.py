@@ -31,6 +31,7 @@ from providers.machine.errors import (
     NotConfiguredError,
     ReleaseRefusedError,
     ReleaseUnfinishedError,
+    UnrecordedNodeError,
 )
 from providers.machine.fsm import DONE, Clock, Run, Runner, SystemClock
 from providers.machine.record import ClaimHeldError, ClaimRecord, Holder, Phase, Progress
@@ -550,6 +551,8 @@ class MachineProvider(_Stateless):
             start = join_start(spec.vendor, network)
         else:
             start = adopt_start(spec.vendor, network)
+            if start == "RESCUE_BOOT" and spec.api_server:
+                self._refuse_install_under_a_node(spec)
         run = self._machine_run(spec, props, **extra)
         if resume:
             run.log(
@@ -576,6 +579,20 @@ class MachineProvider(_Stateless):
             state="ready",
         )
         return dyn.CreateResult(id_=resource_id(spec.vendor, spec.box_id), outs=outs)
+
+    def _refuse_install_under_a_node(self, spec: MachineSpec) -> None:
+        """A Robot box is installed on adoption, which wipes it. The record says whether this holder
+        installed it already; a record lost (the MachineClaim CRD recreated, say) says nothing, while
+        the box may run a Node with its workloads. A Node carrying the box's providerID is that."""
+        named = kube.nodes_with_provider_id(self._config().kube_api(), spec.provider_id)
+        if named:
+            raise UnrecordedNodeError(
+                f"{spec.resource_name}: {spec.vendor.value} box {spec.box_id} is already Node "
+                f"{', '.join(named)} (providerID {spec.provider_id}), but its claim's record says nothing of "
+                "an install: it is not installed again under that Node. If the Node is this box's, import "
+                'the machine (docs/machines.md, "Importing a box that is already a node"); if it is stale, '
+                f"`kubectl delete node {named[0]}` and run again"
+            )
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         spec = parse_machine({**news, "node_name": olds.get("node_name")})

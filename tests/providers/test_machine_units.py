@@ -27,6 +27,7 @@ from providers.machine.errors import (
     NotConfiguredError,
     ReleaseRefusedError,
     ReleaseUnfinishedError,
+    UnrecordedNodeError,
 )
 from providers.machine.node_labels import NodeLabelsProvider
 from providers.machine.provider import ClaimProvider, MachineProvider
@@ -510,6 +511,38 @@ def test_a_machine_whose_adoption_ended_before_ready_was_saved_joins_again_and_n
     assert _create_from_record(monkeypatch, "Ready", "READY", pinned) == "JOINING"
     # A record with no pin never joined: it is installed from the start.
     assert _create_from_record(monkeypatch, "Adopting", "DONE", {}) == "RESCUE_BOOT"
+
+
+def test_a_robot_box_whose_record_was_lost_is_never_installed_under_its_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Robot box is wiped by its install. A record that says nothing of one (lost: the MachineClaim CRD
+    recreated) is not proof the box runs nothing: a Node carrying its providerID says it does."""
+    record = ProcessClaimRecord({})
+    looked_up: list[str] = []
+
+    def nodes(_api: object, provider_id: str) -> list[str]:
+        looked_up.append(provider_id)
+        return ["capi-runners-md-0-x7k2p"]
+
+    monkeypatch.setattr(kube, "nodes_with_provider_id", nodes)
+    runner = FakeRunner().installed(monkeypatch)
+    props = {**ROBOT_MACHINE, "api_server": "https://cp.staging.tuist.dev:6443"}
+    provider = configured(MachineProvider, FakeSettings(record, kube="api"))
+    with pytest.raises(UnrecordedNodeError) as refused:
+        provider.create(dict(props))
+    assert str(refused.value) == (
+        "runners-0: robot box 2345601 is already Node capi-runners-md-0-x7k2p (providerID hrobot://2345601), "
+        "but its claim's record says nothing of an install: it is not installed again under that Node. If "
+        "the Node is this box's, import the machine (docs/machines.md, \"Importing a box that is already a "
+        'node"); if it is stale, `kubectl delete node capi-runners-md-0-x7k2p` and run again'
+    )
+    assert looked_up == ["hrobot://2345601"] and runner.started == []
+    # No such Node: the box is installed from the start, as every new Robot box is.
+    monkeypatch.setattr(kube, "nodes_with_provider_id", lambda _api, _id: [])
+    with pytest.raises(Stop):
+        provider.create(dict(props))
+    assert runner.started == ["RESCUE_BOOT"]
 
 
 def test_a_machine_never_joins_a_box_whose_release_did_not_finish(monkeypatch: pytest.MonkeyPatch) -> None:
