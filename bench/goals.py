@@ -149,6 +149,10 @@ class Verdict:
     where: str = ""  # which of several runs of one goal (a backend), shown beside its key
 
     @property
+    def label(self) -> str:
+        return f"{self.goal.key}[{self.where}]" if self.where else self.goal.key
+
+    @property
     def met(self) -> bool:
         return self.value <= self.goal.limit
 
@@ -178,8 +182,7 @@ class Verdict:
     def line(self) -> str:
         verdict = "ok  " if self.passes else "FAIL"
         figure = f"{self.value:8.2f} <= {self.goal.limit:<6g}"
-        key = f"{self.goal.key}[{self.where}]" if self.where else self.goal.key
-        return f"  {verdict} {key:<20} {figure} {self.status}: {self.goal.what}"
+        return f"  {verdict} {self.label:<20} {figure} {self.status}: {self.goal.what}"
 
 
 def gate(verdicts: Iterable[Verdict], skipped: Sequence[str] = ()) -> int:
@@ -191,7 +194,7 @@ def gate(verdicts: Iterable[Verdict], skipped: Sequence[str] = ()) -> int:
         print(v.line())
     for reason in skipped:
         print(f"  skip {reason}")
-    failed = [f"{v.goal.key}[{v.where}]" if v.where else v.goal.key for v in verdicts if not v.passes]
+    failed = [v.label for v in verdicts if not v.passes]
     if failed:
         print(f"gate FAILED: {', '.join(failed)}")
         return 1
