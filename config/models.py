@@ -76,11 +76,22 @@ def _pattern(pattern: str, what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _public_ipv4(v: str) -> str:
+def _ipv4(v: str) -> str:
     try:
         ip = ipaddress.IPv4Address(v)
     except ValueError:
         raise ValueError(f"{quote(v)} is not an IPv4 address") from None
+    return str(ip)
+
+
+def _service_ipv4(v: str) -> str:
+    # A ClusterIP: every kubelet's clusterDNS and the demux's resolver. A public, loopback or
+    # link-local address there breaks every in-cluster lookup.
+    ip = ipaddress.IPv4Address(_ipv4(v))
+    if not ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_unspecified:
+        raise ValueError(
+            f"{quote(v)} is not a private address of the cluster's service network (e.g. 10.96.0.10)"
+        )
     return str(ip)
 
 
@@ -121,7 +132,8 @@ BoxId = Annotated[
     str, _pattern(r"^[A-Za-z0-9][A-Za-z0-9./-]{0,127}$", "a box id (e.g. ns1001.ip-203-0-113.net)")
 ]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
-IPv4 = Annotated[str, AfterValidator(_public_ipv4)]
+IPv4 = Annotated[str, AfterValidator(_ipv4)]
+ServiceIPv4 = Annotated[str, AfterValidator(_service_ipv4)]
 DigestImage = Annotated[str, AfterValidator(_digest_image)]
 # A repository alone, lower case (the OCI distribution spec): the tag is set apart, so a tag or digest
 # here would make `<repo>:<tag>:<tag>`, which no runtime can pull.
@@ -724,7 +736,7 @@ class Cluster(Strict):
     tuist_server_url: str | None = None
     # What every kubelet gets as clusterDNS and clusterDomain (the self-join writes them); the
     # defaults match kubeadm's and scripts/cluster.sh's service CIDR 10.96.0.0/16.
-    dns_service_ip: IPv4 = "10.96.0.10"
+    dns_service_ip: ServiceIPv4 = "10.96.0.10"
     domain: DnsName = "cluster.local"
     # external-dns publishes the regions' DNSEndpoints: cloudflare (the kura.tuist.dev zone;
     # secret cloudflareApiToken) or, in dev only, its in-memory provider.

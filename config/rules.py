@@ -46,11 +46,12 @@ from config.models import (
     RunnerOS,
     RunnerPool,
     StackConfig,
+    TaintEffect,
     Vendor,
 )
 from config.problems import Loc, Problem
 from config.text import quote
-from providers.constants import FLEET_LABEL, POOL_LABEL
+from providers.constants import FLEET_LABEL, POOL_LABEL, api_server_problem
 from providers.kube import NODE_LOCAL_STORAGE_CLASSES
 from providers.vendor import FAILOVER_IP_VENDORS, MARKER_LIMITS, marker_problem
 
@@ -745,6 +746,13 @@ def region_rules(view: View) -> Iterator[Problem]:
             yield Problem(
                 ("regions", i, "fleet"), f"unknown fleet {quote(region.fleet)} (known: {_known(fleets)})"
             )
+        if fleet is not None and fleet.is_macos:
+            # The Macs' node agent runs each pod as a VM: nothing there binds the box's ports or /data.
+            yield Problem(
+                ("regions", i, "fleet"),
+                f"fleet {quote(fleet.name)} is {fleet.vendor.value} (macOS); a Kura region runs on Linux "
+                "boxes (its gateway and demux bind the box's ports, its volumes live on the box's /data)",
+            )
         # Every region's demux binds the peer port on each box of its fleet, and its local volumes are
         # named per box (components/storage.py): two regions on one fleet collide in any gateway mode.
         if region.fleet in region_fleets:
@@ -864,6 +872,15 @@ def _private_region_rules(i: int, region: Region, raw: Any) -> Iterator[Problem]
                 ("regions", i, "private"),
                 "a node_port region is reached over its client networks only; set private: true",
             )
+        for k, cidr in enumerate(region.client_cidrs):
+            # The NetworkPolicy built from these is the gateway's only admission: a public range on a
+            # box with a public address opens the private cache to the internet.
+            if ipaddress.IPv4Network(cidr).is_global or cidr.endswith("/0"):
+                yield Problem(
+                    ("regions", i, "client_cidrs", k),
+                    f"{quote(cidr)} admits public addresses; a private region admits its clients' private "
+                    "networks only (e.g. the runners' Private Network, 172.16.0.0/22)",
+                )
     elif region.client_cidrs:
         yield Problem(
             ("regions", i, "client_cidrs"),
@@ -967,6 +984,7 @@ RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease
 # `<namespace>-failover` (components/failover_watcher.py) and the gateway Service
 # `kura-gateway-<region id>` (components/gateway.py); a test holds these to the components.
 NAMESPACE_SUFFIX = "-failover"
+DNS_NAMESPACE_SUFFIX = "-dns"
 REGION_SERVICE_PREFIX = "kura-gateway-"
 DNS_LABEL_MAX = 63
 
@@ -975,11 +993,22 @@ def _kura_namespace_rules(namespace: str, cluster: Cluster | None) -> Iterator[P
     where = ("kura", "namespace")
     if namespace in RESERVED_NAMESPACES:
         yield Problem(where, f"{quote(namespace)} belongs to Kubernetes; name a namespace of Kura's own")
-    if cluster is not None and namespace == cluster.runners_namespace:
-        yield Problem(
-            where,
-            f"{quote(namespace)} is also cluster.runners_namespace; Kura and the runners each need their own",
-        )
+    if cluster is not None:
+        # The program declares each of these Namespaces; one taken twice fails the up with
+        # AlreadyExists, and the runners' pods must never share the vendor or DNS credentials'.
+        kura_owned = {
+            namespace: "kura.namespace",
+            f"{namespace}{DNS_NAMESPACE_SUFFIX}": "the regional DNS namespace (kura.namespace + '-dns')",
+            f"{namespace}{NAMESPACE_SUFFIX}": (
+                "the failover watchers' namespace (kura.namespace + '-failover')"
+            ),
+        }
+        runners = cluster.runners_namespace
+        if runners in kura_owned:
+            yield Problem(
+                ("cluster", "runners_namespace"),
+                f"{quote(runners)} is {kura_owned[runners]}; the runners need a namespace of their own",
+            )
     if len(namespace) + len(NAMESPACE_SUFFIX) > DNS_LABEL_MAX:
         yield Problem(
             where,
@@ -1064,7 +1093,9 @@ def cluster_rules(view: View) -> Iterator[Problem]:
         return
     if cluster.api_server is not None:
         url = cluster.api_server
-        if env is Environment.DEV:
+        if (problem := api_server_problem(url)) is not None:
+            yield Problem(("cluster", "api_server"), f"{quote(url)} {problem}")
+        elif env is Environment.DEV:
             if not _is_loopback(url):
                 yield Problem(
                     ("cluster", "api_server"),
@@ -1075,12 +1106,13 @@ def cluster_rules(view: View) -> Iterator[Problem]:
                 ("cluster", "api_server"),
                 f"{quote(url)} is a loopback URL; {env.value} needs its real cluster",
             )
-        elif urlsplit(url).scheme != "https" or not urlsplit(url).hostname:
-            yield Problem(
-                ("cluster", "api_server"), f"{quote(url)} must be an https:// URL (https://host:6443)"
-            )
     elif env is not Environment.DEV:
         yield Problem(("cluster", "api_server"), f"required in {env.value} (the cluster the fleets join)")
+    if cluster.runners_namespace in RESERVED_NAMESPACES:
+        yield Problem(
+            ("cluster", "runners_namespace"),
+            f"{quote(cluster.runners_namespace)} belongs to Kubernetes; name a namespace of the runners' own",
+        )
     if cluster.render_dir is not None:
         if env is not Environment.DEV:
             yield Problem(
@@ -1176,7 +1208,12 @@ def install_warnings(cfg: StackConfig) -> list[str]:
 
     A region outside dev whose routed failover IP has a single box to go to: when that box fails, the
     watcher has nowhere to move the IP and the region's peer plane is down until it is back. A config
-    error would force a second box the operator may not have ordered yet."""
+    error would force a second box the operator may not have ordered yet.
+
+    A fleet taint with effect NoExecute: added, or its value changed, it evicts every pod of the pool
+    lacking the new toleration at once, while the same up is still rolling the templates that carry
+    it (nothing orders the Nodes' taints before the workloads). Legitimate for a fleet that runs
+    nothing else, so said, not refused."""
     warnings = [
         f"fleets[name={fleet.name}].install_artifacts.kata_static_sha256 is not pinned: any Robot box "
         f"this fleet must still install is refused (the claim stops the up there, before any vendor "
@@ -1186,6 +1223,15 @@ def install_warnings(cfg: StackConfig) -> list[str]:
         and fleet.enabled
         and fleet.size
         and not fleet.artifacts.kata_static_sha256
+    ]
+    warnings += [
+        f"fleets[name={fleet.name}].taints[key={taint.key}]: NoExecute evicts at once every pod on the "
+        "fleet's boxes that lacks its toleration; added or changed in one up with the workloads, it takes "
+        "down a region's gateways, demux and Kura pods together (docs/runbook.md \"Changing a fleet's "
+        "node_pool or taints\"); prefer NoSchedule"
+        for fleet in cfg.fleets
+        for taint in fleet.taints
+        if taint.effect is TaintEffect.NO_EXECUTE
     ]
     if cfg.environment is Environment.DEV:
         return warnings

@@ -6,6 +6,7 @@ No imports from the rest of the project: config, components, providers and vendo
 from __future__ import annotations
 
 import hashlib
+import re
 
 PROJECT = "tuist-infra"
 MANAGED_BY = PROJECT
@@ -46,6 +47,23 @@ SECRET_KEYS = (
     CLOUDFLARE_API_TOKEN,
     HCLOUD_TOKEN,
 )
+
+# The cluster's API server as the self-join writes it into the kubelet's kubeconfig: a host (a name or
+# an IPv4 literal) and an optional port, nothing else. Config, the machine provider's check and the
+# join refuse the same URLs: a mistake found only at join time is found after the box was claimed.
+_API_SERVER = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
+
+
+def api_server_problem(url: str) -> str | None:
+    """Why `url` cannot be the cluster's API server the boxes join, or None."""
+    match = _API_SERVER.fullmatch(url)
+    if match is None:
+        return "is not https://<host>[:<port>] (a DNS name or IPv4 address; no path, no trailing slash)"
+    port = url.rsplit(":", 1)[1] if url.count(":") == 2 else None
+    if port is not None and not 1 <= int(port) <= 65535:
+        return f"has port {port}; a TCP port is 1-65535"
+    return None
+
 
 # Kura's local volumes (components/storage.py): one folder per static PersistentVolume, named after it,
 # under the box's /data disk. The released-volume scrubber (watcher/released_volumes.py) empties

@@ -36,6 +36,7 @@ from providers.constants import (
     MARKER_PATTERN,
     POOL_LABEL,
     PRODUCTION,
+    api_server_problem,
 )
 from providers.machine.errors import MachineInputError
 from providers.vendor import Vendor as Vendor
@@ -555,7 +556,7 @@ def _common_problems(props: Mapping[str, Any]) -> Problems:
         problems.append(("vendor", f"must be one of {', '.join(_VENDORS)}"))
     _need(problems, props, "ssh_user", _USER, "a login name (a-z, 0-9, '_' and '-', at most 32)")
     api_server = props.get("api_server")
-    if api_server is not None and (not isinstance(api_server, str) or not api_server.startswith("https://")):
+    if api_server is not None and (not isinstance(api_server, str) or api_server_problem(api_server)):
         problems.append(("api_server", f"must be https://<host>:<port> or null, got {_short(api_server)}"))
     ssh_port = _port(props.get("ssh_port", DEFAULT_SSH_PORT))
     if not isinstance(ssh_port, int) or isinstance(ssh_port, bool) or not 1 <= ssh_port <= 65535:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from providers.constants import api_server_problem
+
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 SELF_JOIN_SCRIPT = SCRIPTS_DIR / "self-join.sh"
 
@@ -26,7 +28,6 @@ _LABEL_KEY = re.compile(
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _PROVIDER_ID = re.compile(r"^(ovh|dedibox|hrobot|scaleway|applesilicon)://[A-Za-z0-9._/-]+$")
 _MINOR = re.compile(r"^v1\.[0-9]{2}$")
-_API_SERVER = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
 _DOMAIN = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
 )
@@ -119,8 +120,9 @@ def _check(params: SelfJoinParams) -> None:
             raise SelfJoinInputError(f"taints[{i}].effect {taint.effect!r} is not one of {_TAINT_EFFECTS}")
     if not _MINOR.match(params.kubernetes_minor):
         raise SelfJoinInputError(f"kubernetes_minor {params.kubernetes_minor!r} is not like v1.34")
-    if not _API_SERVER.match(params.api_server):
-        raise SelfJoinInputError(f"api_server {params.api_server!r} is not https://<host>[:port]")
+    api_server_issue = api_server_problem(params.api_server)
+    if api_server_issue is not None:
+        raise SelfJoinInputError(f"api_server {params.api_server!r} {api_server_issue}")
     if "-----BEGIN CERTIFICATE-----" not in params.ca_bundle_pem:
         raise SelfJoinInputError("ca_bundle_pem holds no PEM certificate")
     if params.cluster_dns is not None:

@@ -1,5 +1,6 @@
-"""The one thing a preview warns about rather than refuses: a Robot fleet with boxes to install and no
-Kata pin (config.rules.install_warnings; __main__ logs each as a Pulumi warning)."""
+"""What a preview warns about rather than refuses (config.rules.install_warnings; __main__ logs each as
+a Pulumi warning): a Robot fleet with boxes to install and no Kata pin, a routed failover IP with one
+box to go to, a NoExecute fleet taint."""
 
 from __future__ import annotations
 
@@ -42,3 +43,19 @@ def test_a_routed_failover_ip_with_one_box_to_go_to_is_warned_about_outside_dev(
     # Two boxes: the IP has somewhere to go.
     raw["fleets"] = [dict(f, size=2) if f["name"] == "kura-dedibox" else f for f in raw["fleets"]]
     assert install_warnings(load_stack_config(raw, stack="production"))[1:] == []
+
+
+def test_a_no_execute_fleet_taint_is_warned_about_in_every_environment() -> None:
+    raw = stack_raw("dev")
+    raw["fleets"] = [
+        dict(f, taints=[{"key": "tuist.dev/kura-cache", "value": "true", "effect": "NoExecute"}])
+        if f["name"] == "kura-ovh"
+        else f
+        for f in raw["fleets"]
+    ]
+    assert install_warnings(load_stack_config(raw, stack="dev")) == [
+        "fleets[name=kura-ovh].taints[key=tuist.dev/kura-cache]: NoExecute evicts at once every pod on "
+        "the fleet's boxes that lacks its toleration; added or changed in one up with the workloads, it "
+        "takes down a region's gateways, demux and Kura pods together (docs/runbook.md \"Changing a "
+        "fleet's node_pool or taints\"); prefer NoSchedule"
+    ]

@@ -304,10 +304,12 @@ def test_the_config_refuses_the_floating_tags_the_policy_pack_refuses() -> None:
 
 
 def test_the_name_limits_the_config_checks_are_the_components_names() -> None:
+    from components.external_dns import dns_namespace
     from components.failover_watcher import failover_namespace
     from components.gateway import gateway_name
-    from config.rules import DNS_LABEL_MAX, NAMESPACE_SUFFIX, REGION_SERVICE_PREFIX
+    from config.rules import DNS_LABEL_MAX, DNS_NAMESPACE_SUFFIX, NAMESPACE_SUFFIX, REGION_SERVICE_PREFIX
 
     assert failover_namespace("kura") == "kura" + NAMESPACE_SUFFIX
+    assert dns_namespace("kura") == "kura" + DNS_NAMESPACE_SUFFIX
     assert gateway_name("eu-central") == REGION_SERVICE_PREFIX + "eu-central"
     assert DNS_LABEL_MAX == 63

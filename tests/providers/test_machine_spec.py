@@ -246,6 +246,11 @@ def test_claim_checks_report_each_bad_input_by_name() -> None:
         ("allow_release", "must be true or false, got 'yes'"),
     ]
     assert claim_input_problems(claim_props("kura-ovh", 0)) == []
+    # What the self-join would refuse at join time, after the claim: refused here, before it.
+    for url in ("https://cp:6443/", "https://cp:99999", "https://[::1]:6443"):
+        assert claim_input_problems(claim_props("kura-ovh", 0, api_server=url)) == [
+            ("api_server", f"must be https://<host>:<port> or null, got '{url}'")
+        ]
     with pytest.raises(Exception, match=r"^MachineClaim inputs: vendor: must be one of"):
         parse_claim(props)
 

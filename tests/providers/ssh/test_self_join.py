@@ -393,7 +393,11 @@ def test_the_sysctl_shim_fails_on_a_stale_cilium_drop_in_as_a_box_does(
             "taints[0].effect 'NoRun' is not one of ('NoSchedule', 'PreferNoSchedule', 'NoExecute')",
         ),
         ({"kubernetes_minor": "1.34"}, "kubernetes_minor '1.34' is not like v1.34"),
-        ({"api_server": "http://cp:6443"}, "api_server 'http://cp:6443' is not https://<host>[:port]"),
+        (
+            {"api_server": "http://cp:6443"},
+            "api_server 'http://cp:6443' is not https://<host>[:<port>] (a DNS name or IPv4 address; "
+            "no path, no trailing slash)",
+        ),
         ({"ca_bundle_pem": "nope"}, "ca_bundle_pem holds no PEM certificate"),
         ({"cluster_dns": "kube-dns"}, "cluster_dns 'kube-dns' is not an IP address"),
         ({"cluster_domain": "Cluster_Local"}, "cluster_domain 'Cluster_Local' is not a DNS domain"),
