@@ -94,6 +94,16 @@ def region_exposed(region: Region, fleet: Fleet) -> bool:
     return region.exposed and fleet.machine_slots > 0
 
 
+def routed_failover_address(fip: FailoverIP | None, fleet: Fleet) -> str | None:
+    """The address the region's failover IP is routed to a box of its fleet at, or None: a parked IP
+    (not ordered), or a fleet with no machine (parked or size 0), which has no box to route it to.
+    Peer DNS, the watcher and kura-controller follow this, never the raw address: a name pointing at
+    an IP that no box of the region holds would blackhole the peer mesh."""
+    if fip is None or fip.address is None or fleet.machine_slots == 0:
+        return None
+    return fip.address
+
+
 @dataclass(frozen=True)
 class RegionPlacement:
     region: Region
@@ -147,9 +157,9 @@ def controller_env(
     `{account}` is filled in per account by kura-controller."""
     exposed = [p.region.id for p in placements if region_exposed(p.region, p.fleet)]
     routed = sorted(
-        (p.region.id, p.failover_ip.address)
+        (p.region.id, address)
         for p in placements
-        if p.failover_ip is not None and p.failover_ip.address is not None
+        if (address := routed_failover_address(p.failover_ip, p.fleet)) is not None
     )
     regions = {p.region.id: _region_settings(p, kura, environment) for p in placements}
     return {

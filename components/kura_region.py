@@ -18,7 +18,7 @@ from components.dns_reconciler import DnsReconciler, DnsReconcilerArgs
 from components.failover_watcher import FailoverWatcher, FailoverWatcherArgs
 from components.gateway import Gateway, GatewayArgs
 from components.k8s import child_options
-from components.kura_controller import region_exposed
+from components.kura_controller import region_exposed, routed_failover_address
 from components.peer_demux import PeerDemux, PeerDemuxArgs
 from components.storage import LocalVolumes, LocalVolumesArgs
 from components.volume_scrubber import VolumeScrubber, VolumeScrubberArgs
@@ -93,7 +93,7 @@ class KuraRegion(pulumi.ComponentResource):
         region, fleet, kura, fip = args.region, args.fleet, args.kura, args.failover_ip
         ns = kura.namespace
         child = child_options(self, opts)
-        address = fip.address if fip is not None else None
+        address = routed_failover_address(fip, fleet)
 
         self.gateway = Gateway(
             f"{name}-gateway",

@@ -7,6 +7,7 @@ ComponentResources below only register them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,6 +258,9 @@ class RunnersControllerArgs:
     server_url: str | None = None
     # Two replicas with leader election: a node drain never leaves pools unreconciled.
     replicas: int = 2
+    # What must exist before its pods start: the RunnerPool CRD (its informer must sync at start, or
+    # the manager exits) and the runtime class its Linux runner pods name.
+    after: Sequence[pulumi.Resource] = ()
 
 
 def controller_env(server_url: str) -> list[k8s.core.v1.EnvVarArgs]:
@@ -371,7 +375,9 @@ class RunnersController(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, role_binding, cluster_role_binding]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[ns, role_binding, cluster_role_binding, *args.after]
+            ),
         )
         self.register_outputs({"namespace": args.namespace, "deployment": CONTROLLER_NAME})
 
@@ -483,16 +489,17 @@ class RunnerPools(pulumi.ComponentResource):
         )
         namespace = args.cluster.runners_namespace
         fleets = {fleet.name: fleet for fleet in args.fleets}
+        self.kata = KataRuntime(f"{name}-kata", KataRuntimeArgs(), opts=child)
         self.controller = RunnersController(
             f"{name}-controller",
             RunnersControllerArgs(
                 namespace=namespace,
                 image=args.cluster.runners_controller_image,
                 server_url=args.cluster.tuist_server_url,
+                after=(self.crd, self.kata.runtime_class),
             ),
             opts=child,
         )
-        self.kata = KataRuntime(f"{name}-kata", KataRuntimeArgs(), opts=child)
         self.pools = [
             RunnerPool(
                 f"{name}-{pool.name}",

@@ -128,6 +128,8 @@ class LocalVolumes(pulumi.ComponentResource):
                             access_modes=["ReadWriteOnce"],
                             volume_mode="Filesystem",
                             storage_class_name=region.storage_class,
+                            # Retain when made; kura-controller flips it to Delete before it deletes a
+                            # claim, and owns the field from then on (ignore_changes below).
                             persistent_volume_reclaim_policy="Retain",
                             # Created on first use, under the box's /data disk.
                             host_path=k8s.core.v1.HostPathVolumeSourceArgs(
@@ -147,7 +149,10 @@ class LocalVolumes(pulumi.ComponentResource):
                                 )
                             ),
                         ),
-                        opts=child_options(self, opts),
+                        # An apply of Retain over kura-controller's Delete is a field conflict: it
+                        # would fail every later up that touches the volume (a label, the
+                        # released_volumes annotation), and forcing it would strand the volume.
+                        opts=child_options(self, opts, ignore_changes=["spec.persistentVolumeReclaimPolicy"]),
                     )
                 )
         self.register_outputs({"region": region.id, "volumes": len(self.volumes)})

@@ -110,6 +110,9 @@ def test_peer_failover_ips_name_only_ordered_ips(
         == "us-east=203.0.113.7"
     )
     assert env_of(render(region, fleet, parked_ip, kura, cluster))["TUIST_KURA_PEER_FAILOVER_IPS"] == ""
+    # An ordered IP of a fleet with no machine is routed to no box: not advertised either.
+    for empty in (fleet.model_copy(update={"enabled": False}), fleet.model_copy(update={"size": 0})):
+        assert env_of(render(region, empty, routed, kura, cluster))["TUIST_KURA_PEER_FAILOVER_IPS"] == ""
 
 
 def test_each_region_runs_two_replicas_on_its_pool_with_its_storage_and_egress(

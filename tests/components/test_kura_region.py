@@ -175,7 +175,15 @@ def test_a_parked_fleet_gets_nothing_that_needs_its_nodes(
     region: Region, fleet: Fleet, failover_ip: FailoverIP, kura: Kura, cluster: Cluster
 ) -> None:
     parked = fleet.model_copy(update={"enabled": False})
-    recorded = render(region_args(region, parked, failover_ip, kura, cluster, node_names=()))
+    outputs: dict[str, Any] = {}
+    recorded = render(region_args(region, parked, failover_ip, kura, cluster, node_names=()), outputs)
+    # The ordered IP has no box of the region to be routed to: no peer name points at it (that would
+    # blackhole the peer mesh), no watcher alerts over an empty pool, and the output says unrouted.
+    assert failover_ip.address is not None
+    assert [m["metadata"]["name"] for m in recorded.of_kind("DNSEndpoint")] == ["kura-regional-us-east-dns"]
+    deployments = [d["metadata"]["name"] for d in recorded.of_kind("Deployment")]
+    assert "kura-failover-watcher-us-east" not in deployments
+    assert outputs["failover_ip"] is None
     # The gateway Deployment exists with no replica (the engine waits on nothing), the demux
     # DaemonSet selects the pool and so schedules nothing, and no volume is created.
     assert recorded.find("Deployment", "kura-gateway-us-east")["spec"]["replicas"] == 0

@@ -434,6 +434,25 @@ def wildcards(rules: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def test_the_controller_starts_only_after_the_crd_and_the_runtime_class_exist() -> None:
+    # Its RunnerPool informer must sync at start, or the manager exits; its Linux runner pods name
+    # the kata runtime class, which admission checks.
+    components: list[RunnerPools] = []
+
+    def build() -> None:
+        cluster = k8s.Provider("cluster", render_yaml_to_directory="/nonexistent-render-dir")
+        components.append(
+            RunnerPools("runners", stack_args(), opts=pulumi.ResourceOptions(providers=[cluster]))
+        )
+
+    recorded = collect_manifests(build)
+    (pools,) = components
+    depends_on = recorded.options["runners-controller-deployment"].depends_on
+    assert isinstance(depends_on, list)
+    assert any(d is pools.crd for d in depends_on)
+    assert any(d is pools.kata.runtime_class for d in depends_on)
+
+
 def test_controller_role_has_no_wildcards(rendered: ManifestRecorder) -> None:
     assert wildcards(the(rendered, "Role")["rules"]) == []
 

@@ -111,6 +111,18 @@ def test_each_volume_says_what_becomes_of_its_data_once_its_claim_goes(region: R
         assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
 
 
+def test_the_reclaim_policy_is_set_once_and_then_left_to_kura_controller(region: Region) -> None:
+    # kura-controller patches a volume to Delete before it deletes the claim, and owns the field from
+    # then on: an apply of Retain over it is a server-side apply conflict that would fail every later
+    # up touching the volume (switching released_volumes to scrub rewrites every volume's annotation).
+    recorded = volumes(region)
+    pvs = recorded.of_kind("PersistentVolume")
+    assert pvs
+    for index in range(len(pvs)):
+        options = recorded.options[f"vols-{index // region.volumes_per_box}-{index % region.volumes_per_box}"]
+        assert options.ignore_changes == ["spec.persistentVolumeReclaimPolicy"]
+
+
 def test_a_region_keeps_released_volumes_unless_its_config_says_scrub(region: Region) -> None:
     assert region.released_volumes is ReleasedVolumes.KEEP
 
