@@ -48,7 +48,9 @@ def main() -> None:
         # No cluster (dev): every object is written as YAML instead of applied.
         cluster = k8s.Provider("cluster", render_yaml_to_directory=cfg.cluster.render_dir)
     else:
-        cluster = k8s.Provider("cluster", kubeconfig=secrets.kubeconfig)
+        cluster = k8s.Provider(
+            "cluster", kubeconfig=secrets.kubeconfig, cluster_identifier=cfg.cluster_identifier
+        )
     on_cluster = pulumi.ResourceOptions(providers=[cluster])
 
     joining = [fleet.name for fleet in cfg.fleets if fleet.enabled and fleet.size]
@@ -168,7 +170,11 @@ def main() -> None:
                     node_names=[machine.node_name for machine in fleet.machines],
                     vendors=cfg.vendors,
                     secrets=secrets,
-                    robot_failover_watchers=robot_failover_watchers(cfg.regions, cfg.failover_ips),
+                    robot_failover_watchers=robot_failover_watchers(
+                        cfg.regions,
+                        cfg.failover_ips,
+                        cfg.vendors.robot.failover_watchers if cfg.vendors.robot else None,
+                    ),
                 ),
                 # The DNSEndpoints need their CRD, the DNS reconciler external-dns's namespace; the
                 # volumes their StorageClass.

@@ -33,7 +33,7 @@ from components.k8s import (
     prefer_off_pool,
     region_labels,
 )
-from config.models import FailoverIP, Fleet, Region, Vendor, Vendors
+from config.models import FailoverIP, Fleet, Region, Vendor, Vendors, robot_failover_regions
 from providers.clients import SECRET_KEYS_BY_VENDOR
 from watcher.loop import MOVE_BUDGET_SECONDS, POLL_BUDGET_SECONDS
 from watcher.mover import (
@@ -70,19 +70,14 @@ def failover_namespace(kura_namespace: str) -> str:
     return f"{kura_namespace}-failover"
 
 
-def robot_failover_watchers(regions: Sequence[Region], failover_ips: Sequence[FailoverIP]) -> int:
-    """How many of the stack's watchers poll Robot: one per region whose failover IP is a routed Robot
-    IP. They share the account's hourly GET /failover/{ip} budget, so each one reads its route that
+def robot_failover_watchers(
+    regions: Sequence[Region], failover_ips: Sequence[FailoverIP], account_watchers: int | None = None
+) -> int:
+    """How many watchers poll the Robot account: this stack's own (one per region whose failover IP is
+    a routed Robot IP), or the account's across stacks (vendors.robot.failover_watchers) when that is
+    more. They share the account's hourly GET /failover/{ip} budget, so each one reads its route that
     much less often (watcher/__main__.py, docs/vendor-behaviour.md section 5). At least 1."""
-    by_name = {fip.name: fip for fip in failover_ips}
-    robot = [
-        region.id
-        for region in regions
-        if region.failover_ip in by_name
-        and by_name[region.failover_ip].vendor is Vendor.ROBOT
-        and not by_name[region.failover_ip].parked
-    ]
-    return max(1, len(robot))
+    return max(1, len(robot_failover_regions(regions, failover_ips)), account_watchers or 0)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -262,6 +263,10 @@ class RobotAccount(Strict):
 
     api_url: str = "https://robot-ws.your-server.de"
     username: str = Field(min_length=1)
+    # The failover watchers of every stack that polls Robot IPs with this account: they share its
+    # hourly GET /failover/{ip} budget, so each reads its route that much less often. Default: this
+    # stack's own. tests/config holds each stack file's at least the sum over the stack files.
+    failover_watchers: StrictInt | None = Field(default=None, ge=1)
 
 
 class ScalewayAccount(Strict):
@@ -746,6 +751,24 @@ class Cluster(Strict):
         "@sha256:ddc7f4212ed09a21024deb1f470a05240837712e74e4b9f6d1f2632ff10672e7"
     )
     control_plane_firewall: ControlPlaneFirewallConfig = Field(default_factory=ControlPlaneFirewallConfig)
+    # Which cluster the stack's Kubernetes objects live in, as the Kubernetes provider's
+    # clusterIdentifier (default: the environment's name). Without it the provider guesses from the
+    # kubeconfig, and a new CA bundle or API address reads as a new cluster: every object of the
+    # stack replaced, the Kura namespace and its volume claims deleted. Change it only to move the
+    # stack to another cluster (docs/runbook.md "Rotate the cluster's CA or move its API address").
+    identifier: DnsLabel | None = None
+
+
+def robot_failover_regions(regions: Sequence[Region], failover_ips: Sequence[FailoverIP]) -> list[str]:
+    """The regions whose failover IP is an ordered Robot IP: each runs a watcher polling Robot."""
+    by_name = {fip.name: fip for fip in failover_ips}
+    return [
+        region.id
+        for region in regions
+        if region.failover_ip in by_name
+        and by_name[region.failover_ip].vendor is Vendor.ROBOT
+        and not by_name[region.failover_ip].parked
+    ]
 
 
 # --- the stack ----------------------------------------------------------------
@@ -762,6 +785,11 @@ class StackConfig(Strict):
     cluster: Cluster
     # Production release of Kura boxes needs this switch as well as allow_release.
     allow_production_release: StrictBool = False
+
+    @property
+    def cluster_identifier(self) -> str:
+        """The Kubernetes provider's clusterIdentifier (Cluster.identifier)."""
+        return self.cluster.identifier or self.environment.value
 
     def fleet(self, name: str) -> Fleet:
         return next(f for f in self.fleets if f.name == name)

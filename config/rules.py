@@ -48,6 +48,7 @@ from config.models import (
     StackConfig,
     TaintEffect,
     Vendor,
+    robot_failover_regions,
 )
 from config.problems import Loc, Problem
 from config.text import quote
@@ -311,6 +312,41 @@ def vendor_rules(view: View) -> Iterator[Problem]:
             problem = _vendor_url_problem(account.api_url, env, what)
             if problem:
                 yield Problem(("vendors", vendor.value, "api_url"), problem)
+    robot = view.accounts.get(Vendor.ROBOT)
+    if isinstance(robot, RobotAccount) and robot.failover_watchers is not None:
+        own = robot_failover_regions([r for _, r in view.regions], [f for _, f in view.failover_ips])
+        if robot.failover_watchers < len(own):
+            yield Problem(
+                ("vendors", "robot", "failover_watchers"),
+                f"{robot.failover_watchers} is fewer than this stack's own Robot failover watchers "
+                f"({len(own)}: {', '.join(own)}); count every stack's on this account",
+            )
+
+
+def robot_account_problems(stacks: Mapping[str, StackConfig]) -> list[str]:
+    """Across stack files: the Robot failover watchers of all stacks on one Robot account share its
+    hourly request budget, so each stack's vendors.robot.failover_watchers (default its own count)
+    must be at least their sum, or its watchers read routes faster than the account allows and stall
+    on its rate limit."""
+    by_account: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for name, cfg in stacks.items():
+        if cfg.vendors.robot is not None:
+            account = (cfg.vendors.robot.api_url, cfg.vendors.robot.username)
+            by_account.setdefault(account, {})[name] = robot_failover_regions(cfg.regions, cfg.failover_ips)
+    problems = []
+    for (_, user), regions_by_stack in sorted(by_account.items()):
+        total = sum(len(own) for own in regions_by_stack.values())
+        polling = ", ".join(f"{stack}: {len(own)}" for stack, own in sorted(regions_by_stack.items()) if own)
+        for name, own in sorted(regions_by_stack.items()):
+            robot = stacks[name].vendors.robot
+            assert robot is not None
+            counted = robot.failover_watchers or len(own)
+            if own and counted < total:
+                problems.append(
+                    f"{name}: vendors.robot.failover_watchers is {counted}, but {total} watchers poll "
+                    f"Robot account {user!r} ({polling}); set it to {total}"
+                )
+    return problems
 
 
 _API_NAMES = {

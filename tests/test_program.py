@@ -44,9 +44,12 @@ class ProgramMocks(ManifestRecorder):
         self.claims: list[str] = []
         self.machines: list[dict[str, Any]] = []
         self.failover: list[dict[str, Any]] = []
+        self.providers: dict[str, dict[str, Any]] = {}  # name -> inputs of each provider resource
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
         inputs = dict(args.inputs)
+        if args.typ.startswith("pulumi:providers:"):
+            self.providers[args.name] = inputs
         if args.typ == "pulumi-python:dynamic/machine:MachineClaim":
             # A claim records its box (and the address the control plane's firewall admits) first.
             n = self._number(args.name, self.claims) + 9
@@ -296,6 +299,19 @@ def test_the_cycle_check_still_refuses_an_edge_that_closes_a_cycle() -> None:
     assert declare(c, d) and declare(a, d)
     assert resource_cycle_breaker._deps(a) == {b, d}
     assert resource_cycle_breaker._deps(c) == {d}
+
+
+@pytest.mark.parametrize("env", ["staging", "canary", "production"])
+def test_the_cluster_is_named_so_a_new_kubeconfig_for_it_replaces_nothing(env: str) -> None:
+    # Without a clusterIdentifier the Kubernetes provider takes a new CA bundle or API address in the
+    # kubeconfig for a new cluster and replaces every object of the stack (tests/e2e shows it does not
+    # with one). The identifier is the environment's unless config names the cluster.
+    assert program_of(env).providers["cluster"]["clusterIdentifier"] == env
+
+    def name_it(config: dict[str, Any]) -> None:
+        config["cluster"]["identifier"] = f"{env}-2"
+
+    assert run_program(env, name_it).providers["cluster"]["clusterIdentifier"] == f"{env}-2"
 
 
 def test_a_failover_ip_of_a_fleet_with_no_machine_is_not_routed() -> None:

@@ -97,3 +97,34 @@ def load_case(path: Path) -> BadCase:
 
 def corpus() -> list[BadCase]:
     return [load_case(p) for p in sorted(BAD_DIR.glob("*.yaml"))]
+
+
+def with_robot_regions(raw: dict[str, Any], count: int, environment: str = "dev") -> dict[str, Any]:
+    """`raw` with `count` more Kura regions, each on a Robot fleet of its own with an ordered Robot
+    failover IP: each runs a failover watcher polling the stack's Robot account."""
+    raw = copy.deepcopy(raw)
+    template = next(f for f in raw["fleets"] if f["vendor"] == "robot")
+    for n in range(count):
+        fleet = {k: v for k, v in copy.deepcopy(template).items() if k not in ("labels", "taints")}
+        fleet.update(name=f"kura-robot-{n}", marker=f"tuist-kura-robot{n}-{environment}-", size=2)
+        fleet["node_pool"] = fleet["name"]
+        raw["fleets"].append(fleet)
+        ip = {"name": f"kura-peer-fsn{n}", "vendor": "robot", "fleet": fleet["name"]}
+        raw["failover_ips"].append({**ip, "address": f"88.99.0.{40 + n}"})
+        host = (
+            f"eu-fsn{n}.{environment}.kura.tuist.dev"
+            if environment != "production"
+            else f"eu-fsn{n}.kura.tuist.dev"
+        )
+        raw["regions"].append(
+            {
+                "id": f"eu-fsn{n}",
+                "cluster_id": f"eu-fsn{n}-1",
+                "fleet": fleet["name"],
+                "ingress_class": f"kura-eu-fsn{n}",
+                "egress_burst_mbps": 500,
+                "host": host,
+                "failover_ip": ip["name"],
+            }
+        )
+    return raw

@@ -19,7 +19,7 @@ from pulumi.runtime.sync_await import _sync_await
 from config.loader import SECRET_KEYS, ConfigError, load_from_pulumi, load_stack_config, read_stack_file
 from config.models import StackConfig
 from config.problems import Problem, format_loc, ordered_lines
-from tests.config.stacks import REPO, stack_raw
+from tests.config.stacks import REPO, stack_raw, with_robot_regions
 
 SECRET_VALUES = {key: f"value-of-{key}-do-not-print" for key in SECRET_KEYS}
 
@@ -313,3 +313,16 @@ def test_the_name_limits_the_config_checks_are_the_components_names() -> None:
     assert dns_namespace("kura") == "kura" + DNS_NAMESPACE_SUFFIX
     assert gateway_name("eu-central") == REGION_SERVICE_PREFIX + "eu-central"
     assert DNS_LABEL_MAX == 63
+
+
+def test_a_robot_account_s_watcher_count_covers_at_least_the_stack_s_own() -> None:
+    raw = with_robot_regions(stack_raw("dev"), 2)
+    raw["vendors"]["robot"]["failover_watchers"] = 1
+    with pytest.raises(ConfigError) as err:
+        load_stack_config(raw, stack="dev")
+    assert err.value.problems == [
+        "vendors.robot.failover_watchers: 1 is fewer than this stack's own Robot failover watchers "
+        "(2: eu-fsn0, eu-fsn1); count every stack's on this account"
+    ]
+    raw["vendors"]["robot"]["failover_watchers"] = 2
+    load_stack_config(raw, stack="dev")

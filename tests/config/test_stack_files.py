@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from components.failover_watcher import robot_failover_watchers
 from config.loader import SECRET_KEYS, load_stack_config, read_stack_file, required_secret_keys
 from config.models import Environment, GatewayMode, StackConfig, Vendor
-from tests.config.stacks import REAL_STACKS, stack_path, stack_raw
+from config.rules import robot_account_problems
+from tests.config.stacks import REAL_STACKS, stack_path, stack_raw, with_robot_regions
 
 
 def load(name: str) -> StackConfig:
@@ -142,3 +144,35 @@ def test_read_stack_file_strips_the_prefix_and_leaves_secure_values_out(tmp_path
         "  kubernetes:context: other\n"
     )
     assert read_stack_file(path) == {"environment": "staging"}
+
+
+def test_every_stack_counts_every_watcher_that_shares_its_robot_account() -> None:
+    # The stack files as they are: the watchers of all stacks on one Robot account share its hourly
+    # request budget, and each stack's count must cover them all.
+    assert robot_account_problems({name: load(name) for name in REAL_STACKS}) == []
+
+
+def test_robot_watchers_of_two_stacks_on_one_account_must_be_counted_in_each() -> None:
+    staging = load_stack_config(with_robot_regions(stack_raw("staging"), 1, "staging"), stack="staging")
+    production = load_stack_config(
+        with_robot_regions(stack_raw("production"), 2, "production"), stack="production"
+    )
+    assert staging.vendors.robot and production.vendors.robot
+    assert staging.vendors.robot.username == production.vendors.robot.username
+    assert robot_account_problems({"staging": staging, "production": production}) == [
+        "production: vendors.robot.failover_watchers is 2, but 3 watchers poll Robot account 'tuist-robot' "
+        "(production: 2, staging: 1); set it to 3",
+        "staging: vendors.robot.failover_watchers is 1, but 3 watchers poll Robot account 'tuist-robot' "
+        "(production: 2, staging: 1); set it to 3",
+    ]
+    counted = {}
+    for name, raw in (
+        ("staging", with_robot_regions(stack_raw("staging"), 1, "staging")),
+        ("production", with_robot_regions(stack_raw("production"), 2, "production")),
+    ):
+        raw["vendors"]["robot"]["failover_watchers"] = 3
+        counted[name] = load_stack_config(raw, stack=name)
+    assert robot_account_problems(counted) == []
+    # ... and each of their watchers reads its route as one of the three.
+    assert robot_failover_watchers(staging.regions, staging.failover_ips, 3) == 3
+    assert robot_failover_watchers(staging.regions, staging.failover_ips) == 1

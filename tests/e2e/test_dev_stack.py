@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from tests.e2e.conftest import Engine
@@ -321,6 +322,27 @@ def test_the_outputs_are_read_through_a_stack_reference_and_a_second_preview_cha
     assert re.search(r"^\s+\d+ unchanged$", preview.stdout, re.M), preview.stdout[-3000:]
 
 
+def test_a_new_ca_bundle_for_the_same_cluster_replaces_nothing(deployed: Deployed) -> None:
+    # A CA rotation hands the stack a kubeconfig whose bundle holds the old CA and the new one (here the
+    # same CA twice). Without the provider's clusterIdentifier, the real provider takes that for a new
+    # cluster and plans every Kubernetes object of the stack replaced, the Kura namespace included.
+    engine = deployed.engine
+    original = engine.run("config", "get", "-s", "dev", "tuist-infra:kubeconfig").stdout[:-1]
+    kubeconfig = yaml.safe_load(original)
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    pem = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    cluster["certificate-authority-data"] = base64.b64encode((pem + pem).encode()).decode()
+    engine.run("config", "set", "-s", "dev", "--secret", "tuist-infra:kubeconfig", yaml.safe_dump(kubeconfig))
+    try:
+        preview = engine.run("preview", "-s", "dev", "--diff").stdout
+    finally:
+        engine.run("config", "set", "-s", "dev", "--secret", "tuist-infra:kubeconfig", original)
+    assert "to replace" not in preview, preview[-3000:]
+    assert re.search(r"^\s+~ 1 to update$", preview, re.M), preview[-3000:]
+    assert re.search(r"~ pulumi:providers:kubernetes: \(update\)", preview), preview[-3000:]
+    assert engine.run("config", "get", "-s", "dev", "tuist-infra:kubeconfig").stdout[:-1] == original
+
+
 def start_watcher_as_its_pod(deployed: Deployed, region: str, workdir: Path) -> subprocess.Popen[bytes]:
     """`python -m watcher` with what its pod gets: the Deployment's environment, the credentials
     Secret it mounts (as files), a token of its ServiceAccount and the cluster CA where in-cluster
@@ -456,6 +478,38 @@ def test_the_failover_ip_leaves_a_box_whose_demux_pod_goes_unready(
         ),
         timeout=60,
     )
+
+
+def test_a_volume_kura_controller_flipped_to_delete_takes_the_next_up_that_changes_it(
+    deployed: Deployed,
+) -> None:
+    # kura-controller patches a volume's reclaim policy to Delete before it deletes its claim, and owns
+    # the field from then on. The next up that touches the volume (here the region switching to scrub,
+    # which rewrites every volume's on-release annotation) must apply around it, not conflict with it.
+    core, engine = deployed.cluster.core, deployed.engine
+    volumes = core.list_persistent_volume(label_selector="tuist.dev/region=ca-east").items
+    assert volumes and all(v.metadata.annotations["tuist.dev/on-release"] == "keep" for v in volumes)
+    flipped = volumes[0].metadata.name
+    core.patch_persistent_volume(
+        flipped, {"spec": {"persistentVolumeReclaimPolicy": "Delete"}}, field_manager="kura-controller"
+    )
+    config = json.loads(engine.run("config", "-s", "dev", "--json").stdout)
+    index = [r["id"] for r in config["tuist-infra:regions"]["objectValue"]].index("ca-east")
+    engine.run(
+        "config", "set", "-s", "dev", "--path", f"tuist-infra:regions[{index}].released_volumes", "scrub"
+    )
+    engine.run("up", "-s", "dev", "--yes", "--skip-preview")
+    after = {
+        v.metadata.name: v
+        for v in core.list_persistent_volume(label_selector="tuist.dev/region=ca-east").items
+    }
+    assert {name: v.metadata.annotations["tuist.dev/on-release"] for name, v in after.items()} == {
+        v.metadata.name: "scrub" for v in volumes
+    }
+    assert after[flipped].spec.persistent_volume_reclaim_policy == "Delete"
+    assert {v.spec.persistent_volume_reclaim_policy for name, v in after.items() if name != flipped} == {
+        "Retain"
+    }
 
 
 def test_destroy_drains_and_deletes_every_node_and_returns_every_box(deployed: Deployed) -> None:
