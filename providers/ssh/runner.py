@@ -47,8 +47,9 @@ _SECRET_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 T = TypeVar("T")
 
-# Every transport this process has open, so a provider whose engine went away can hang them all up
-# (the remote scripts get SIGHUP) before it exits.
+# Every transport this process has open, so a provider whose engine went away can close them all before
+# it exits. That ends the sessions, not the scripts (no terminal, no SIGHUP): each is stopped on its box
+# at its step's budget (bounded_command).
 _OPEN: set[paramiko.Transport] = set()
 _OPEN_LOCK = threading.Lock()
 
@@ -149,7 +150,7 @@ def run_script(
         if "\n" in value or "\r" in value:
             raise ValueError(f"env_secrets[{name!r}] contains a line break; secrets travel one per line")
     reader = " && ".join([*(f"IFS= read -r {name}" for name in env_secrets), 'eval "$(cat)"'])
-    command = f"bash -c '{reader}'"
+    command = bounded_command(f"bash -c '{reader}'", step_timeout)
     stdin = "".join(f"{value}\n" for value in env_secrets.values()) + script
     pkey = load_private_key(private_key)
     secrets = [v for v in env_secrets.values() if v]
@@ -163,11 +164,37 @@ def run_script(
         finally:
             transport.close()
         tail = scrub(output, secrets, limit=None)[-OUTPUT_TAIL_CHARS:]
+        if status in (124, 137):  # timeout's: the box stopped the script at its budget
+            raise SshTimeoutError(target, step, step_timeout)
         if status != 0:
             raise RemoteCommandError(target, step, status, tail)
         return RunResult(host_key_fingerprint=fingerprint, exit_status=status, output_tail=tail)
 
     return _with_retries(attempt, target, retries, retry_delay)
+
+
+# A step's remote script is stopped on the box before this side gives up on it: TERM to its whole process
+# group (apt, dpkg, installimage and all), KILL this long after. Closing the session alone stops nothing
+# (no terminal, so no SIGHUP), and the state machine runs a timed-out step again: the old run must not
+# be there beside the new one.
+REMOTE_KILL_AFTER = 10
+
+
+def remote_budget(step_timeout: float) -> tuple[int, int]:
+    """(seconds until TERM, seconds from TERM to KILL) on the box: both land before `step_timeout`
+    runs out here (by 2 s), whatever its size."""
+    kill_after = min(REMOTE_KILL_AFTER, max(1, int(step_timeout // 10)))
+    return max(1, int(step_timeout) - kill_after - 2), kill_after
+
+
+def bounded_command(command: str, step_timeout: float) -> str:
+    """`command` under coreutils' timeout where the box has it (every Linux box and rescue system; a Mac
+    has none, and runs it as it is)."""
+    term, kill_after = remote_budget(step_timeout)
+    return (
+        "if command -v timeout >/dev/null 2>&1; then "
+        f"exec timeout -k {kill_after} {term} {command}; else exec {command}; fi"
+    )
 
 
 def fetch_host_key(target: SshTarget, timeout: float = 30) -> str:

@@ -113,13 +113,16 @@ if ! as_root cmp -s "$want" "$file"; then
 fi
 rm -f "$want"
 # An interface of that name that is another VLAN (the server moved to another network) or rides on
-# another NIC stays as it is through netplan apply: it goes first, and netplan makes it anew.
+# another NIC stays as it is through netplan apply: it goes first, and netplan makes it anew. No
+# interface at all, the file in place, is a run whose netplan apply failed: apply again.
 if current=$(ip -d link show "$PN_INTERFACE" 2>/dev/null); then
   if ! grep -q "^[0-9]*: $PN_INTERFACE@$primary:" <<<"$current" ||
     ! grep -q "vlan protocol 802.1Q id $PN_VLAN " <<<"$current"; then
     as_root ip link delete "$PN_INTERFACE"
     apply=1
   fi
+else
+  apply=1
 fi
 if [ "$apply" -eq 1 ]; then
   as_root netplan apply

@@ -50,7 +50,9 @@ trap 'rm -rf "$work"' EXIT
 
 # fetch URL SHA256 FILE: download and verify, or fail before anything is installed from it.
 fetch() {
-  curl -fsSL --retry 5 -o "$3" "$1"
+  # Bounded: a transfer below 1 KiB/s for a minute is cut and retried, never left hanging until the
+  # install's step budget runs out (the state machine would then run installimage again beside it).
+  curl -fsSL --connect-timeout 20 --retry 5 --retry-delay 5 --speed-limit 1024 --speed-time 60 -o "$3" "$1"
   printf '%s  %s\n' "$2" "$3" | sha256sum -c -
 }
 

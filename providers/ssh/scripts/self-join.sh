@@ -32,18 +32,41 @@ if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 as_root() { "${SUDO[@]}" "$@"; }
 
 CHANGED=()
+# What a changed file asks of its service. A run that changes a file and stops before the restart (a
+# later step failed, the session dropped) leaves the restart owed on disk, under PENDING: the next
+# run finds every file already in place, and must still restart the service onto them.
+PENDING=/var/lib/tuist/self-join
+KUBELET_TRIGGERS=(/etc/systemd/system/kubelet.service /var/lib/kubelet/config.yaml /etc/kubernetes/pki/ca.crt
+  /usr/bin/kubelet /var/lib/kubelet/kubeconfig)
+CONTAINERD_TRIGGERS=(/etc/containerd/config.toml /etc/containerd/certs.d/docker.io/hosts.toml)
+# will_change PATH: records PATH as changed, and owes its service a restart, before the change is made.
+will_change() {
+  local path=$1 f
+  for f in "${KUBELET_TRIGGERS[@]}"; do [ "$f" = "$path" ] && owe kubelet; done
+  for f in "${CONTAINERD_TRIGGERS[@]}"; do [ "$f" = "$path" ] && owe containerd; done
+  # A new cluster CA also owes the kubelet a new bootstrap (below).
+  [ "$path" = /etc/kubernetes/pki/ca.crt ] && owe rebootstrap
+  CHANGED+=("$path")
+}
+owe() { as_root mkdir -p "$PENDING" && as_root touch "$PENDING/restart-$1"; }
+owed() { as_root test -e "$PENDING/restart-$1"; }
+paid() { as_root rm -f "$PENDING/restart-$1"; }
 # put PATH MODE < content: install the content at PATH unless it is already there; records changes.
+# The temporary copy may hold a secret (the bootstrap kubeconfig): removed even when a step fails.
+PUT_TMP=
+trap 'rm -f "${PUT_TMP:-}"' EXIT
 put() {
-  local path=$1 mode=$2 tmp
-  tmp=$(mktemp)
-  cat >"$tmp"
-  if as_root cmp -s "$tmp" "$path"; then
+  local path=$1 mode=$2
+  PUT_TMP=$(mktemp)
+  cat >"$PUT_TMP"
+  if as_root cmp -s "$PUT_TMP" "$path"; then
     as_root chmod "$mode" "$path"
   else
-    as_root install -D -m "$mode" "$tmp" "$path"
-    CHANGED+=("$path")
+    will_change "$path"
+    as_root install -D -m "$mode" "$PUT_TMP" "$path"
   fi
-  rm -f "$tmp"
+  rm -f "$PUT_TMP"
+  PUT_TMP=
 }
 changed() {
   local f
@@ -59,6 +82,27 @@ changed() {
 apt_get() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
+}
+
+# apt-get update takes the package lists' lock without waiting (DPkg::Lock::Timeout covers dpkg's locks
+# only): while another apt run holds it (apt-daily, cloud-init's package update at first boot), it
+# fails at once. Try again for up to two minutes; any other failure stops the join.
+apt_update() {
+  local waited=0 out
+  while true; do
+    if out=$(apt_get update -q 2>&1); then
+      printf '%s\n' "$out"
+      return 0
+    fi
+    printf '%s\n' "$out" >&2
+    case $out in
+      *"Could not get lock /var/lib/apt/lists/lock"*) ;;
+      *) return 1 ;;
+    esac
+    if ((waited >= 120)); then return 1; fi
+    sleep 5
+    waited=$((waited + 5))
+  done
 }
 
 # /data is its own filesystem (not a directory of /): then the kubelet and containerd roots live there.
@@ -129,9 +173,10 @@ printf '%s' "$CA_BUNDLE_B64" | base64 -d | put /etc/kubernetes/pki/ca.crt 0644
 # certificate the kubelet holds name the old ones and would still look valid to it, so it would never
 # read the bootstrap kubeconfig again. Without them it bootstraps anew (and restarts, below).
 kubelet_server=$(as_root sed -n 's/^[[:space:]]*server:[[:space:]]*//p' /var/lib/kubelet/kubeconfig 2>/dev/null || true)
-if changed /etc/kubernetes/pki/ca.crt || { [ -n "$kubelet_server" ] && [ "$kubelet_server" != "$API_SERVER" ]; }; then
+if owed rebootstrap || { [ -n "$kubelet_server" ] && [ "$kubelet_server" != "$API_SERVER" ]; }; then
+  will_change /var/lib/kubelet/kubeconfig
   as_root sh -c 'rm -f /var/lib/kubelet/kubeconfig /var/lib/kubelet/pki/kubelet-client-*.pem'
-  CHANGED+=(/var/lib/kubelet/kubeconfig)
+  paid rebootstrap
 fi
 
 put /etc/modules-load.d/k8s.conf 0644 <<'EOF'
@@ -235,7 +280,7 @@ as_root rm -f /etc/sysctl.d/*cilium* /etc/sysctl.d/*-cilium.conf
 as_root sysctl --system
 
 # 9.-11. containerd: Ubuntu's package, or the one a Robot box's post-install baked in with Kata.
-apt_get update -q
+apt_update
 if [ "$CONTAINERD_SOURCE" = apt ]; then
   apt_get install -y -q apt-transport-https ca-certificates curl gpg containerd
   containerd_config=$(containerd config default)
@@ -262,21 +307,22 @@ if data_is_separate; then
   containerd_config=$(printf '%s\n' "$containerd_config" | sed -E "s|^root = ['\"]/var/lib/containerd['\"]|root = \"/data/containerd\"|")
 fi
 printf '%s\n' "$containerd_config" | put /etc/containerd/config.toml 0644
-# A running containerd restarts only when its config changed: a needless restart bounces every pod.
-if systemctl is-active --quiet containerd; then
-  if changed /etc/containerd/config.toml /etc/containerd/certs.d/docker.io/hosts.toml; then
-    as_root systemctl restart containerd
-  fi
+# A running containerd restarts only when its config changed (this run, or one that stopped before
+# its restart): a needless restart bounces every pod.
+if systemctl is-active --quiet containerd && owed containerd; then
+  as_root systemctl restart containerd
 fi
 as_root systemctl enable --now containerd
+paid containerd
 
 # 12. The Kubernetes apt repository for the control plane's minor.
 as_root mkdir -p -m 0755 /etc/apt/keyrings
-curl -fsSL "https://pkgs.k8s.io/core:/stable:/${K8S_MINOR}/deb/Release.key" |
+curl -fsSL --connect-timeout 20 --max-time 60 --retry 5 --retry-delay 5 \
+  "https://pkgs.k8s.io/core:/stable:/${K8S_MINOR}/deb/Release.key" |
   as_root gpg --dearmor --batch --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
 printf 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/%s/deb/ /\n' \
   "$K8S_MINOR" | put /etc/apt/sources.list.d/kubernetes.list 0644
-apt_get update -q
+apt_update
 
 # 13. The kubelet, held at this minor; it registers itself through the bootstrap token. A rejoin for a
 #     new kubernetes_minor moves the held package on purpose (apt refuses that unless told), and a new
@@ -285,15 +331,13 @@ kubelet_version() { dpkg -s kubelet 2>/dev/null | sed -n 's/^Version: //p' || tr
 kubelet_before=$(kubelet_version)
 apt_get install -y -q --allow-change-held-packages kubelet
 as_root apt-mark hold kubelet
-[ "$(kubelet_version)" = "$kubelet_before" ] || CHANGED+=(/usr/bin/kubelet)
+[ "$(kubelet_version)" = "$kubelet_before" ] || will_change /usr/bin/kubelet
 as_root systemctl daemon-reload
 # The bootstrap kubeconfig is no trigger: the kubelet reads it only until it holds its own certificate.
-if systemctl is-active --quiet kubelet; then
-  if changed /etc/systemd/system/kubelet.service /var/lib/kubelet/config.yaml /etc/kubernetes/pki/ca.crt \
-    /usr/bin/kubelet /var/lib/kubelet/kubeconfig; then
-    as_root systemctl restart kubelet
-  fi
+if systemctl is-active --quiet kubelet && owed kubelet; then
+  as_root systemctl restart kubelet
 fi
 as_root systemctl enable --now kubelet
+paid kubelet
 set +x
 echo "self-join: ${NODE_NAME} configured"

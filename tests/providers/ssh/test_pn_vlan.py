@@ -89,7 +89,7 @@ BOX_SHIMS = {
         "shift 3\n"
         'printf "%s\\n" "$*" >>"$SHIM_LOG"\n'
         'case "$1" in\n'
-        "  cmp) exit 1 ;;\n"
+        '  cmp) [ "$CMP_SAME" = yes ] ;;\n'
         '  test) [ "$FILE_THERE" = yes ] ;;\n'
         "  *) exit 0 ;;\n"
         "esac\n"
@@ -134,6 +134,7 @@ def run_on_box(tmp_path: Path, script: str, **box: str) -> tuple[subprocess.Comp
             "PN_OLD": "",
             "PN_NEW": "",
             "FILE_THERE": "no",
+            "CMP_SAME": "no",
             **box,
         },
         capture_output=True,
@@ -174,6 +175,18 @@ def test_a_pn0_of_the_right_vlan_is_left_in_place(tmp_path: Path) -> None:
         f"install -m 0600 {tmp_path}/want {FILE}",
         "netplan apply",
     ]
+
+
+def test_a_file_in_place_without_pn0_is_applied_again(tmp_path: Path) -> None:
+    # An earlier run wrote the file and its netplan apply failed: the file compares equal, and no pn0
+    # exists. Applying only on a changed file would fail this run, and every later one, unapplied.
+    done, ran = run_on_box(
+        tmp_path, render_pn_vlan_script(PrivateNetworkParams(vlan=42)), PN_NEW="42", CMP_SAME="yes"
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert ran == [f"cmp -s {tmp_path}/want {FILE}", "netplan apply"]
+    assert "pn-vlan: pn0 is VLAN 42 on enp1s0" in done.stdout
 
 
 def test_down_removes_the_file_and_pn0_then_applies(tmp_path: Path) -> None:

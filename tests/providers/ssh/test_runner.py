@@ -13,15 +13,18 @@ import pytest
 from providers.ssh import runner
 from providers.ssh.runner import (
     OUTPUT_TAIL_CHARS,
+    REMOTE_KILL_AFTER,
     HostKeyMismatchError,
     RemoteCommandError,
     SshAuthError,
     SshError,
     SshTarget,
     SshTimeoutError,
+    bounded_command,
     close_all_sessions,
     fetch_host_key,
     load_private_key,
+    remote_budget,
     run_script,
 )
 from tests.providers.ssh.conftest import SUDO_PASSWORD, Box, KeyPair, free_port, new_key
@@ -371,8 +374,12 @@ def test_close_all_sessions_hangs_up_a_running_script(make_box: Callable[..., Bo
     def run() -> None:
         try:
             run_script(
-                box.target, "echo started; sleep 60", private_key=fleet_key.private, env_secrets={},
-                expected_host_key=None, **{**FAST, "step_timeout": 120.0},
+                box.target,
+                "echo started; sleep 60",
+                private_key=fleet_key.private,
+                env_secrets={},
+                expected_host_key=None,
+                **{**FAST, "step_timeout": 120.0},
             )
         except BaseException as error:  # asserted on below
             failures.append(error)
@@ -389,3 +396,40 @@ def test_close_all_sessions_hangs_up_a_running_script(make_box: Callable[..., Bo
     assert not worker.is_alive() and time.monotonic() - started < 30  # not the script's 60 s
     assert len(failures) == 1 and isinstance(failures[0], SshError), failures
     assert close_all_sessions() == 0
+
+
+def test_a_step_timeout_stops_the_script_on_the_box(make_box: Callable[..., Box], fleet_key: KeyPair) -> None:
+    # Closing the session alone stops nothing on the box (no terminal, no SIGHUP), and the state machine
+    # runs a timed-out step again: the old run must be gone, its children with it, not run on beside.
+    box = make_box(user="root", sudo_password=None)
+    marker = box.root / "var/lib/sim/still-running"
+    with pytest.raises(SshTimeoutError):
+        run_script(
+            box.target,
+            "sleep 6 & wait; touch /var/lib/sim/still-running\n",
+            private_key=fleet_key.private,
+            env_secrets={},
+            expected_host_key=None,
+            retries=1,
+            retry_delay=0,
+            step_timeout=2,
+        )
+    time.sleep(7)
+    assert not marker.exists()
+
+
+def test_the_remote_budget_ends_before_this_side_gives_up() -> None:
+    assert [remote_budget(t) for t in (1, 5, 30, 300, 2700)] == [
+        (1, 1),
+        (2, 1),
+        (25, 3),
+        (288, 10),
+        (2688, 10),
+    ]
+    for step_timeout in (5, 30, 300, 2700):
+        term, kill_after = remote_budget(step_timeout)
+        assert term + kill_after + 2 == step_timeout and kill_after <= REMOTE_KILL_AFTER
+    assert bounded_command("bash -c 'eval \"$(cat)\"'", 300) == (
+        "if command -v timeout >/dev/null 2>&1; then exec timeout -k 10 288 bash -c 'eval \"$(cat)\"'; "
+        "else exec bash -c 'eval \"$(cat)\"'; fi"
+    )

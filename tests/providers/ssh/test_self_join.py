@@ -171,7 +171,11 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
     assert (box.info.data_disk / "containerd").is_dir()
 
     # 12-13. Keyring for the minor, update after adding the source, kubelet installed, held, enabled.
-    assert index_of(calls, "curl -fsSL https://pkgs.k8s.io/core:/stable:/v1.34/deb/Release.key") < index_of(
+    release_key = (
+        "curl -fsSL --connect-timeout 20 --max-time 60 --retry 5 --retry-delay 5 "
+        "https://pkgs.k8s.io/core:/stable:/v1.34/deb/Release.key"
+    )
+    assert index_of(calls, release_key) < index_of(
         calls,
         "apt-get -o DPkg::Lock::Timeout=120 -o Dpkg::Options::=--force-confdef "
         "-o Dpkg::Options::=--force-confold install -y -q --allow-change-held-packages kubelet",
@@ -285,6 +289,21 @@ def test_a_dpkg_lock_held_at_the_first_boot_is_waited_for(make_box: Callable[...
     assert not lock.exists()  # apt got it once its holder let go
 
 
+def test_a_package_lists_lock_held_at_the_first_boot_is_waited_for(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # cloud-init's package update holds the lists' lock; `apt-get update` fails at once on it whatever
+    # DPkg::Lock::Timeout says, so the join tries again until its holder lets go.
+    box = make_box(data_is_separate=True)
+    lock = box.root / "var/lib/sim/apt-lists-lock"
+    lock.write_text(f"apt-get {int(time.time()) + 8}\n")
+    result = join(box, fleet_key)
+    assert "\nself-join: kura-us-east-1 configured\n" in result.output_tail
+    assert not lock.exists()
+    updates = [c for c in box.calls() if c.startswith("apt-get") and " update" in c]
+    assert len(updates) >= 3  # refused while held, then done; and the Kubernetes repository's
+
+
 def test_a_rejoin_for_another_api_server_makes_the_kubelet_bootstrap_anew(
     make_box: Callable[..., Box], fleet_key: KeyPair
 ):
@@ -305,6 +324,54 @@ def test_a_rejoin_for_another_api_server_makes_the_kubelet_bootstrap_anew(
     bootstrap = box_sh(box, fleet_key, "sudo cat /var/lib/kubelet/bootstrap-kubeconfig")
     assert "server: https://cp2.staging.example.net:6443" in bootstrap
     assert [c for c in rejoin_calls if c.startswith("systemctl restart")] == ["systemctl restart kubelet"]
+
+
+# A step after the unit and config writes fails once: `sysctl --system` on a drop-in naming an interface
+# the box lacks (in production: pkgs.k8s.io down, an apt lock held past its wait, a dropped session).
+STALE_SYSCTL = "echo 'net.ipv4.conf.gone0.rp_filter = 0' | sudo tee /etc/sysctl.d/98-stale.conf"
+
+
+def test_a_rejoin_that_failed_half_way_restarts_the_kubelet_on_the_next_run(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # The failed run wrote the new config.yaml; the next run finds it in place, and must still restart
+    # the kubelet onto it (the restart it owed is kept on the box).
+    box = make_box(data_is_separate=True)
+    join(box, fleet_key)
+    box_sh(box, fleet_key, STALE_SYSCTL)
+    new = SelfJoinParams(**{**PARAMS.__dict__, "cluster_dns": "10.96.0.53"})
+    with pytest.raises(RemoteCommandError):
+        join(box, fleet_key, new, sudo_password=None)
+    assert not [c for c in box.calls() if c.startswith("systemctl restart")]
+    box_sh(box, fleet_key, "sudo rm -f /etc/sysctl.d/98-stale.conf")
+    log_length = len(box.calls())
+    assert "configured" in join(box, fleet_key, new, sudo_password=None).output_tail
+    assert [c for c in box.calls()[log_length:] if c.startswith("systemctl restart")] == [
+        "systemctl restart kubelet"
+    ]
+    # Paid: a third run restarts nothing.
+    log_length = len(box.calls())
+    join(box, fleet_key, new, sudo_password=None)
+    assert not [c for c in box.calls()[log_length:] if c.startswith("systemctl restart")]
+
+
+def test_a_move_to_another_api_server_that_failed_half_way_still_bootstraps_anew(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    box = make_box(data_is_separate=True)
+    join(box, fleet_key)
+    written = f"clusters:\\n- cluster:\\n    server: {PARAMS.api_server}\\n"
+    box_sh(box, fleet_key, f"printf '{written}' | sudo tee /var/lib/kubelet/kubeconfig")
+    box_sh(box, fleet_key, STALE_SYSCTL)
+    moved = SelfJoinParams(**{**PARAMS.__dict__, "api_server": "https://cp2.staging.example.net:6443"})
+    with pytest.raises(RemoteCommandError):
+        join(box, fleet_key, moved, sudo_password=None)
+    box_sh(box, fleet_key, "sudo rm -f /etc/sysctl.d/98-stale.conf")
+    log_length = len(box.calls())
+    join(box, fleet_key, moved, sudo_password=None)
+    assert [c for c in box.calls()[log_length:] if c.startswith("systemctl restart")] == [
+        "systemctl restart kubelet"
+    ]
 
 
 def test_without_a_separate_data_filesystem_nothing_moves_to_data(

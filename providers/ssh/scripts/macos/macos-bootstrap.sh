@@ -66,19 +66,34 @@ else
 fi
 
 CHANGED=""
+# What a changed file asks of its launchd job. A run that changes one and stops before the reload (a
+# later step failed, the session dropped) leaves the reload owed on disk: the next run finds the
+# files in place, and must still reload the job onto them.
+PENDING=/usr/local/var/tuist/bootstrap
+owe() { as_root mkdir -p "$PENDING" && as_root touch "$PENDING/reload-$1"; }
+owed() { as_root test -e "$PENDING/reload-$1"; }
+paid() { as_root rm -f "$PENDING/reload-$1"; }
 # put PATH MODE < content: install the content at PATH unless it is already there; records changes.
+# The temporary copy may hold a secret (the bootstrap kubeconfig): removed even when a step fails.
+PUT_TMP=
+trap 'rm -f "${PUT_TMP:-}"' EXIT
 put() {
-  local path=$1 mode=$2 tmp
-  tmp=$(mktemp)
-  cat >"$tmp"
-  if as_root cmp -s "$tmp" "$path"; then
+  local path=$1 mode=$2
+  PUT_TMP=$(mktemp)
+  cat >"$PUT_TMP"
+  if as_root cmp -s "$PUT_TMP" "$path"; then
     as_root chmod "$mode" "$path"
   else
+    case $path in
+      "$GUARD_PLIST" | "$LIBEXEC/sshguard-rearm.sh") owe guard ;;
+      "$AGENT_PLIST" | "$AGENT") owe agent ;;
+    esac
     as_root mkdir -p "$(dirname "$path")"
-    as_root install -m "$mode" "$tmp" "$path"
+    as_root install -m "$mode" "$PUT_TMP" "$path"
     CHANGED="$CHANGED $path "
   fi
-  rm -f "$tmp"
+  rm -f "$PUT_TMP"
+  PUT_TMP=
 }
 changed() { case $CHANGED in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -131,7 +146,9 @@ as_root /bin/bash "$LIBEXEC/sshguard-rearm.sh"
 
 # 4. The node agent: downloaded, checked against its pin, installed only when it differs.
 download=$(mktemp)
-curl -fsSL --retry 3 -o "$download" "$AGENT_URL"
+# Bounded: a mirror that accepts the connection and stalls fails this step, not the whole step budget.
+curl -fsSL --connect-timeout 20 --retry 3 --retry-delay 5 --speed-limit 1024 --speed-time 60 \
+  -o "$download" "$AGENT_URL"
 got=$(shasum -a 256 "$download" | awk '{print $1}')
 if [ "$got" != "$AGENT_SHA256" ]; then
   rm -f "$download"
@@ -145,8 +162,9 @@ rm -f "$download"
 #    it registers a Node; without one, no credential of the cluster is left on the Mac.
 bootstrap_kubeconfig=$ETC/bootstrap-kubeconfig
 if [ "$REGISTERS_NODE" = true ]; then
-  : "${BOOTSTRAP_TOKEN:?BOOTSTRAP_TOKEN is required when the agent registers a Node}"
+  # Tracing off first: the check itself would print the token.
   set +x
+  : "${BOOTSTRAP_TOKEN:?BOOTSTRAP_TOKEN is required when the agent registers a Node}"
   put "$bootstrap_kubeconfig" 0600 <<EOF
 apiVersion: v1
 kind: Config
@@ -221,12 +239,14 @@ load() { # load LABEL PLIST [RELOAD]
   as_root launchctl bootstrap system "$2"
 }
 guard_reload='' agent_reload=''
-if changed "$GUARD_PLIST" || changed "$LIBEXEC/sshguard-rearm.sh"; then guard_reload=reload; fi
+if owed guard; then guard_reload=reload; fi
 # The bootstrap kubeconfig is no trigger (as on Linux): each run brings a new token, the agent reads it
 # only until it holds its own certificate, and a reload ends the runner VMs the agent is running.
-if changed "$AGENT_PLIST" || changed "$AGENT"; then agent_reload=reload; fi
+if owed agent; then agent_reload=reload; fi
 load "$GUARD_LABEL" "$GUARD_PLIST" "$guard_reload"
+paid guard
 load "$AGENT_LABEL" "$AGENT_PLIST" "$agent_reload"
+paid agent
 
 # 8. The agent runs, the guard ran cleanly, pf is on and the anchor holds its rules; else fail saying which is not. (Outputs
 #    are read whole before grep: `grep -q` closing a pipe early fails the pipeline under pipefail.)
