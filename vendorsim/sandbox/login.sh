@@ -137,6 +137,12 @@ if [[ -r $box_dir/../timing.env ]]; then
   cat "$box_dir/../timing.env" >>"$merged/run/sim/box.env"
 fi
 chmod 0600 "$merged/run/sim/box.env"
+# An installed Ubuntu runs systemd-resolved: its upstream servers in /run (/etc/resolv.conf names its
+# 127.0.0.53 stub). The rescue system does not.
+if [[ $platform == linux && $layer == system ]]; then
+  mkdir -p "$merged/run/systemd/resolve"
+  printf 'nameserver 198.51.100.53\n' >"$merged/run/systemd/resolve/resolv.conf"
+fi
 if [[ $platform == macos ]]; then
   mkdir -p "$merged/run/sim/macos"
   mount --bind "$here/macos" "$merged/run/sim/macos"

@@ -218,6 +218,11 @@ Description=kubelet: the Kubernetes node agent (self-joined by tuist-infra)
 Documentation=https://kubernetes.io/docs/
 Wants=network-online.target containerd.service
 After=network-online.target containerd.service
+EOF
+  # The bind of its root onto /data is `nofail` (a box still boots without /data): the kubelet waits
+  # for it, and does not start on the empty directory under it.
+  if data_is_separate; then printf 'RequiresMountsFor=/var/lib/kubelet\n'; fi
+  cat <<'EOF'
 
 [Service]
 EOF
@@ -266,6 +271,10 @@ kubeReserved:
 EOF
   printf 'clusterDomain: %s\n' "$CLUSTER_DOMAIN"
   if [ -n "$CLUSTER_DNS" ]; then printf 'clusterDNS:\n- %s\n' "$CLUSTER_DNS"; fi
+  # Ubuntu's /etc/resolv.conf names systemd-resolved's stub, 127.0.0.53, which no pod can reach from
+  # its own network namespace (CoreDNS would forward to itself and stop on its loop check): pods get
+  # the upstream servers resolved uses instead, as kubeadm sets it.
+  if [ -f /run/systemd/resolve/resolv.conf ]; then printf 'resolvConf: /run/systemd/resolve/resolv.conf\n'; fi
 } | put /var/lib/kubelet/config.yaml 0644
 
 # 7. No swap, and the kernel modules the CNI needs.

@@ -199,6 +199,8 @@ def test_self_join_on_a_box_with_its_own_data_filesystem(make_box: Callable[...,
 
     # The kubelet unit: InternalIP from --node-ip, the foreign providerID, labels and taints.
     unit = (box.root / "etc/systemd/system/kubelet.service").read_text()
+    # The kubelet waits for its root's bind onto /data (`nofail`), never starts on the empty directory.
+    assert "After=network-online.target containerd.service\nRequiresMountsFor=/var/lib/kubelet\n" in unit
     for flag in (
         "--node-ip=203.0.113.10",
         "--provider-id=ovh://bhs6/ns5001234.ip-203-0-113.net",
@@ -374,6 +376,17 @@ def test_a_move_to_another_api_server_that_failed_half_way_still_bootstraps_anew
     ]
 
 
+def test_under_systemd_resolved_pods_get_its_upstream_servers_not_its_stub(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # Ubuntu's /etc/resolv.conf names 127.0.0.53, unreachable from a pod's network namespace; the box
+    # runs systemd-resolved as an installed Ubuntu does (vendorsim/sandbox/login.sh).
+    box = make_box()
+    join(box, fleet_key)
+    config = box_sh(box, fleet_key, "cat /var/lib/kubelet/config.yaml")
+    assert "resolvConf: /run/systemd/resolve/resolv.conf\n" in config
+
+
 def test_without_a_separate_data_filesystem_nothing_moves_to_data(
     make_box: Callable[..., Box], fleet_key: KeyPair
 ):
@@ -381,6 +394,7 @@ def test_without_a_separate_data_filesystem_nothing_moves_to_data(
     join(box, fleet_key)
     calls = box.calls()
     assert not [c for c in calls if c.startswith("mount ")]
+    assert "RequiresMountsFor" not in (box.root / "etc/systemd/system/kubelet.service").read_text()
     assert "/data/kubelet" not in (box.root / "etc/fstab").read_text()
     assert (box.root / "var/lib/kubelet/config.yaml").exists()
     config = (box.root / "etc/containerd/config.toml").read_text()
