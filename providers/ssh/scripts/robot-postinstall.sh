@@ -88,7 +88,9 @@ install -D -m 0755 "$work/runc.amd64" /usr/local/sbin/runc
 tar -C /usr/local -xzf "$work/containerd.tar.gz"
 
 # 5. Kata's static bundle unpacks to /opt/kata (a .tar.zst: needs zstd).
+# A freshly laid-down image may ship without package lists: read them first.
 if ! command -v zstd >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q zstd
 fi
 fetch "$KATA_STATIC_URL" "$KATA_STATIC_SHA256" "$work/kata-static.tar.zst"

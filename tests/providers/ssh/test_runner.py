@@ -406,7 +406,7 @@ def test_a_step_timeout_stops_the_script_on_the_box(make_box: Callable[..., Box]
     with pytest.raises(SshTimeoutError):
         run_script(
             box.target,
-            "sleep 6 & wait; touch /var/lib/sim/still-running\n",
+            "sleep 3 & wait; touch /var/lib/sim/still-running\n",
             private_key=fleet_key.private,
             env_secrets={},
             expected_host_key=None,
@@ -414,7 +414,7 @@ def test_a_step_timeout_stops_the_script_on_the_box(make_box: Callable[..., Box]
             retry_delay=0,
             step_timeout=2,
         )
-    time.sleep(7)
+    time.sleep(2.5)  # past the script's 3 s: TERM reached it (and its sleep) at 1 s
     assert not marker.exists()
 
 
