@@ -89,7 +89,15 @@ def _service_ipv4(v: str) -> str:
     # A ClusterIP: every kubelet's clusterDNS and the demux's resolver. A public, loopback or
     # link-local address there breaks every in-cluster lookup.
     ip = ipaddress.IPv4Address(_ipv4(v))
-    if not ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_unspecified:
+    # Not global: RFC 1918 and the shared range 100.64.0.0/10 (kops' default service network) pass.
+    if (
+        ip.is_global
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+    ):
         raise ValueError(
             f"{quote(v)} is not a private address of the cluster's service network (e.g. 10.96.0.10)"
         )

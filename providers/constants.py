@@ -51,7 +51,8 @@ SECRET_KEYS = (
 # The cluster's API server as the self-join writes it into the kubelet's kubeconfig: a host (a name or
 # an IPv4 literal) and an optional port, nothing else. Config, the machine provider's check and the
 # join refuse the same URLs: a mistake found only at join time is found after the box was claimed.
-_API_SERVER = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_API_SERVER = re.compile(rf"^https://{_LABEL}(\.{_LABEL})*(:[0-9]{{1,5}})?$")
 
 
 def api_server_problem(url: str) -> str | None:

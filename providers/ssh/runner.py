@@ -159,12 +159,15 @@ def run_script(
         transport, fingerprint = _connect(
             target, pkey, expected_host_key, accept_new_host_key, handshake_timeout
         )
+        started = time.monotonic()
         try:
             status, output = _exec(transport, target, command, stdin.encode(), step, step_timeout)
         finally:
             transport.close()
         tail = scrub(output, secrets, limit=None)[-OUTPUT_TAIL_CHARS:]
-        if status in (124, 137):  # timeout's: the box stopped the script at its budget
+        # timeout's statuses, once the box's budget is spent: it stopped the script. Earlier, they are
+        # the script's own (a nested timeout, a child the kernel killed), and fail it as any other.
+        if status in (124, 137) and time.monotonic() - started >= remote_budget(step_timeout)[0]:
             raise SshTimeoutError(target, step, step_timeout)
         if status != 0:
             raise RemoteCommandError(target, step, status, tail)
@@ -189,11 +192,12 @@ def remote_budget(step_timeout: float) -> tuple[int, int]:
 
 def bounded_command(command: str, step_timeout: float) -> str:
     """`command` under coreutils' timeout where the box has it (every Linux box and rescue system; a Mac
-    has none, and runs it as it is)."""
+    has none, and runs it as it is). Not exec'd: timeout's KILL reaches its own process group, itself
+    included, and the login shell left outside it reports that as status 137."""
     term, kill_after = remote_budget(step_timeout)
     return (
         "if command -v timeout >/dev/null 2>&1; then "
-        f"exec timeout -k {kill_after} {term} {command}; else exec {command}; fi"
+        f"timeout -k {kill_after} {term} {command}; exit $?; else exec {command}; fi"
     )
 
 

@@ -326,3 +326,10 @@ def test_a_robot_account_s_watcher_count_covers_at_least_the_stack_s_own() -> No
     ]
     raw["vendors"]["robot"]["failover_watchers"] = 2
     load_stack_config(raw, stack="dev")
+
+
+def test_a_service_network_in_the_shared_range_is_a_cluster_dns_address() -> None:
+    # kops' default service network is 100.64.0.0/13: not RFC 1918, not global either.
+    raw = stack_raw("staging")
+    raw["cluster"]["dns_service_ip"] = "100.64.0.10"
+    assert load_stack_config(raw, stack="staging").cluster.dns_service_ip == "100.64.0.10"

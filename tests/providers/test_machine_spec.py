@@ -247,7 +247,7 @@ def test_claim_checks_report_each_bad_input_by_name() -> None:
     ]
     assert claim_input_problems(claim_props("kura-ovh", 0)) == []
     # What the self-join would refuse at join time, after the claim: refused here, before it.
-    for url in ("https://cp:6443/", "https://cp:99999", "https://[::1]:6443"):
+    for url in ("https://cp:6443/", "https://cp:99999", "https://[::1]:6443", "https://..:6443"):
         assert claim_input_problems(claim_props("kura-ovh", 0, api_server=url)) == [
             ("api_server", f"must be https://<host>:<port> or null, got '{url}'")
         ]

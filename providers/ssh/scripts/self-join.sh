@@ -105,6 +105,19 @@ apt_update() {
   done
 }
 
+# A dpkg run stopped half-way (a join cut at its step's budget, a box powered off mid-upgrade) leaves its
+# journal, and every apt-get install then refuses. Finish it first, waiting out dpkg's lock (dpkg takes
+# it without waiting) for up to two minutes.
+dpkg_recover() {
+  local waited=0
+  [ -n "$(as_root ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || return 0
+  until as_root env DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a; do
+    if ((waited >= 120)); then return 1; fi
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
+
 # /data is its own filesystem (not a directory of /): then the kubelet and containerd roots live there.
 data_is_separate() {
   mountpoint -q /data && [ "$(findmnt -n -o SOURCE /data)" != "$(findmnt -n -o SOURCE /)" ]
@@ -289,6 +302,7 @@ as_root rm -f /etc/sysctl.d/*cilium* /etc/sysctl.d/*-cilium.conf
 as_root sysctl --system
 
 # 9.-11. containerd: Ubuntu's package, or the one a Robot box's post-install baked in with Kata.
+dpkg_recover
 apt_update
 if [ "$CONTAINERD_SOURCE" = apt ]; then
   apt_get install -y -q apt-transport-https ca-certificates curl gpg containerd

@@ -418,6 +418,42 @@ def test_a_step_timeout_stops_the_script_on_the_box(make_box: Callable[..., Box]
     assert not marker.exists()
 
 
+def test_a_script_that_ignores_term_is_killed_and_read_as_a_timeout(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+) -> None:
+    # TERM at 5 s goes unheeded; KILL at 6 s ends the script and timeout with it (status 137).
+    box = make_box(user="root", sudo_password=None)
+    with pytest.raises(SshTimeoutError):
+        run_script(
+            box.target,
+            "trap '' TERM; sleep 20\n",
+            private_key=fleet_key.private,
+            env_secrets={},
+            expected_host_key=None,
+            retries=1,
+            retry_delay=0,
+            step_timeout=8,
+        )
+
+
+def test_a_script_s_own_status_124_is_its_failure_not_a_timeout(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+) -> None:
+    box = make_box(user="root", sudo_password=None)
+    with pytest.raises(RemoteCommandError) as err:
+        run_script(
+            box.target,
+            "echo a nested timeout gave up; exit 124\n",
+            private_key=fleet_key.private,
+            env_secrets={},
+            expected_host_key=None,
+            retries=1,
+            retry_delay=0,
+            step_timeout=30,
+        )
+    assert err.value.exit_status == 124
+
+
 def test_the_remote_budget_ends_before_this_side_gives_up() -> None:
     assert [remote_budget(t) for t in (1, 5, 30, 300, 2700)] == [
         (1, 1),
@@ -430,6 +466,6 @@ def test_the_remote_budget_ends_before_this_side_gives_up() -> None:
         term, kill_after = remote_budget(step_timeout)
         assert term + kill_after + 2 == step_timeout and kill_after <= REMOTE_KILL_AFTER
     assert bounded_command("bash -c 'eval \"$(cat)\"'", 300) == (
-        "if command -v timeout >/dev/null 2>&1; then exec timeout -k 10 288 bash -c 'eval \"$(cat)\"'; "
+        "if command -v timeout >/dev/null 2>&1; then timeout -k 10 288 bash -c 'eval \"$(cat)\"'; exit $?; "
         "else exec bash -c 'eval \"$(cat)\"'; fi"
     )

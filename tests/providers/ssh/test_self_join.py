@@ -291,6 +291,27 @@ def test_a_dpkg_lock_held_at_the_first_boot_is_waited_for(make_box: Callable[...
     assert not lock.exists()  # apt got it once its holder let go
 
 
+def test_a_dpkg_run_stopped_half_way_is_finished_before_any_install(
+    make_box: Callable[..., Box], fleet_key: KeyPair
+):
+    # A join cut at its step's budget (the box stops the script, apt and dpkg with it), or a box powered
+    # off mid-upgrade, leaves dpkg's journal; apt-get install refuses until it is finished.
+    box = make_box(data_is_separate=True)
+    journal = box.root / "var/lib/dpkg/updates/0001"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.write_text("Package: kubelet\nStatus: install ok half-configured\n")
+    result = join(box, fleet_key)
+    assert "\nself-join: kura-us-east-1 configured\n" in result.output_tail
+    assert not journal.exists()
+    calls = box.calls()
+    configure = index_of(calls, "dpkg --force-confdef --force-confold --configure -a")
+    assert configure < first_index(calls, lambda c: c.startswith("apt-get") and " install " in c)
+    # Nothing to finish: nothing run.
+    log_length = len(box.calls())
+    join(box, fleet_key, sudo_password=None)
+    assert not [c for c in box.calls()[log_length:] if c.startswith("dpkg --force-confdef")]
+
+
 def test_a_package_lists_lock_held_at_the_first_boot_is_waited_for(
     make_box: Callable[..., Box], fleet_key: KeyPair
 ):
