@@ -51,8 +51,8 @@ SECRET_KEYS = (
 # The cluster's API server as the self-join writes it into the kubelet's kubeconfig: a host (a name or
 # an IPv4 literal) and an optional port, nothing else. Config, the machine provider's check and the
 # join refuse the same URLs: a mistake found only at join time is found after the box was claimed.
-_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_API_SERVER = re.compile(rf"^https://{_LABEL}(\.{_LABEL})*(:[0-9]{{1,5}})?$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_API_SERVER = re.compile(rf"https://{_LABEL}(?:\.{_LABEL})*(?::(?P<port>[0-9]{{1,5}}))?")
 
 
 def api_server_problem(url: str) -> str | None:
@@ -60,7 +60,7 @@ def api_server_problem(url: str) -> str | None:
     match = _API_SERVER.fullmatch(url)
     if match is None:
         return "is not https://<host>[:<port>] (a DNS name or IPv4 address; no path, no trailing slash)"
-    port = url.rsplit(":", 1)[1] if url.count(":") == 2 else None
+    port = match["port"]
     if port is not None and not 1 <= int(port) <= 65535:
         return f"has port {port}; a TCP port is 1-65535"
     return None

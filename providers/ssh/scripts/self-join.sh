@@ -8,8 +8,8 @@
 # ordering prevents. Running it again converges: files are rewritten only when their content changes
 # and services restart only then.
 set -euo pipefail
-# `... | put FILE` runs put in this shell, not a subshell: what it records in CHANGED (which decides the
-# restarts below) must survive the pipeline.
+# `... | put FILE` runs put in this shell, not a subshell: the temporary file it names in PUT_TMP is
+# the one the EXIT trap removes.
 shopt -s lastpipe
 
 : "${NODE_NAME:?NODE_NAME is required}"
@@ -31,27 +31,25 @@ set -x
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 as_root() { "${SUDO[@]}" "$@"; }
 
-CHANGED=()
-# What a changed file asks of its service. A run that changes a file and stops before the restart (a
-# later step failed, the session dropped) leaves the restart owed on disk, under PENDING: the next
-# run finds every file already in place, and must still restart the service onto them.
+# What a changed file asks of its service, owed on disk under PENDING before the change is made and
+# paid once done. A run that changes a file and stops before the restart (a later step failed, the
+# session dropped) leaves it owed: the next run finds every file already in place, and must still
+# restart the service onto them.
 PENDING=/var/lib/tuist/self-join
-KUBELET_TRIGGERS=(/etc/systemd/system/kubelet.service /var/lib/kubelet/config.yaml /etc/kubernetes/pki/ca.crt
-  /usr/bin/kubelet /var/lib/kubelet/kubeconfig)
-CONTAINERD_TRIGGERS=(/etc/containerd/config.toml /etc/containerd/certs.d/docker.io/hosts.toml)
-# will_change PATH: records PATH as changed, and owes its service a restart, before the change is made.
-will_change() {
-  local path=$1 f
-  for f in "${KUBELET_TRIGGERS[@]}"; do [ "$f" = "$path" ] && owe kubelet; done
-  for f in "${CONTAINERD_TRIGGERS[@]}"; do [ "$f" = "$path" ] && owe containerd; done
-  # A new cluster CA also owes the kubelet a new bootstrap (below).
-  [ "$path" = /etc/kubernetes/pki/ca.crt ] && owe rebootstrap
-  CHANGED+=("$path")
+owe() { as_root mkdir -p "$PENDING" && as_root touch "$PENDING/$1"; }
+owed() { as_root test -e "$PENDING/$1"; }
+paid() { as_root rm -f "$PENDING/$1"; }
+# owe_for PATH: what a change of PATH calls for. (The bootstrap kubeconfig calls for nothing: the
+# kubelet reads it only until it holds its own certificate.)
+owe_for() {
+  case $1 in
+    /etc/systemd/system/kubelet.service | /var/lib/kubelet/config.yaml) owe kubelet ;;
+    # A new cluster CA: the kubelet's own kubeconfig and certificate name the old one (below).
+    /etc/kubernetes/pki/ca.crt) owe kubelet && owe rebootstrap ;;
+    /etc/containerd/config.toml | /etc/containerd/certs.d/docker.io/hosts.toml) owe containerd ;;
+  esac
 }
-owe() { as_root mkdir -p "$PENDING" && as_root touch "$PENDING/restart-$1"; }
-owed() { as_root test -e "$PENDING/restart-$1"; }
-paid() { as_root rm -f "$PENDING/restart-$1"; }
-# put PATH MODE < content: install the content at PATH unless it is already there; records changes.
+# put PATH MODE < content: install the content at PATH unless it is already there, owing what it calls for.
 # The temporary copy may hold a secret (the bootstrap kubeconfig): removed even when a step fails.
 PUT_TMP=
 trap 'rm -f "${PUT_TMP:-}"' EXIT
@@ -62,18 +60,11 @@ put() {
   if as_root cmp -s "$PUT_TMP" "$path"; then
     as_root chmod "$mode" "$path"
   else
-    will_change "$path"
+    owe_for "$path"
     as_root install -D -m "$mode" "$PUT_TMP" "$path"
   fi
   rm -f "$PUT_TMP"
   PUT_TMP=
-}
-changed() {
-  local f
-  for f in "${CHANGED[@]}"; do
-    for want in "$@"; do [ "$f" = "$want" ] && return 0; done
-  done
-  return 1
 }
 
 # apt as the join needs it: no questions (a changed conffile keeps the box's own copy), and a lock held
@@ -187,7 +178,7 @@ printf '%s' "$CA_BUNDLE_B64" | base64 -d | put /etc/kubernetes/pki/ca.crt 0644
 # read the bootstrap kubeconfig again. Without them it bootstraps anew (and restarts, below).
 kubelet_server=$(as_root sed -n 's/^[[:space:]]*server:[[:space:]]*//p' /var/lib/kubelet/kubeconfig 2>/dev/null || true)
 if owed rebootstrap || { [ -n "$kubelet_server" ] && [ "$kubelet_server" != "$API_SERVER" ]; }; then
-  will_change /var/lib/kubelet/kubeconfig
+  owe kubelet
   as_root sh -c 'rm -f /var/lib/kubelet/kubeconfig /var/lib/kubelet/pki/kubelet-client-*.pem'
   paid rebootstrap
 fi
@@ -354,9 +345,8 @@ kubelet_version() { dpkg -s kubelet 2>/dev/null | sed -n 's/^Version: //p' || tr
 kubelet_before=$(kubelet_version)
 apt_get install -y -q --allow-change-held-packages kubelet
 as_root apt-mark hold kubelet
-[ "$(kubelet_version)" = "$kubelet_before" ] || will_change /usr/bin/kubelet
+[ "$(kubelet_version)" = "$kubelet_before" ] || owe kubelet
 as_root systemctl daemon-reload
-# The bootstrap kubeconfig is no trigger: the kubelet reads it only until it holds its own certificate.
 if systemctl is-active --quiet kubelet && owed kubelet; then
   as_root systemctl restart kubelet
 fi

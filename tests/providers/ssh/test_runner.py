@@ -398,22 +398,24 @@ def test_close_all_sessions_hangs_up_a_running_script(make_box: Callable[..., Bo
     assert close_all_sessions() == 0
 
 
+def run_as_root(box: Box, fleet_key: KeyPair, script: str, step_timeout: float) -> None:
+    run_script(
+        box.target,
+        script,
+        private_key=fleet_key.private,
+        env_secrets={},
+        expected_host_key=None,
+        **{**FAST, "step_timeout": step_timeout},
+    )
+
+
 def test_a_step_timeout_stops_the_script_on_the_box(make_box: Callable[..., Box], fleet_key: KeyPair) -> None:
     # Closing the session alone stops nothing on the box (no terminal, no SIGHUP), and the state machine
     # runs a timed-out step again: the old run must be gone, its children with it, not run on beside.
     box = make_box(user="root", sudo_password=None)
     marker = box.root / "var/lib/sim/still-running"
     with pytest.raises(SshTimeoutError):
-        run_script(
-            box.target,
-            "sleep 3 & wait; touch /var/lib/sim/still-running\n",
-            private_key=fleet_key.private,
-            env_secrets={},
-            expected_host_key=None,
-            retries=1,
-            retry_delay=0,
-            step_timeout=2,
-        )
+        run_as_root(box, fleet_key, "sleep 3 & wait; touch /var/lib/sim/still-running\n", step_timeout=2)
     time.sleep(2.5)  # past the script's 3 s: TERM reached it (and its sleep) at 1 s
     assert not marker.exists()
 
@@ -424,16 +426,7 @@ def test_a_script_that_ignores_term_is_killed_and_read_as_a_timeout(
     # TERM at 5 s goes unheeded; KILL at 6 s ends the script and timeout with it (status 137).
     box = make_box(user="root", sudo_password=None)
     with pytest.raises(SshTimeoutError):
-        run_script(
-            box.target,
-            "trap '' TERM; sleep 20\n",
-            private_key=fleet_key.private,
-            env_secrets={},
-            expected_host_key=None,
-            retries=1,
-            retry_delay=0,
-            step_timeout=8,
-        )
+        run_as_root(box, fleet_key, "trap '' TERM; sleep 20\n", step_timeout=8)
 
 
 def test_a_script_s_own_status_124_is_its_failure_not_a_timeout(
@@ -441,16 +434,7 @@ def test_a_script_s_own_status_124_is_its_failure_not_a_timeout(
 ) -> None:
     box = make_box(user="root", sudo_password=None)
     with pytest.raises(RemoteCommandError) as err:
-        run_script(
-            box.target,
-            "echo a nested timeout gave up; exit 124\n",
-            private_key=fleet_key.private,
-            env_secrets={},
-            expected_host_key=None,
-            retries=1,
-            retry_delay=0,
-            step_timeout=30,
-        )
+        run_as_root(box, fleet_key, "echo a nested timeout gave up; exit 124\n", step_timeout=30)
     assert err.value.exit_status == 124
 
 
